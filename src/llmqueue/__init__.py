@@ -1,0 +1,13 @@
+"""llmqueue: LLM inference serving modelled as a queueing system.
+
+Layers (lower never imports higher): ``workload`` and ``hardware`` (data),
+``theory`` (closed forms), later ``engine``/``cluster`` (simulation),
+``records``/``metrics``, ``bench``, ``plan``, ``report``, and ``cli``.
+Subpackages are imported on demand so that ``import llmqueue`` stays cheap.
+"""
+
+__version__ = "0.1.0"
+
+from llmqueue.errors import InputError, LlmqueueError, UnstableError
+
+__all__ = ["InputError", "LlmqueueError", "UnstableError", "__version__"]

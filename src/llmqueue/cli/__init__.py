@@ -1,0 +1,1 @@
+"""The ``llmqueue`` command line: thin wrappers that parse flags, call the library and print."""

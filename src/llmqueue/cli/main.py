@@ -1,0 +1,107 @@
+"""Entry point of the ``llmqueue`` command.
+
+Subcommands live in their own modules and are imported only when invoked, so
+``llmqueue --help`` and the theory commands start fast. Every
+:class:`~llmqueue.errors.LlmqueueError` and every click usage error becomes one
+line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from llmqueue import __version__
+from llmqueue.cli.common import FieldError
+from llmqueue.errors import LlmqueueError
+
+# name -> (module, attribute, one-line help shown by `llmqueue --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "example": ("llmqueue.cli.example_cmd", "example", "Run the built-in example: KV capacity, stability and batch sizing side by side."),
+    "kv": ("llmqueue.cli.kv_cmd", "kv", "KV cache per token and per request, weights, and KV capacity M of a GPU."),
+    "stability": ("llmqueue.cli.stability_cmd", "stability", "KV-memory stability threshold mu = M / (b E[g]) (seed 004) and a verdict for a rate."),
+    "batch": ("llmqueue.cli.batch_cmd", "batch", "Batch-service model T_svc(B) = T_fixed + t_req*B (seed 002): table, B_min, P99 and action."),
+    "queue": ("llmqueue.cli.queue_cmd", "queue", "Classic queueing models: M/M/1, M/D/1, M/G/1, M/M/c, M/M/c/K, G/G/1, G/G/c, Little."),
+    "cost": ("llmqueue.cli.cost_cmd", "cost", "Tokens per dollar, cost per million tokens, error budgets and replica counts."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        entry = COMMANDS.get(name)
+        if entry is None:
+            return None
+        mod, attr, _ = entry
+        return getattr(importlib.import_module(mod), attr)
+
+    def format_commands(self, ctx, formatter):
+        # Use the static help strings so `--help` imports no subcommand module.
+        rows = [(name, help_) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="llmqueue")
+def cli():
+    """llmqueue: LLM inference serving as a queueing system.
+
+    Theory (closed forms), hardware/KV arithmetic and workload models in one tool.
+    Every command prints a readable table; add --json for machine output.
+    """
+
+
+def _flag_for(ctx: click.Context | None, field: str | None) -> str | None:
+    """Map a library field name (``lam``) to the flag of the running command (``--lam``)."""
+    if ctx is None or field is None:
+        return None
+    cmd = ctx.command
+    for p in getattr(cmd, "params", []):
+        if p.name == field.replace("-", "_") and getattr(p, "opts", None):
+            return max(p.opts, key=len)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 bad input or unstable steady-state request)."""
+    try:
+        with cli.make_context("llmqueue", list(sys.argv[1:] if argv is None else argv)) as ctx:
+            cli.invoke(ctx)
+    except FieldError as w:
+        msg = str(w.err)
+        flag = _flag_for(w.ctx, getattr(w.err, "field", None))
+        if flag and msg.startswith(f"{w.err.field}:"):
+            msg = flag + msg[len(w.err.field):]
+        elif flag and flag not in msg:
+            msg = f"{msg} [{flag}]"
+        click.echo(f"llmqueue: error: {msg}", err=True)
+        return 2
+    except LlmqueueError as err:
+        click.echo(f"llmqueue: error: {err}", err=True)
+        return 2
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("llmqueue: aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        # One line: "llmqueue: error: <message>" (usage errors included), exit 2.
+        msg = e.format_message().replace("\n", " ")
+        click.echo(f"llmqueue: error: {msg}", err=True)
+        return 2 if e.exit_code in (1, 2) else e.exit_code
+    return 0
+
+
+def run() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
