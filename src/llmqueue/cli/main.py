@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         flag = _flag_for(w.ctx, getattr(w.err, "field", None))
         if flag and msg.startswith(f"{w.err.field}:"):
             msg = flag + msg[len(w.err.field):]
+        elif flag and f"lower {w.err.field} " in msg:
+            msg = msg.replace(f"lower {w.err.field} ", f"lower {flag} ")
         elif flag and flag not in msg:
             msg = f"{msg} [{flag}]"
         click.echo(f"llmqueue: error: {msg}", err=True)
@@ -91,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("llmqueue: aborted", err=True)
         return 130
+    except click.exceptions.NoArgsIsHelpError as e:
+        # `llmqueue` or a command group with no arguments: show its help, as click would.
+        click.echo(e.ctx.get_help() if e.ctx is not None else str(e))
+        return 0
     except click.ClickException as e:
         # One line: "llmqueue: error: <message>" (usage errors included), exit 2.
         msg = e.format_message().replace("\n", " ")

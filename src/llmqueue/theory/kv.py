@@ -163,11 +163,13 @@ def verdict(lam: float, mu: float, delta: float) -> str:
 
 
 def replicas_needed(lam: float, mu: float, rho_target: float) -> int:
-    """Identical replicas ``G >= lam / (mu rho_target)`` behind a balanced router (seed 004, 8.2)."""
-    lam = positive("lam", lam)
-    mu = positive("mu", mu)
-    rho_target = probability("rho_target", rho_target, open_high=False)
-    return max(1, math.ceil(lam / (mu * rho_target) - 1e-12))
+    """Identical replicas ``G >= lam / (mu rho_target)`` behind a balanced router (seed 004, 8.2).
+
+    A thin wrapper over :func:`llmqueue.theory.cost.replicas_for_utilization`.
+    """
+    from llmqueue.theory.cost import replicas_for_utilization
+
+    return replicas_for_utilization(lam=lam, mu=mu, rho_target=rho_target).c
 
 
 def mu_mix(mus: Sequence[float], weights: Sequence[float]) -> float:
