@@ -1,0 +1,56 @@
+"""Workloads: requests, arrival processes, token-length distributions, joint lengths, generation.
+
+Pure data and seeded random numbers; nothing here knows about engines. Everything is built from
+one compact spec syntax shared by CLI flags and config files (see :mod:`.spec` and
+:mod:`.parse`)::
+
+    from llmqueue.workload import Workload
+    w = Workload("poisson:5", prompt="uniform:10:1600", output="lognormal:mean=300:sd=200")
+    reqs = w.generate(seed=1, n=1_000_000)      # columnar RequestArrays
+
+Submodules: ``request`` (Request), ``spec`` (grammar), ``parse`` (parse_length, parse_arrival,
+parse_joint), ``lengths`` (Fixed, Uniform, Normal, LogNormal, Empirical, Discrete),
+``arrivals`` (Poisson, Gamma, Deterministic, OnOff), ``joint`` (JointLengths), ``tables``
+(file reading), ``generate`` (Workload, RequestArrays).
+
+Names are imported lazily on first use, so ``import llmqueue.workload`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Request": "request",
+    "parse_length": "parse",
+    "parse_arrival": "parse",
+    "parse_joint": "parse",
+    "LengthDist": "lengths",
+    "Fixed": "lengths",
+    "Uniform": "lengths",
+    "Normal": "lengths",
+    "LogNormal": "lengths",
+    "Empirical": "lengths",
+    "Discrete": "lengths",
+    "ArrivalProcess": "arrivals",
+    "Poisson": "arrivals",
+    "Gamma": "arrivals",
+    "Deterministic": "arrivals",
+    "OnOff": "arrivals",
+    "JointLengths": "joint",
+    "Workload": "generate",
+    "RequestArrays": "generate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'llmqueue.workload' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmqueue.workload.{mod}"), name)
+
+
+def __dir__():
+    return sorted(_EXPORTS)
