@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("llmqueue: aborted", err=True)
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: stop quietly, as Unix tools do.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except click.exceptions.NoArgsIsHelpError as e:
         # `llmqueue` or a command group with no arguments: show its help, as click would.
         click.echo(e.ctx.get_help() if e.ctx is not None else str(e))

@@ -10,9 +10,9 @@ Formats, chosen by the file name (``.gz`` is read through gzip):
 
 Known column names (used when the spec does not name a column) cover the shared traces:
 prompt ``num_prefill_tokens`` (Sarathi/Vidur/Etalon), ``ContextTokens`` (Azure, APEX),
-``input_length`` (Mooncake), ``input_tokens``, ``prompt_tokens``, ``prompt_len``, ``input_len``;
+``input_length`` (Mooncake), ``input_tokens``, ``prompt_tokens``, ``prompt_len``, ``input_len``, ``prompt``, ``input``, ``s``;
 output ``num_decode_tokens``, ``GeneratedTokens``, ``output_length``, ``output_tokens``,
-``completion_tokens``, ``output_len``.
+``completion_tokens``, ``output_len``, ``output``, ``o``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from llmqueue.errors import InputError
 
 KNOWN = {
     "prompt": ("num_prefill_tokens", "ContextTokens", "input_length", "input_tokens",
-               "prompt_tokens", "prompt_len", "input_len"),
+               "prompt_tokens", "prompt_len", "input_len", "prompt", "input", "s"),
     "output": ("num_decode_tokens", "GeneratedTokens", "output_length", "output_tokens",
-               "completion_tokens", "output_len"),
+               "completion_tokens", "output_len", "output", "o"),
 }
 
 
