@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "batch": ("llmqueue.cli.batch_cmd", "batch", "Batch-service model T_svc(B) = T_fixed + t_req*B (seed 002): table, B_min, P99 and action."),
     "queue": ("llmqueue.cli.queue_cmd", "queue", "Classic queueing models: M/M/1, M/D/1, M/G/1, M/M/c, M/M/c/K, G/G/1, G/G/c, Little."),
     "cost": ("llmqueue.cli.cost_cmd", "cost", "Tokens per dollar, cost per million tokens, error budgets and replica counts."),
+    "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
+    "scenario": ("llmqueue.cli.scenario_cmd", "scenario", "Scenario files (workload + deployment + SLOs): check."),
+    "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate one serving replica step by step: records, summary, verdict."),
 }
 
 

@@ -1,0 +1,72 @@
+"""The record schema shared by the simulator and the real-server benchmark.
+
+One row per request (attempt), simulated or measured. Times are seconds from the start
+of the run (t = 0 is the first intended arrival's clock origin). ``NaN`` marks a time that
+never happened (e.g. ``first_token_s`` of a rejected request).
+
+Request columns (name -> numpy dtype):
+
+- ``request_id``: the request's id (retries of one request share it; see ``attempt``).
+- ``class``: request class (lane/tenant) name.
+- ``arrival_s``: intended arrival (send) time; latencies are measured from it, so a late
+  client cannot hide queueing (no coordinated omission).
+- ``dispatched_s``: actual send time (benchmark) / time admitted to the engine (simulator).
+- ``first_scheduled_s``: start of the first engine step that processed any of its tokens.
+- ``first_token_s``: time the first output token was produced (end of the step that made it).
+- ``finish_s``: time the last token was produced, or the time of rejection/timeout/cancel.
+- ``prompt_tokens``, ``output_tokens``: requested prompt length and produced output tokens.
+- ``cached_prompt_tokens``: prompt tokens served from the prefix cache.
+- ``status``: one of :data:`STATUSES`.
+- ``preemptions``: times the request was preempted (recompute).
+- ``replica``: replica index (0 for a single replica).
+- ``attempt``: 1 for the first try, 2.. for retries.
+
+Derived (``llmqueue.metrics``), defined as vLLM bench serve defines them:
+``queue_s = first_scheduled_s - arrival_s``, ``ttft_s = first_token_s - arrival_s``,
+``e2el_s = finish_s - arrival_s``, ``tpot_s = (e2el_s - ttft_s) / (output_tokens - 1)`` for
+``output_tokens > 1``, ``itl_s`` the gaps between consecutive tokens.
+
+Step columns: one row per engine iteration. Time-series columns: sampled state.
+"""
+
+from __future__ import annotations
+
+STATUSES = ("ok", "rejected", "timeout", "cancelled", "error")
+
+REQUEST_COLUMNS: dict[str, str] = {
+    "request_id": "int64",
+    "class": "str",
+    "arrival_s": "float64",
+    "dispatched_s": "float64",
+    "first_scheduled_s": "float64",
+    "first_token_s": "float64",
+    "finish_s": "float64",
+    "prompt_tokens": "int64",
+    "output_tokens": "int64",
+    "cached_prompt_tokens": "int64",
+    "status": "str",
+    "preemptions": "int64",
+    "replica": "int64",
+    "attempt": "int64",
+}
+
+STEP_COLUMNS: dict[str, str] = {
+    "step": "int64",            # iteration index on its replica
+    "replica": "int64",
+    "start_s": "float64",
+    "duration_s": "float64",
+    "prefill_tokens": "int64",  # prompt tokens computed in this step (all chunks)
+    "decode_seqs": "int64",     # sequences that produced a token by decoding
+    "num_running": "int64",     # sequences scheduled in this step
+    "num_waiting": "int64",     # requests waiting after scheduling
+    "kv_tokens": "int64",       # KV tokens held at the end of the step (block-rounded)
+    "preempted": "int64",       # sequences preempted while scheduling this step
+}
+
+TIMESERIES_COLUMNS: dict[str, str] = {
+    "t_s": "float64",
+    "replica": "int64",
+    "num_waiting": "int64",
+    "num_running": "int64",
+    "kv_tokens": "int64",
+}
