@@ -1,0 +1,315 @@
+"""What every replica simulator shares: arrivals, client deadlines and retries, the waiting
+queue order, admission control, records. The steppers differ only in how they take steps.
+
+Event semantics (one replica, vLLM v1):
+
+- A request arriving at ``t`` joins the waiting queue at ``t`` and is first considered by the
+  scheduler at the start of the first step that starts at or after ``t``.
+- At arrival it is rejected (``status = rejected``, ``finish_s = arrival_s``) when it can never
+  run: prompt + output exceeds ``max_model_len`` or the whole KV cache, or when the waiting
+  queue already holds ``max_waiting`` requests (admission control).
+- Client deadlines (``timeout``: arrival + the class's timeout) and queue-time shedding
+  (``max_queue_time_s`` for requests that never started) are applied at step boundaries; the
+  request's ``finish_s`` is the deadline itself, the moment the client gave up.
+- A request whose attempt ended with a retryable status is offered to the retry function,
+  ``retry(request_id, attempt, status, t_end) -> t_next | None``; a new attempt (same
+  ``request_id``, ``attempt + 1``) then arrives at ``t_next``.
+- When the run stops at its horizon, requests still in the system get ``status = cancelled``
+  with ``finish_s = NaN``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from llmqueue.engine.config import EngineConfig
+from llmqueue.engine.step_time import StepTimeModel, parse_step_time
+from llmqueue.errors import InputError
+
+NAN = float("nan")
+
+
+@dataclass
+class SimOptions:
+    """Run options shared by all steppers.
+
+    ``horizon_s``: stop at this simulated time (None: run until every request is done).
+    ``timeout_s``: per class name, the client's timeout (seconds from arrival; absent = none).
+    ``retry``: the client retry function (see module docstring) or None.
+    ``predicted_output``: per-request predicted output lengths (the ``srpt`` policy's key);
+    defaults to the true output lengths (an oracle).
+    ``sample_dt``: time-series sampling interval (seconds); 0 disables the time series.
+    ``seed``: seeds the step-time noise stream.
+    """
+
+    horizon_s: float | None = None
+    timeout_s: dict = field(default_factory=dict)
+    retry: Callable | None = None
+    predicted_output: np.ndarray | None = None
+    sample_dt: float = 1.0
+    seed: int = 0
+    progress: Callable | None = None
+
+
+class BaseReplica:
+    """Holds the request table, the waiting queue, deadlines, retries and the records."""
+
+    def __init__(self, config: EngineConfig, step_time, requests, options: SimOptions | None = None):
+        self.cfg = config
+        self.model: StepTimeModel = parse_step_time(step_time)
+        self.opt = options or SimOptions()
+        self.noise = self.model.noise_stream(self.opt.seed)
+        self.bs = config.block_size
+        self.total_blocks = config.num_kv_blocks
+        self.free = config.num_kv_blocks
+        # --- the request table (one row per attempt); retries append rows -------------------
+        n = len(requests)
+        self.rid = list(map(int, requests.request_id))
+        self.arr = list(map(float, requests.arrival_s))
+        self.prompt = list(map(int, requests.prompt_tokens))
+        self.target = list(map(int, requests.output_tokens))
+        cls = requests.class_name
+        self.cls = [str(c) for c in cls] if not isinstance(cls, str) else [cls] * n
+        self.attempt = [1] * n
+        pred = self.opt.predicted_output
+        self.pred = list(map(float, pred)) if pred is not None else [float(x) for x in self.target]
+        prio = config.class_priority
+        self.prio = [int(prio.get(c, 0)) for c in self.cls]
+        # dynamic state
+        self.comp = [0] * n        # tokens whose KV is computed
+        self.outp = [0] * n        # output tokens produced
+        self.blocks = [0] * n      # KV blocks held
+        self.first_sched = [NAN] * n
+        self.first_tok = [NAN] * n
+        self.finish = [NAN] * n
+        self.status = [""] * n     # "" while in the system
+        self.npre = [0] * n
+        self.state = [0] * n       # 0 not arrived, 1 waiting, 2 running, 3 done
+        # --- arrivals: the pre-generated stream plus a heap of retries ----------------------
+        self._next_pre = 0
+        self._n_pre = n
+        self._retry_heap: list = []
+        # --- waiting queue -------------------------------------------------------------------
+        self.policy = config.policy
+        self.waiting_fifo: deque = deque()
+        self.waiting_heap: list = []
+        self.n_waiting = 0
+        # --- deadlines: (time, kind, idx); kind 0 = client timeout, 1 = queue-time shedding ---
+        self.deadlines: list = []
+        self.steps_taken = 0
+        # step records (columns) and time series
+        self.step_rows: dict[str, list] = {k: [] for k in ("step", "start_s", "duration_s", "prefill_tokens",
+                                                           "decode_seqs", "num_running", "num_waiting",
+                                                           "kv_tokens", "preempted", "steps")}
+        self.ts_rows: dict[str, list] = {k: [] for k in ("t_s", "num_waiting", "num_running", "kv_tokens")}
+        self.next_sample = 0.0 if self.opt.sample_dt > 0 else math.inf
+        self.horizon = self.opt.horizon_s if self.opt.horizon_s is not None else math.inf
+        self.max_total = min(config.max_model_len or 10**18, config.num_kv_blocks * config.block_size)
+        self.reject_reason: dict[int, str] = {}
+
+    # ----------------------------------------------------------------------------------------
+    # arrivals
+    def next_arrival_time(self) -> float:
+        t = self.arr[self._next_pre] if self._next_pre < self._n_pre else math.inf
+        if self._retry_heap and self._retry_heap[0][0] < t:
+            t = self._retry_heap[0][0]
+        return t
+
+    def take_arrivals(self, t: float) -> None:
+        """Move every request that has arrived by ``t`` into the waiting queue (or reject it)."""
+        while True:
+            if self._next_pre < self._n_pre and self.arr[self._next_pre] <= t and \
+                    (not self._retry_heap or self.arr[self._next_pre] <= self._retry_heap[0][0]):
+                i = self._next_pre
+                self._next_pre += 1
+            elif self._retry_heap and self._retry_heap[0][0] <= t:
+                i = heapq.heappop(self._retry_heap)[1]
+            else:
+                return
+            self.arrive(i)
+
+    def arrive(self, i: int) -> None:
+        s, o = self.prompt[i], self.target[i]
+        if s < 1 or o < 1:
+            return self.end(i, "rejected", self.arr[i], "empty prompt or output")
+        if s + o > self.max_total:
+            why = (f"prompt+output {s + o} > max_model_len {self.cfg.max_model_len}"
+                   if self.cfg.max_model_len and s + o > self.cfg.max_model_len
+                   else f"prompt+output {s + o} exceeds the KV cache ({self.total_blocks * self.bs} tokens)")
+            return self.end(i, "rejected", self.arr[i], why)
+        if self.cfg.max_waiting and self.n_waiting >= self.cfg.max_waiting:
+            return self.end(i, "rejected", self.arr[i], "waiting queue full")
+        self.state[i] = 1
+        self.n_waiting += 1
+        self.push_waiting(i, front=False)
+        to = self.opt.timeout_s.get(self.cls[i])
+        if to:
+            heapq.heappush(self.deadlines, (self.arr[i] + to, 0, i))
+        if self.cfg.max_queue_time_s:
+            heapq.heappush(self.deadlines, (self.arr[i] + self.cfg.max_queue_time_s, 1, i))
+
+    # ----------------------------------------------------------------------------------------
+    # the waiting queue (lazy deletion: entries whose state is no longer 1 are skipped)
+    def _key(self, i: int):
+        if self.policy == "priority":
+            return (self.prio[i], self.arr[i], i)
+        if self.policy == "sjf":
+            return (self.prompt[i], self.arr[i], i)
+        return (self.pred[i] - self.outp[i], self.arr[i], i)  # srpt
+
+    def push_waiting(self, i: int, front: bool) -> None:
+        if self.policy == "fcfs":
+            (self.waiting_fifo.appendleft if front else self.waiting_fifo.append)(i)
+        else:
+            heapq.heappush(self.waiting_heap, self._key(i))
+
+    def waiting_head(self) -> int | None:
+        if self.policy == "fcfs":
+            q = self.waiting_fifo
+            while q and self.state[q[0]] != 1:
+                q.popleft()
+            return q[0] if q else None
+        h = self.waiting_heap
+        while h and self.state[h[0][2]] != 1:
+            heapq.heappop(h)
+        return h[0][2] if h else None
+
+    def pop_waiting_head(self) -> int:
+        i = self.waiting_fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self.waiting_heap)[2]
+        self.n_waiting -= 1
+        return i
+
+    # ----------------------------------------------------------------------------------------
+    # deadlines
+    def next_deadline(self) -> float:
+        d = self.deadlines
+        while d and self.state[d[0][2]] == 3:
+            heapq.heappop(d)
+        return d[0][0] if d else math.inf
+
+    def expire(self, t: float) -> None:
+        """Apply client timeouts and queue-time shedding that are due by ``t``."""
+        d = self.deadlines
+        while d and d[0][0] <= t:
+            when, kind, i = heapq.heappop(d)
+            st = self.state[i]
+            if st == 3:
+                continue
+            if kind == 1:  # shedding applies only to requests that never started
+                if st == 1 and self.first_sched[i] != self.first_sched[i]:
+                    self.n_waiting -= 1
+                    self.end(i, "rejected", when, "queue time limit")
+                continue
+            if st == 1:
+                self.n_waiting -= 1
+            elif st == 2:
+                self.remove_running(i)
+            self.end(i, "timeout", when)
+
+    # ----------------------------------------------------------------------------------------
+    # endings and retries
+    def end(self, i: int, status: str, t: float, reason: str | None = None) -> None:
+        self.state[i] = 3
+        self.status[i] = status
+        self.finish[i] = t
+        if reason:
+            self.reject_reason[i] = reason
+        if status != "ok" and self.opt.retry is not None:
+            t_next = self.opt.retry(self.rid[i], self.attempt[i], status, t)
+            if t_next is not None:
+                self._add_attempt(i, float(t_next))
+
+    def _add_attempt(self, i: int, t_next: float) -> None:
+        j = len(self.rid)
+        for name, val in (("rid", self.rid[i]), ("arr", t_next), ("prompt", self.prompt[i]),
+                          ("target", self.target[i]), ("cls", self.cls[i]), ("attempt", self.attempt[i] + 1),
+                          ("pred", self.pred[i]), ("prio", self.prio[i]), ("comp", 0), ("outp", 0),
+                          ("blocks", 0), ("first_sched", NAN), ("first_tok", NAN), ("finish", NAN),
+                          ("status", ""), ("npre", 0), ("state", 0)):
+            getattr(self, name).append(val)
+        heapq.heappush(self._retry_heap, (t_next, j))
+
+    def remove_running(self, i: int) -> None:  # overridden by steppers
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------------------------------
+    # records
+    def record_step(self, start, dur, prefill, decode, running, waiting, kv, preempted, steps=1) -> None:
+        r = self.step_rows
+        r["step"].append(self.steps_taken)
+        r["start_s"].append(start)
+        r["duration_s"].append(dur)
+        r["prefill_tokens"].append(prefill)
+        r["decode_seqs"].append(decode)
+        r["num_running"].append(running)
+        r["num_waiting"].append(waiting)
+        r["kv_tokens"].append(kv)
+        r["preempted"].append(preempted)
+        r["steps"].append(steps)
+
+    def sample_until(self, t_end: float, waiting: int, running: int, kv_tokens: int) -> None:
+        """Time-series rows for sample times before ``t_end`` with the given (constant) state."""
+        ts = self.ts_rows
+        while self.next_sample < t_end and self.next_sample <= self.horizon:
+            ts["t_s"].append(self.next_sample)
+            ts["num_waiting"].append(waiting)
+            ts["num_running"].append(running)
+            ts["kv_tokens"].append(kv_tokens)
+            self.next_sample += self.opt.sample_dt
+
+    def finalize(self) -> None:
+        for i in range(len(self.rid)):
+            if self.state[i] in (1, 2):
+                self.status[i] = "cancelled"
+                self.reject_reason.setdefault(i, "in the system when the run stopped")
+            elif self.state[i] == 0:
+                self.status[i] = "cancelled"
+                self.reject_reason.setdefault(i, "arrives after the run stopped")
+
+    def request_columns(self) -> dict:
+        """The request records (``llmqueue.records.schema.REQUEST_COLUMNS``) as numpy arrays."""
+        n = len(self.rid)
+        f = np.asarray
+        return {
+            "request_id": f(self.rid, dtype=np.int64),
+            "class": f(self.cls, dtype=object),
+            "arrival_s": f(self.arr, dtype=np.float64),
+            "dispatched_s": f(self.arr, dtype=np.float64),
+            "first_scheduled_s": f(self.first_sched, dtype=np.float64),
+            "first_token_s": f(self.first_tok, dtype=np.float64),
+            "finish_s": f(self.finish, dtype=np.float64),
+            "prompt_tokens": f(self.prompt, dtype=np.int64),
+            "output_tokens": f(self.outp, dtype=np.int64),
+            "cached_prompt_tokens": np.zeros(n, dtype=np.int64),
+            "status": f(self.status, dtype=object),
+            "preemptions": f(self.npre, dtype=np.int64),
+            "replica": np.zeros(n, dtype=np.int64),
+            "attempt": f(self.attempt, dtype=np.int64),
+        }
+
+    def step_columns(self) -> dict:
+        r = self.step_rows
+        out = {k: np.asarray(v, dtype=np.float64 if k in ("start_s", "duration_s") else np.int64) for k, v in r.items()}
+        out["replica"] = np.zeros(len(r["step"]), dtype=np.int64)
+        return out
+
+    def timeseries_columns(self) -> dict:
+        ts = self.ts_rows
+        out = {k: np.asarray(v, dtype=np.float64 if k == "t_s" else np.int64) for k, v in ts.items()}
+        out["replica"] = np.zeros(len(ts["t_s"]), dtype=np.int64)
+        return out
+
+    # ----------------------------------------------------------------------------------------
+    def step_duration(self, prefill: int, decode: int, context: int) -> float:
+        d = self.model.base(prefill, decode, context)
+        if self.noise is not None:
+            d *= self.noise.at(self.steps_taken)
+        if not d > 0:
+            raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
+        return d

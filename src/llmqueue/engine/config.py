@@ -1,0 +1,78 @@
+"""Engine knobs of one serving replica, named as vLLM names them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from llmqueue._validate import nonnegative, positive, positive_int
+from llmqueue.errors import InputError
+
+POLICIES = ("fcfs", "priority", "sjf", "srpt")
+PREEMPTION = ("newest", "lowest-priority")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One replica's scheduler and KV-cache configuration (vLLM v1 semantics).
+
+    - ``num_kv_blocks`` x ``block_size``: the paged KV cache, ``M`` tokens in all.
+    - ``max_num_batched_tokens``: the per-step token budget (the chunk size with chunked prefill).
+    - ``max_num_seqs``: at most this many requests run (hold KV) at once.
+    - ``enable_chunked_prefill``: when False a prompt is prefilled in one step, and a waiting
+      request whose prompt exceeds the remaining budget waits for the next step.
+    - ``long_prefill_token_threshold``: caps one request's prefill chunk per step (0 = off).
+    - ``max_model_len``: prompt + output above it is rejected at arrival (vLLM answers 400).
+    - ``policy``: waiting-queue order: ``fcfs``, ``priority`` (class priority, then arrival),
+      ``sjf`` (shortest prompt first), ``srpt`` (shortest predicted remaining output first).
+    - ``preemption``: victim when blocks run out: ``newest`` running request (vLLM FCFS) or
+      ``lowest-priority`` (vLLM priority scheduling: largest priority value, newest first).
+    - ``max_waiting``: admission control, reject arrivals when this many already wait (0 = no limit).
+    - ``max_queue_time_s``: shed requests that waited longer than this before starting (0 = off).
+    """
+
+    num_kv_blocks: int
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    max_model_len: int = 0
+    policy: str = "fcfs"
+    preemption: str = "newest"
+    max_waiting: int = 0
+    max_queue_time_s: float = 0.0
+    class_priority: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        positive_int("num_kv_blocks", self.num_kv_blocks)
+        positive_int("block_size", self.block_size)
+        positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        positive_int("max_num_seqs", self.max_num_seqs)
+        positive_int("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=0)
+        positive_int("max_model_len", self.max_model_len, minimum=0)
+        positive_int("max_waiting", self.max_waiting, minimum=0)
+        nonnegative("max_queue_time_s", self.max_queue_time_s)
+        if self.policy not in POLICIES:
+            raise InputError("policy", f"unknown scheduling policy {self.policy!r}", f"choose one of: {', '.join(POLICIES)}")
+        if self.preemption not in PREEMPTION:
+            raise InputError("preemption", f"unknown preemption mode {self.preemption!r}",
+                             f"choose one of: {', '.join(PREEMPTION)}")
+
+    @property
+    def capacity_tokens(self) -> int:
+        """``M``: KV capacity in tokens."""
+        return self.num_kv_blocks * self.block_size
+
+    @classmethod
+    def from_capacity(cls, capacity_tokens: float, *, block_size: int = 16, **kw) -> "EngineConfig":
+        """Build from a KV capacity ``M`` in tokens (rounded down to whole blocks)."""
+        M = positive("capacity_tokens", capacity_tokens)
+        block_size = positive_int("block_size", block_size)
+        blocks = int(math.floor(M / block_size))
+        if blocks < 1:
+            raise InputError("capacity_tokens", f"{M:g} tokens is less than one block of {block_size}")
+        return cls(num_kv_blocks=blocks, block_size=block_size, **kw)
+
+    def with_(self, **kw) -> "EngineConfig":
+        return replace(self, **kw)

@@ -1,0 +1,165 @@
+"""The plain reference stepper: one engine step at a time, every request handled explicitly.
+
+Written for obviousness, not speed: each step walks the running list in order exactly as
+vLLM v1's ``Scheduler.schedule()`` does (running requests first, then waiting ones; a token
+budget per step; preempt the newest, or lowest-priority, running request when KV blocks run
+out, and schedule no waiting request in a step that preempted). The fast simulator
+(:mod:`llmqueue.engine.replica`) must produce the same records; tests compare them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmqueue.engine.base import BaseReplica
+
+
+class ReferenceReplica(BaseReplica):
+    """Step-by-step simulation of one replica; ``run()`` returns nothing, read the records."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.running: list[int] = []
+
+    # -- KV blocks ------------------------------------------------------------------------------
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    def release(self, i: int) -> None:
+        self.free += self.blocks[i]
+        self.blocks[i] = 0
+
+    def remove_running(self, i: int) -> None:
+        self.running.remove(i)
+        self.release(i)
+
+    def preempt_victim(self) -> int:
+        if self.cfg.preemption == "lowest-priority":
+            return max(self.running, key=lambda j: (self.prio[j], self.arr[j], j))
+        return self.running[-1]
+
+    # -- one step ---------------------------------------------------------------------------------
+    def schedule(self):
+        """vLLM v1's schedule(): returns [(request, new_tokens)] and the number preempted."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        thr = cfg.long_prefill_token_threshold
+        scheduled: list[tuple[int, int]] = []
+        preempted = 0
+        k = 0
+        while k < len(self.running) and budget > 0:
+            i = self.running[k]
+            new = self.prompt[i] + self.outp[i] - self.comp[i]
+            if thr and new > thr:
+                new = thr
+            new = min(new, budget)
+            ok = True
+            while True:
+                need = self.blocks_for(self.comp[i] + new) - self.blocks[i]
+                if need <= self.free:
+                    self.free -= need
+                    self.blocks[i] += need
+                    break
+                v = self.preempt_victim()
+                pos = self.running.index(v)
+                if pos < k:  # already scheduled in this step (priority preemption): undo it
+                    for m, (j, nj) in enumerate(scheduled):
+                        if j == v:
+                            budget += nj
+                            del scheduled[m]
+                            break
+                    k -= 1
+                self.running.remove(v)
+                self.release(v)
+                self.comp[v] = 0
+                self.npre[v] += 1
+                self.state[v] = 1
+                self.n_waiting += 1
+                self.push_waiting(v, front=True)
+                preempted += 1
+                if v == i:
+                    ok = False
+                    break
+            if not ok:
+                continue  # i left the running list; k now points at the next request
+            scheduled.append((i, new))
+            budget -= new
+            k += 1
+        if preempted == 0:
+            while budget > 0 and len(self.running) < cfg.max_num_seqs:
+                i = self.waiting_head()
+                if i is None:
+                    break
+                new = self.prompt[i] + self.outp[i] - self.comp[i]
+                if not cfg.enable_chunked_prefill and new > budget:
+                    break
+                if thr and new > thr:
+                    new = thr
+                new = min(new, budget)
+                need = self.blocks_for(self.comp[i] + new) - self.blocks[i]
+                if need > self.free:
+                    break
+                self.pop_waiting_head()
+                self.free -= need
+                self.blocks[i] += need
+                self.running.append(i)
+                self.state[i] = 2
+                scheduled.append((i, new))
+                budget -= new
+        return scheduled, preempted
+
+    def step(self, t: float) -> float:
+        scheduled, preempted = self.schedule()
+        while not scheduled and preempted:
+            # everything scheduled was preempted: the freed blocks let the next pass admit work
+            scheduled, more = self.schedule()
+            preempted += more
+        if not scheduled:
+            return t
+        prefill = decode = context = 0
+        for i, new in scheduled:
+            if self.first_sched[i] != self.first_sched[i]:
+                self.first_sched[i] = t
+            if new == 1 and self.comp[i] == self.prompt[i] + self.outp[i] - 1 and self.outp[i] > 0:
+                decode += 1
+                context += self.comp[i] + 1
+            else:
+                prefill += new
+        dur = self.step_duration(prefill, decode, context)
+        t_end = t + dur
+        self.sample_until(t_end, self.n_waiting, len(self.running), (self.total_blocks - self.free) * self.bs)
+        self.record_step(t, dur, prefill, decode, len(self.running), self.n_waiting,
+                         (self.total_blocks - self.free) * self.bs, preempted)
+        self.steps_taken += 1
+        for i, new in scheduled:
+            self.comp[i] += new
+            if self.comp[i] == self.prompt[i] + self.outp[i]:
+                self.outp[i] += 1
+                if self.outp[i] == 1:
+                    self.first_tok[i] = t_end
+                if self.outp[i] == self.target[i]:
+                    self.running.remove(i)
+                    self.release(i)
+                    self.end(i, "ok", t_end)
+        return t_end
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> "ReferenceReplica":
+        t = 0.0
+        while t < self.horizon:
+            self.take_arrivals(t)
+            self.expire(t)
+            t2 = self.step(t) if (self.running or self.n_waiting) else t
+            if t2 == t:  # idle (or nothing schedulable): jump to the next event
+                nxt = min(self.next_arrival_time(), self.next_deadline())
+                if nxt == math.inf:
+                    break
+                self.sample_until(min(nxt, self.horizon), self.n_waiting, len(self.running),
+                                  (self.total_blocks - self.free) * self.bs)
+                t = nxt
+            else:
+                t = t2
+            if self.opt.progress is not None:
+                self.opt.progress(t)
+        self.finalize()
+        return self

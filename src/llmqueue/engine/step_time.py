@@ -1,0 +1,256 @@
+"""Step-time models: how long one engine iteration takes, given its composition.
+
+A step (iteration) processes ``prefill_tokens`` prompt tokens (all chunks in the batch),
+``decode_seqs`` one-token decodes, and attends over ``context_tokens`` KV tokens in all.
+Every model answers ``duration(prefill_tokens, decode_seqs, context_tokens, step_index)``.
+
+Models (spec syntax, shared by the CLI and scenario files):
+
+- ``0.0372`` or ``const:0.0372``: a constant ``b`` seconds per step (seed 004's b-bar).
+- ``linear:c0=0.01:prefill=2e-5:decode=1e-4:ctx=1e-8``: ``c0 + prefill*P + decode*D + ctx*C``
+  (seed 002's ``T_fixed + t_req*B`` is ``c0=T_fixed``, ``decode=t_req``).
+- ``roofline``: built by :func:`roofline_model` from a model and a GPU: the larger of compute
+  time and memory time, plus a fixed overhead.
+- ``fitted:FILE``: a calibration file (YAML with ``step_time:`` holding one of the above).
+
+Noise (seed 000 section 5: service-time variance widens the tail): any model may carry
+``:noise=exp`` (the step time is the model's value times an Exp(1) factor) or
+``:noise=gamma:cv=0.3`` / ``:noise=lognormal:cv=0.3`` (mean-one factor with that CV).
+``exp:0.1`` is shorthand for ``const:0.1:noise=exp`` (exponential step times, mean 0.1 s).
+The noise factors are drawn from their own seeded stream and indexed by the global step
+number, so two steppers that take the same steps see the same step times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmqueue._validate import finite, nonnegative, positive
+from llmqueue.errors import InputError
+
+_NOISES = ("none", "exp", "gamma", "lognormal")
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """``c0 + c_prefill * P + c_decode * D + c_ctx * C`` seconds, times a mean-one noise factor.
+
+    The constant model has only ``c0``. ``compute_*``/``memory_*`` coefficients, when set, make
+    it a roofline: ``overhead + max(compute, memory)`` with each side linear in the composition.
+    """
+
+    c0: float = 0.0
+    c_prefill: float = 0.0
+    c_decode: float = 0.0
+    c_ctx: float = 0.0
+    roofline: tuple | None = None  # (overhead, (c0, cP, cD, cC) compute, (c0, cP, cD, cC) memory)
+    noise: str = "none"
+    noise_cv: float = 0.0
+    spec: str = ""
+
+    @property
+    def is_constant(self) -> bool:
+        return self.roofline is None and self.c_prefill == 0 and self.c_decode == 0 and self.c_ctx == 0
+
+    @property
+    def noisy(self) -> bool:
+        return self.noise != "none"
+
+    def base(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
+        """Noise-free duration of one step of this composition (seconds)."""
+        if self.roofline is not None:
+            ov, comp, mem = self.roofline
+            tc = comp[0] + comp[1] * prefill_tokens + comp[2] * decode_seqs + comp[3] * context_tokens
+            tm = mem[0] + mem[1] * prefill_tokens + mem[2] * decode_seqs + mem[3] * context_tokens
+            return ov + (tc if tc > tm else tm)
+        return self.c0 + self.c_prefill * prefill_tokens + self.c_decode * decode_seqs + self.c_ctx * context_tokens
+
+    def decode_stretch(self, n: int, ctx0: int, k: int) -> np.ndarray:
+        """Noise-free durations of ``k`` consecutive decode-only steps of ``n`` sequences whose
+        total context is ``ctx0`` tokens at the first step and grows by ``n`` per step."""
+        ctx = ctx0 + n * np.arange(k, dtype=np.float64)
+        if self.roofline is not None:
+            ov, comp, mem = self.roofline
+            tc = comp[0] + comp[2] * n + comp[3] * ctx
+            tm = mem[0] + mem[2] * n + mem[3] * ctx
+            return ov + np.maximum(tc, tm)
+        return self.c0 + self.c_decode * n + self.c_ctx * ctx
+
+    def mean_factor(self) -> float:
+        return 1.0
+
+    def noise_stream(self, seed) -> "NoiseStream | None":
+        return NoiseStream(self.noise, self.noise_cv, seed) if self.noisy else None
+
+
+class NoiseStream:
+    """Mean-one multiplicative noise factors indexed by global step number (seeded, chunked)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, kind: str, cv: float, seed):
+        self.kind, self.cv = kind, cv
+        self._ss = np.random.SeedSequence(seed)
+        self._chunks: dict[int, np.ndarray] = {}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        arr = self._chunks.get(c)
+        if arr is None:
+            rng = np.random.default_rng(np.random.SeedSequence(self._ss.entropy, spawn_key=(*self._ss.spawn_key, 7, c)))
+            n = self.CHUNK
+            if self.kind == "exp":
+                arr = rng.standard_exponential(n)
+            elif self.kind == "gamma":
+                shape = 1.0 / (self.cv * self.cv)
+                arr = rng.gamma(shape, 1.0 / shape, n)
+            else:  # lognormal with mean 1 and the given CV
+                s2 = math.log1p(self.cv * self.cv)
+                arr = rng.lognormal(-s2 / 2.0, math.sqrt(s2), n)
+            if len(self._chunks) > 8:
+                self._chunks.pop(next(iter(self._chunks)))
+            self._chunks[c] = arr
+        return arr
+
+    def at(self, i: int) -> float:
+        return float(self._chunk(i // self.CHUNK)[i % self.CHUNK])
+
+    def slice(self, i: int, k: int) -> np.ndarray:
+        out = np.empty(k)
+        pos = 0
+        while pos < k:
+            c, off = divmod(i + pos, self.CHUNK)
+            take = min(k - pos, self.CHUNK - off)
+            out[pos:pos + take] = self._chunk(c)[off:off + take]
+            pos += take
+        return out
+
+
+def _kv_args(parts: list[str], field: str, spec: str) -> dict:
+    kv = {}
+    for p in parts:
+        if "=" not in p:
+            raise InputError(field, f"cannot parse {spec!r}: expected key=value, got {p!r}")
+        k, v = p.split("=", 1)
+        kv[k.strip().lower()] = v.strip()
+    return kv
+
+
+def _num(field: str, spec: str, key: str, v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise InputError(field, f"cannot parse {spec!r}: {key}={v!r} is not a number") from None
+    return finite(field, x)
+
+
+def parse_step_time(spec, field: str = "step_time") -> StepTimeModel:
+    """Parse a step-time spec (see the module docstring); a bare number is a constant."""
+    if isinstance(spec, StepTimeModel):
+        return spec
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        b = positive(field, spec)
+        return StepTimeModel(c0=b, spec=f"const:{b:g}")
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(field, f"expected a step-time spec, got {spec!r}", "e.g. 0.0372, exp:0.1, linear:c0=0.01:decode=1e-4")
+    s = spec.strip()
+    parts = s.split(":")
+    # split off a noise suffix: ...:noise=KIND[:cv=X]
+    noise, cv = "none", 0.0
+    for i, p in enumerate(parts):
+        if p.lower().startswith("noise="):
+            noise = p.split("=", 1)[1].strip().lower()
+            rest = _kv_args(parts[i + 1:], field, s)
+            if noise not in _NOISES:
+                raise InputError(field, f"cannot parse {s!r}: unknown noise {noise!r}", f"choose one of: {', '.join(_NOISES)}")
+            if noise in ("gamma", "lognormal"):
+                if "cv" not in rest:
+                    raise InputError(field, f"cannot parse {s!r}: noise={noise} needs cv=X")
+                cv = positive(field, _num(field, s, "cv", rest.pop("cv")))
+            if rest:
+                raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(rest)}")
+            parts = parts[:i]
+            break
+    head = parts[0].lower()
+    try:
+        b = float(head)
+    except ValueError:
+        b = None
+    if b is not None:
+        if len(parts) > 1:
+            raise InputError(field, f"cannot parse {s!r}", "a constant is a bare number, e.g. 0.0372")
+        return StepTimeModel(c0=positive(field, b), noise=noise, noise_cv=cv, spec=s)
+    if head in ("const", "constant", "exp"):
+        if len(parts) != 2:
+            raise InputError(field, f"cannot parse {s!r}: {head} needs one value, e.g. {head}:0.0372")
+        b = positive(field, _num(field, s, "b", parts[1]))
+        if head == "exp":
+            if noise != "none":
+                raise InputError(field, f"cannot parse {s!r}: exp: already means exponential noise")
+            noise = "exp"
+        return StepTimeModel(c0=b, noise=noise, noise_cv=cv, spec=s)
+    if head == "linear":
+        kv = _kv_args(parts[1:], field, s)
+        names = {"c0": "c0", "prefill": "c_prefill", "decode": "c_decode", "ctx": "c_ctx"}
+        unknown = set(kv) - set(names)
+        if unknown:
+            raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(unknown)}",
+                             "keys: c0, prefill, decode, ctx")
+        args = {names[k]: nonnegative(field, _num(field, s, k, v)) for k, v in kv.items()}
+        m = StepTimeModel(noise=noise, noise_cv=cv, spec=s, **args)
+        if m.c0 <= 0 and m.c_prefill <= 0 and m.c_decode <= 0:
+            raise InputError(field, f"cannot parse {s!r}: the model gives zero-length steps", "set c0 > 0")
+        return m
+    if head == "fitted":
+        if len(parts) < 2:
+            raise InputError(field, f"cannot parse {s!r}: fitted needs a FILE")
+        return load_fitted(":".join(parts[1:]), field=field)
+    raise InputError(field, f"cannot parse {s!r}: unknown step-time model {head!r}",
+                     "use a number, const:B, exp:B, linear:c0=..:prefill=..:decode=..:ctx=.., or fitted:FILE")
+
+
+def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:
+    """Read ``step_time:`` (a spec string) from a calibration YAML file."""
+    import os
+
+    import yaml
+
+    if not os.path.exists(path):
+        raise InputError(field, f"calibration file not found: {path}")
+    with open(path) as f:
+        doc = yaml.safe_load(f) or {}
+    st = doc.get("step_time") if isinstance(doc, dict) else None
+    if st is None:
+        raise InputError(field, f"{path} has no 'step_time' key", "write step_time: <spec> in the calibration file")
+    if isinstance(st, str) and st.startswith("fitted:"):
+        raise InputError(field, f"{path}: step_time may not refer to another fitted file")
+    return parse_step_time(st, field=field)
+
+
+def roofline_model(model, gpu, *, tensor_parallel_size: int = 1, overhead_s: float = 0.002,
+                   kv_dtype: str = "auto", weight_dtype: str = "auto", mfu: float = 0.6, mbu: float = 0.8) -> StepTimeModel:
+    """A roofline step-time model for ``model`` on ``gpu`` (per tensor-parallel group).
+
+    compute: ``2 * active_params * (P + D) / (tp * flops * mfu)`` plus attention
+    ``4 * n_layers * hidden * C / (tp * flops * mfu)``; memory: ``weights / (tp * bw * mbu)`` plus the
+    KV read ``kv_bytes_per_token * C / (tp * bw * mbu)``; step = overhead + max(compute, memory).
+    ``mfu``/``mbu`` are the achieved fractions of peak FLOP/s and bandwidth (assumptions, not
+    measurements: calibrate against a real engine for numbers you rely on).
+    """
+    from llmqueue.hardware import active_param_count, get_gpu, get_model, kv_bytes_per_token, weight_bytes
+
+    m = get_model(model) if isinstance(model, str) else model
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    tp = tensor_parallel_size
+    flops = g.bf16_dense_flops * tp * mfu
+    bw = g.hbm_bytes_per_s * tp * mbu
+    p_act = active_param_count(m)
+    per_tok = 2.0 * p_act / flops
+    attn = 4.0 * m.n_layers * m.n_heads * m.head_dim / flops
+    kvb = kv_bytes_per_token(m, kv_dtype) if kv_dtype != "auto" else kv_bytes_per_token(m)
+    wb = weight_bytes(m, weight_dtype) if weight_dtype != "auto" else weight_bytes(m)
+    comp = (0.0, per_tok, per_tok, attn)
+    mem = (wb / bw, 0.0, 0.0, kvb / bw)
+    return StepTimeModel(roofline=(overhead_s, comp, mem), spec=f"roofline:{m.name}:{g.name}:tp={tp}")
