@@ -84,11 +84,42 @@ def test_fast_path_equals_reference(seed):
 
 
 def test_fast_path_jumps_decode_stretches():
+    # a composition-dependent step time: no vectorized epochs, only decode stretches
     reqs = Workload("poisson:2", prompt="uniform:10:200", output="uniform:200:400").generate(seed=3, n=300)
     cfg = EngineConfig.from_capacity(200_000, max_num_batched_tokens=2048)
-    fast = simulate(cfg, 0.01, reqs)
-    ref = simulate(cfg, 0.01, reqs, reference=True)
+    step = "linear:c0=0.01:decode=1e-5"
+    fast = simulate(cfg, step, reqs)
+    ref = simulate(cfg, step, reqs, reference=True)
     _compare(fast, ref)
     assert fast.stretches > 0
     # far fewer step rows than steps: decode runs were taken in jumps
     assert len(fast.steps["step"]) < fast.num_steps / 3
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vectorized_epochs_equal_reference(seed):
+    """Constant step time, no client deadlines: the epoch path carries most of the run, and the
+    budget, max_num_seqs and KV limits bind now and then (the run must hand over and back)."""
+    rng = np.random.default_rng(100 + seed)
+    block = int(rng.choice([1, 16]))
+    cfg = EngineConfig.from_capacity(int(rng.choice([6000, 30000, 10**6])), block_size=block,
+                                     max_num_batched_tokens=int(rng.choice([600, 2048])),
+                                     max_num_seqs=int(rng.choice([8, 64, 512])),
+                                     enable_chunked_prefill=bool(rng.random() < 0.8),
+                                     long_prefill_token_threshold=int(rng.choice([0, 0, 300])))
+    reqs = Workload(f"poisson:{rng.choice([5, 20, 60])}", prompt="lognormal:mean=200:sd=200:max=1500",
+                    output="lognormal:mean=60:sd=80:max=600").generate(seed=seed, n=1500)
+    opts = SimOptions(horizon_s=float(rng.choice([1e9, 30.0])), sample_dt=0.25)
+    fast = simulate(cfg, 0.01, reqs, options=opts)
+    ref = simulate(cfg, 0.01, reqs, options=opts, reference=True)
+    _compare(fast, ref)
+    assert fast.stretches > 0
+
+
+def test_epochs_carry_a_calm_run():
+    reqs = Workload("poisson:20", prompt="lognormal:mean=200:sd=200:max=1500",
+                    output="lognormal:mean=60:sd=80:max=600").generate(seed=1, n=3000)
+    cfg = EngineConfig.from_capacity(10**6, max_num_batched_tokens=4096, max_num_seqs=512)
+    fast = simulate(cfg, 0.01, reqs)
+    _compare(fast, simulate(cfg, 0.01, reqs, reference=True))
+    assert fast.epoch_steps > 0.9 * fast.num_steps

@@ -33,6 +33,9 @@ from llmqueue.engine.step_time import StepTimeModel, parse_step_time
 from llmqueue.errors import InputError
 
 NAN = float("nan")
+STEP_FIELDS = ("step", "start_s", "duration_s", "prefill_tokens", "decode_seqs", "num_running", "num_waiting",
+               "kv_tokens", "preempted", "steps")
+TS_FIELDS = ("t_s", "num_waiting", "num_running", "kv_tokens")
 
 
 @dataclass
@@ -104,10 +107,10 @@ class BaseReplica:
         self.deadlines: list = []
         self.steps_taken = 0
         # step records (columns) and time series
-        self.step_rows: dict[str, list] = {k: [] for k in ("step", "start_s", "duration_s", "prefill_tokens",
-                                                           "decode_seqs", "num_running", "num_waiting",
-                                                           "kv_tokens", "preempted", "steps")}
-        self.ts_rows: dict[str, list] = {k: [] for k in ("t_s", "num_waiting", "num_running", "kv_tokens")}
+        self._step_buf: list = []
+        self._step_chunks: list = []
+        self._ts_buf: list = []
+        self._ts_chunks: list = []
         self.next_sample = 0.0 if self.opt.sample_dt > 0 else math.inf
         self.horizon = self.opt.horizon_s if self.opt.horizon_s is not None else math.inf
         self.max_total = min(config.max_model_len or 10**18, config.num_kv_blocks * config.block_size)
@@ -241,27 +244,42 @@ class BaseReplica:
     # ----------------------------------------------------------------------------------------
     # records
     def record_step(self, start, dur, prefill, decode, running, waiting, kv, preempted, steps=1) -> None:
-        r = self.step_rows
-        r["step"].append(self.steps_taken)
-        r["start_s"].append(start)
-        r["duration_s"].append(dur)
-        r["prefill_tokens"].append(prefill)
-        r["decode_seqs"].append(decode)
-        r["num_running"].append(running)
-        r["num_waiting"].append(waiting)
-        r["kv_tokens"].append(kv)
-        r["preempted"].append(preempted)
-        r["steps"].append(steps)
+        self._step_buf.append((self.steps_taken, start, dur, prefill, decode, running, waiting, kv, preempted, steps))
+
+    def record_steps_bulk(self, start, dur, prefill, decode, running, waiting, kv) -> None:
+        """Append many one-step rows at once (numpy arrays of equal length)."""
+        self._flush_steps()
+        k = len(start)
+        self._step_chunks.append({
+            "step": self.steps_taken + np.arange(k, dtype=np.int64), "start_s": start, "duration_s": dur,
+            "prefill_tokens": prefill, "decode_seqs": decode, "num_running": running, "num_waiting": waiting,
+            "kv_tokens": kv, "preempted": np.zeros(k, dtype=np.int64), "steps": np.ones(k, dtype=np.int64)})
+
+    def _flush_steps(self) -> None:
+        if self._step_buf:
+            arr = list(zip(*self._step_buf))
+            self._step_chunks.append({name: np.asarray(col, dtype=np.float64 if name in ("start_s", "duration_s")
+                                                       else np.int64) for name, col in zip(STEP_FIELDS, arr)})
+            self._step_buf = []
 
     def sample_until(self, t_end: float, waiting: int, running: int, kv_tokens: int) -> None:
         """Time-series rows for sample times before ``t_end`` with the given (constant) state."""
-        ts = self.ts_rows
+        ts = self._ts_buf
         while self.next_sample < t_end and self.next_sample <= self.horizon:
-            ts["t_s"].append(self.next_sample)
-            ts["num_waiting"].append(waiting)
-            ts["num_running"].append(running)
-            ts["kv_tokens"].append(kv_tokens)
+            ts.append((self.next_sample, waiting, running, kv_tokens))
             self.next_sample += self.opt.sample_dt
+
+    def record_samples_bulk(self, t, waiting, running, kv) -> None:
+        self._flush_samples()
+        self._ts_chunks.append({"t_s": np.asarray(t, dtype=np.float64), "num_waiting": waiting,
+                                "num_running": running, "kv_tokens": kv})
+
+    def _flush_samples(self) -> None:
+        if self._ts_buf:
+            arr = list(zip(*self._ts_buf))
+            self._ts_chunks.append({name: np.asarray(col, dtype=np.float64 if name == "t_s" else np.int64)
+                                    for name, col in zip(TS_FIELDS, arr)})
+            self._ts_buf = []
 
     def finalize(self) -> None:
         for i in range(len(self.rid)):
@@ -294,15 +312,23 @@ class BaseReplica:
         }
 
     def step_columns(self) -> dict:
-        r = self.step_rows
-        out = {k: np.asarray(v, dtype=np.float64 if k in ("start_s", "duration_s") else np.int64) for k, v in r.items()}
-        out["replica"] = np.zeros(len(r["step"]), dtype=np.int64)
+        self._flush_steps()
+        out = {}
+        for name in STEP_FIELDS:
+            dt = np.float64 if name in ("start_s", "duration_s") else np.int64
+            out[name] = (np.concatenate([c[name] for c in self._step_chunks]).astype(dt) if self._step_chunks
+                         else np.empty(0, dtype=dt))
+        out["replica"] = np.zeros(len(out["step"]), dtype=np.int64)
         return out
 
     def timeseries_columns(self) -> dict:
-        ts = self.ts_rows
-        out = {k: np.asarray(v, dtype=np.float64 if k == "t_s" else np.int64) for k, v in ts.items()}
-        out["replica"] = np.zeros(len(ts["t_s"]), dtype=np.int64)
+        self._flush_samples()
+        out = {}
+        for name in TS_FIELDS:
+            dt = np.float64 if name == "t_s" else np.int64
+            out[name] = (np.concatenate([c[name] for c in self._ts_chunks]).astype(dt) if self._ts_chunks
+                         else np.empty(0, dtype=dt))
+        out["replica"] = np.zeros(len(out["t_s"]), dtype=np.int64)
         return out
 
     # ----------------------------------------------------------------------------------------

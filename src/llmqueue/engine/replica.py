@@ -48,6 +48,12 @@ class Replica(ReferenceReplica):
         self.sum_dbase = 0
         self.late: set[int] = set()
         self.stretches = 0
+        self.use_epochs = True
+        self.epoch_steps = 0
+        # numpy views of the pre-generated requests, for vectorized epochs
+        self.arr_np = np.asarray(self.arr[: self._n_pre], dtype=np.float64)
+        self.prompt_np = np.asarray(self.prompt[: self._n_pre], dtype=np.int64)
+        self.target_np = np.asarray(self.target[: self._n_pre], dtype=np.int64)
 
     # -- decoders (implicit) ----------------------------------------------------------------------
     def _add_decoder(self, i: int) -> None:
@@ -367,24 +373,55 @@ class Replica(ReferenceReplica):
         while self.next_sample < ends[-1] and self.next_sample <= self.horizon:
             j = int(np.searchsorted(ends, self.next_sample, side="right"))  # step j contains the sample
             kv = (used0 + self._blocks_in(j + 1)) * self.bs
-            ts = self.ts_rows
-            ts["t_s"].append(self.next_sample)
-            ts["num_waiting"].append(self.n_waiting)
-            ts["num_running"].append(n)
-            ts["kv_tokens"].append(kv)
+            self._ts_buf.append((self.next_sample, self.n_waiting, n, kv))
             self.next_sample += self.opt.sample_dt
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> "Replica":
+        import gc
+
+        enabled = gc.isenabled()
+        gc.disable()  # the loop allocates many small objects and frees none of them in cycles
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self) -> "Replica":
+        from llmqueue.engine.epoch import advance_epoch, epoch_eligible
+
         t = 0.0
         progress = self.opt.progress
+        from llmqueue.engine.epoch import MAX_CHUNK
+
+        use_epochs = self.use_epochs and epoch_eligible(self)
+        backoff = fails = 0
+        chunk = 256
         while t < self.horizon:
             self.take_arrivals(t)
             self.expire(t)
             if not self.order and not self.n_waiting:
                 t2 = t
             else:
-                if self._can_stretch():
+                t2 = None
+                if use_epochs and not self.prefilling and not self.n_waiting:
+                    if backoff > 0:
+                        backoff -= 1
+                    else:
+                        ep = advance_epoch(self, t, chunk)
+                        if ep is None:
+                            # a constraint binds right away: take normal steps for a while,
+                            # longer after each consecutive failure
+                            fails += 1
+                            backoff = min(64, 1 << fails)
+                        else:
+                            t2, taken, full = ep
+                            fails = 0
+                            chunk = min(MAX_CHUNK, 2 * chunk) if full else max(64, 2 * taken)
+                if t2 is not None:
+                    pass
+                elif self._can_stretch():
                     t2 = self.stretch(t)
                 else:
                     t2 = self.step(t)

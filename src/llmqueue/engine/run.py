@@ -22,6 +22,7 @@ class SimResult:
     wall_s: float
     num_steps: int
     stretches: int = 0
+    epoch_steps: int = 0
     reject_reasons: dict = field(default_factory=dict)
     capacity_tokens: int = 0
 
@@ -50,5 +51,5 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
         horizon = float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0
     return SimResult(requests=req, steps=sim.step_columns(), timeseries=sim.timeseries_columns(),
                      horizon_s=horizon, wall_s=wall, num_steps=sim.steps_taken,
-                     stretches=getattr(sim, "stretches", 0), reject_reasons=dict(sim.reject_reason),
+                     stretches=getattr(sim, "stretches", 0), epoch_steps=getattr(sim, "epoch_steps", 0), reject_reasons=dict(sim.reject_reason),
                      capacity_tokens=config.capacity_tokens)
