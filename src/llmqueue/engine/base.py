@@ -14,8 +14,8 @@ Event semantics (one replica, vLLM v1):
 - A request whose attempt ended with a retryable status is offered to the retry function,
   ``retry(request_id, attempt, status, t_end) -> t_next | None``; a new attempt (same
   ``request_id``, ``attempt + 1``) then arrives at ``t_next``.
-- When the run stops at its horizon, requests still in the system get ``status = cancelled``
-  with ``finish_s = NaN``.
+- When the run stops at its horizon, requests still in the system get ``status = unfinished``
+  with ``finish_s = NaN``; retries that would arrive later are not recorded.
 """
 
 from __future__ import annotations
@@ -282,19 +282,18 @@ class BaseReplica:
             self._ts_buf = []
 
     def finalize(self) -> None:
+        """Requests still in the system at the horizon end ``unfinished`` (``finish_s`` NaN);
+        attempts that would arrive after it are dropped from the records."""
         for i in range(len(self.rid)):
             if self.state[i] in (1, 2):
-                self.status[i] = "cancelled"
-                self.reject_reason.setdefault(i, "in the system when the run stopped")
-            elif self.state[i] == 0:
-                self.status[i] = "cancelled"
-                self.reject_reason.setdefault(i, "arrives after the run stopped")
+                self.status[i] = "unfinished"
 
     def request_columns(self) -> dict:
         """The request records (``llmqueue.records.schema.REQUEST_COLUMNS``) as numpy arrays."""
-        n = len(self.rid)
         f = np.asarray
-        return {
+        arrived = f(self.state, dtype=np.int64) != 0
+        n = int(arrived.sum())
+        cols = {
             "request_id": f(self.rid, dtype=np.int64),
             "class": f(self.cls, dtype=object),
             "arrival_s": f(self.arr, dtype=np.float64),
@@ -310,6 +309,9 @@ class BaseReplica:
             "replica": np.zeros(n, dtype=np.int64),
             "attempt": f(self.attempt, dtype=np.int64),
         }
+        if n == len(self.rid):
+            return cols
+        return {k: (v[arrived] if len(v) == len(arrived) else v) for k, v in cols.items()}
 
     def step_columns(self) -> dict:
         self._flush_steps()

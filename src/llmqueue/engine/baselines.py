@@ -83,7 +83,7 @@ def dynamic_batching(requests, *, B_max: int, T_fixed: float, t_req: float, T_ma
     horizon = math.inf if horizon_s is None else positive("horizon_s", horizon_s)
     first_sched = np.full(n, NAN)
     finish = np.full(n, NAN)
-    status = np.array(["cancelled"] * n, dtype=object)
+    status = np.array(["unfinished"] * n, dtype=object)
     outp = np.zeros(n, dtype=np.int64)
     target = np.asarray(requests.output_tokens, dtype=np.int64)
     rows, starts, ends, sizes = [], [], [], []
@@ -136,7 +136,7 @@ def static_batching(requests, *, B: int, step_time, horizon_s: float | None = No
     first_tok = np.full(n, NAN)
     finish = np.full(n, NAN)
     outp = np.zeros(n, dtype=np.int64)
-    status = np.array(["cancelled"] * n, dtype=object)
+    status = np.array(["unfinished"] * n, dtype=object)
     noise = model.noise_stream(0)
     rows, starts, ends, sizes = [], [], [], []
     step_no = 0

@@ -396,7 +396,7 @@ class Replica(ReferenceReplica):
         from llmqueue.engine.epoch import MAX_CHUNK
 
         use_epochs = self.use_epochs and epoch_eligible(self)
-        backoff = fails = 0
+        backoff = fails = iters = 0
         chunk = 256
         while t < self.horizon:
             self.take_arrivals(t)
@@ -435,7 +435,11 @@ class Replica(ReferenceReplica):
             else:
                 t = t2
             if progress is not None:
-                progress(t)
+                iters += 1
+                if not iters & 1023:
+                    progress(t)
+        if progress is not None:
+            progress(t)
         self._materialize_all()
         self.running = list(self.order)
         self.finalize()

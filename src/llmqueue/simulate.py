@@ -1,0 +1,234 @@
+"""Simulate one replica end to end: workload -> engine -> records -> summary, with theory beside.
+
+:func:`run_simulation` is what ``llmqueue simulate`` (and later sweeps) call. It generates the
+request stream, runs the fast replica simulator, summarises the records with
+:func:`llmqueue.metrics.summarize` and computes the closed-form predictions that apply:
+
+- ``mu_kv``: seed 004's KV-memory capacity ``M / (b E[g])`` (``b`` the mean step time);
+- ``mu_seqs``: the slot bound ``max_num_seqs / (b E[steps per request])`` (Little's law on the
+  running set: at most ``max_num_seqs`` requests hold a slot, each for its steps);
+- ``mu_tokens``: the token-budget bound ``max_num_batched_tokens / (b E[s + o - 1])``;
+- ``mu = min`` of the three, and which one binds, with the verdict for the arrival rate;
+- for one request at a time (``max_num_seqs = 1``), Poisson arrivals and fixed lengths: the
+  replica is an M/G/1 queue with service time = the request's steps, and the
+  Pollaczek-Khinchine mean response time is given beside the simulated one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmqueue.engine.base import SimOptions
+from llmqueue.engine.config import EngineConfig
+from llmqueue.engine.run import SimResult, simulate
+from llmqueue.engine.step_time import StepTimeModel, parse_step_time
+from llmqueue.errors import InputError
+
+UNLIMITED_KV_TOKENS = 1 << 40
+
+
+@dataclass
+class SimSpec:
+    """Everything one simulation needs.
+
+    ``workload``: a :class:`llmqueue.workload.Workload`, a ``ClassMix``-like object with
+    ``generate(seed, n=, duration=)``, or ready ``requests`` (a ``RequestArrays``).
+    ``num_requests`` or ``duration_s`` bounds the stream (and ``duration_s`` is the horizon).
+    """
+
+    engine: EngineConfig
+    step_time: StepTimeModel
+    workload: object = None
+    requests: object = None
+    num_requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    warmup_s: float = 0.0
+    slos: dict | None = None
+    options: SimOptions = field(default_factory=SimOptions)
+    kv_unlimited: bool = False
+
+
+@dataclass
+class SimOutcome:
+    result: SimResult
+    summary: dict
+    theory: dict
+    records: object  # RequestRecords
+
+
+def generate_requests(spec: SimSpec):
+    if spec.requests is not None:
+        return spec.requests
+    if spec.workload is None:
+        raise InputError("workload", "no workload given", "give --arrival, --prompt and --output, or a scenario")
+    if spec.num_requests is None and spec.duration_s is None:
+        raise InputError("num_requests", "give --num-requests N or --duration SECONDS")
+    return spec.workload.generate(spec.seed, n=spec.num_requests, duration=spec.duration_s)
+
+
+def theory_for(spec: SimSpec, requests) -> dict:
+    """Closed-form capacity bounds and, where exact, the queueing-model prediction."""
+    from llmqueue.theory.kv import kv_stability
+
+    cfg = spec.engine
+    model = spec.step_time
+    out: dict = {}
+    if not model.is_constant:
+        out["note"] = "step time depends on the batch composition: closed forms need a representative b"
+        return out
+    b = model.c0  # noise factors have mean one
+    wl = spec.workload
+    dists = _length_dists(wl)
+    lam = _arrival_rate(wl, requests)
+    out["b"] = b
+    out["lam"] = lam
+    if dists is None:
+        s = np.asarray(requests.prompt_tokens, dtype=np.float64)
+        o = np.asarray(requests.output_tokens, dtype=np.float64)
+        kvargs = dict(pairs=(s, o))
+    else:
+        kvargs = dists
+        s, o = _samples(dists, requests)
+    chunk = cfg.max_num_batched_tokens
+    steps_per_req = np.ceil(s / chunk) + o - 1
+    bounds = {
+        "mu_seqs": cfg.max_num_seqs / (b * float(np.mean(steps_per_req))),
+        "mu_tokens": chunk / (b * float(np.mean(s + o - 1))),
+    }
+    if not spec.kv_unlimited:
+        kv = kv_stability(M=cfg.capacity_tokens, b=b, chunk=chunk, **kvargs)
+        bounds["mu_kv"] = kv.mu
+        out["delta"] = kv.delta
+        out["E_g"] = kv.E_g
+    out.update(bounds)
+    name = min(bounds, key=bounds.get)
+    mu = bounds[name]
+    out["mu"] = mu
+    out["binding"] = {"mu_kv": "KV cache (seed 004)", "mu_seqs": "max_num_seqs", "mu_tokens": "token budget"}[name]
+    if lam is not None:
+        out["rho"] = lam / mu
+        delta = out.get("delta", 0.0) if name == "mu_kv" else 0.0
+        out["verdict"] = "unstable" if lam > mu else ("stable" if lam < mu * (1 - delta) else "indeterminate")
+    mg1 = _mg1_prediction(spec, lam, b)
+    if mg1 is not None:
+        out["mg1"] = mg1
+    return out
+
+
+def _length_dists(wl):
+    if wl is None:
+        return None
+    joint = getattr(wl, "joint", None)
+    if joint is not None:
+        return dict(pairs=(np.asarray(joint.prompts), np.asarray(joint.outputs)))
+    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
+    if p is not None and o is not None and hasattr(p, "pmf") and hasattr(o, "pmf"):
+        return dict(prompt=p, output=o)
+    return None
+
+
+def _samples(dists, requests):
+    if "pairs" in dists:
+        return (np.asarray(dists["pairs"][0], dtype=np.float64), np.asarray(dists["pairs"][1], dtype=np.float64))
+    sv, sp = dists["prompt"].pmf()
+    ov, op = dists["output"].pmf()
+    # exact expectations over the pmfs, expressed as weighted samples
+    rng = np.random.default_rng(0)
+    n = 200_000
+    return (rng.choice(np.asarray(sv, dtype=np.float64), n, p=sp), rng.choice(np.asarray(ov, dtype=np.float64), n, p=op))
+
+
+def _arrival_rate(wl, requests) -> float | None:
+    arrival = getattr(wl, "arrival", None) if wl is not None else None
+    rate = getattr(arrival, "rate", None)
+    if rate:
+        return float(rate)
+    a = np.asarray(requests.arrival_s)
+    return (len(a) - 1) / (a[-1] - a[0]) if len(a) > 1 and a[-1] > a[0] else None
+
+
+def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
+    """One request at a time with fixed lengths and Poisson arrivals is exactly M/G/1."""
+    cfg = spec.engine
+    wl = spec.workload
+    if cfg.max_num_seqs != 1 or wl is None or lam is None:
+        return None
+    arrival = getattr(wl, "arrival", None)
+    if type(arrival).__name__ != "Poisson":
+        return None
+    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
+    if type(p).__name__ != "Fixed" or type(o).__name__ != "Fixed":
+        return None
+    s, out = int(p.mean()), int(o.mean())
+    k = math.ceil(s / min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 10**18)) + out - 1
+    noise = spec.step_time.noise
+    if noise == "none":
+        scv_step = 0.0
+    elif noise == "exp":
+        scv_step = 1.0
+    else:
+        scv_step = spec.step_time.noise_cv ** 2
+    scv = scv_step / k  # sum of k i.i.d. steps
+    from llmqueue.theory.classic import mg1
+
+    mu = 1.0 / (k * b)
+    if lam >= mu:
+        return {"model": "M/G/1", "mu": mu, "rho": lam / mu, "stable": False}
+    r = mg1(lam=lam, mu=mu, scv_s=scv)
+    return {"model": "M/G/1 (one request at a time)", "service_steps": k, "scv_s": scv, "mu": mu, "rho": r.rho,
+            "mean_e2el_ms": r.W * 1e3, "mean_queue_ms": r.Wq * 1e3}
+
+
+def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
+    """Generate, simulate, summarise; returns the records, the summary and the theory."""
+    from llmqueue.metrics import summarize
+    from llmqueue.records import RequestRecords, StepRecords, TimeSeries
+
+    requests = generate_requests(spec)
+    opts = spec.options
+    if spec.duration_s is not None and opts.horizon_s is None:
+        opts.horizon_s = spec.duration_s
+    bar = None
+    if progress:
+        bar = _progress_bar(opts.horizon_s if opts.horizon_s is not None else
+                            (float(requests.arrival_s[-1]) if len(requests) else 0.0))
+        opts.progress = bar.update_to
+    try:
+        res = simulate(spec.engine, spec.step_time, requests, options=opts)
+    finally:
+        if bar is not None:
+            bar.close()
+    recs = RequestRecords.from_columns(res.requests)
+    steps = StepRecords.from_columns(res.steps)
+    ts = TimeSeries.from_columns(res.timeseries)
+    summary = summarize(recs, steps=steps, timeseries=ts, warmup_s=spec.warmup_s, horizon_s=res.horizon_s,
+                        slos=spec.slos, kv_capacity=None if spec.kv_unlimited else spec.engine.capacity_tokens)
+    summary["wall_s"] = res.wall_s
+    summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
+    summary["engine_steps"] = res.num_steps
+    theory = theory_for(spec, requests)
+    return SimOutcome(result=res, summary=summary, theory=theory, records=recs)
+
+
+def _progress_bar(total_s: float):
+    from tqdm import tqdm
+
+    class _Bar(tqdm):
+        def update_to(self, t):
+            self.update(max(0.0, min(t, self.total or t) - self.n))
+
+    return _Bar(total=round(total_s, 3) if total_s else None, unit="sim-s", unit_scale=False, mininterval=0.5,
+                leave=False, dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} sim-s [{elapsed}<{remaining}]")
+
+
+def write_outcome(out: SimOutcome, directory) -> None:
+    """Write ``requests.parquet``, ``steps.parquet``, ``timeseries.parquet``, ``summary.json``."""
+    from llmqueue.records import StepRecords, TimeSeries, write_run
+
+    write_run(directory, requests=out.records, steps=StepRecords.from_columns(out.result.steps),
+              timeseries=TimeSeries.from_columns(out.result.timeseries),
+              summary={**out.summary, "theory": out.theory})
