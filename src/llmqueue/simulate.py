@@ -210,8 +210,21 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
     summary["wall_s"] = res.wall_s
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
+    if res.reject_reasons:
+        from collections import Counter
+
+        # e.g. {"prompt+output 2100 exceeds the KV cache (2000 tokens)": 3}, grouped by kind
+        kinds = Counter(r.split(" ")[0] if r[:1].isdigit() else _reason_kind(r) for r in res.reject_reasons.values())
+        summary["reject_reasons"] = dict(kinds)
     theory = theory_for(spec, requests)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs)
+
+
+def _reason_kind(reason: str) -> str:
+    """Group reasons that differ only in their numbers."""
+    import re
+
+    return re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
 def _progress_bar(total_s: float):

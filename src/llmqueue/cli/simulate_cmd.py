@@ -62,6 +62,14 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
         raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
     if num_requests is not None and duration is not None:
         raise InputError("num_requests", "give --num-requests or --duration, not both")
+    from llmqueue._validate import nonnegative, positive, positive_int
+
+    if num_requests is not None:
+        positive_int("num_requests", num_requests)
+    if duration is not None:
+        positive("duration", duration)
+    nonnegative("warmup", warmup)
+    positive("sample_dt", sample_dt)
     slos = {k: v for k, v in (("ttft_ms", slo_ttft_ms), ("tpot_ms", slo_tpot_ms), ("e2el_ms", slo_e2el_ms))
             if v is not None} or None
     return SimSpec(engine=engine, step_time=st, workload=wl, num_requests=num_requests, duration_s=duration,

@@ -1,5 +1,61 @@
-"""Per-request, per-step and time-series records: one schema for simulated and measured runs."""
+"""Per-request, per-step and time-series records: one schema for simulated and measured runs.
 
-from llmqueue.records.schema import REQUEST_COLUMNS, STATUSES, STEP_COLUMNS, TIMESERIES_COLUMNS
+- ``schema``: column names and dtypes (:data:`REQUEST_COLUMNS`, :data:`STEP_COLUMNS`,
+  :data:`STEP_OPTIONAL_COLUMNS`, :data:`TIMESERIES_COLUMNS`, :data:`STATUSES`).
+- ``table``: :class:`RequestRecords`, :class:`StepRecords`, :class:`TimeSeries` (validated
+  columnar tables; ``derived()`` latencies; ``to_arrow()`` / ``to_pandas()``).
+- ``io``: Parquet files (:class:`RecordWriter` appends a row group per batch and survives
+  exceptions; :func:`read_records`), the run directory (``requests.parquet``, ``steps.parquet``,
+  ``timeseries.parquet``, ``summary.json``: :func:`write_run`, :func:`read_run`,
+  :class:`RunWriter`). Any of the files loads with ``pandas.read_parquet(path)``.
 
-__all__ = ["REQUEST_COLUMNS", "STATUSES", "STEP_COLUMNS", "TIMESERIES_COLUMNS"]
+Table and I/O names are imported lazily so ``import llmqueue.records`` stays cheap (no pyarrow).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from llmqueue.records.schema import (
+    REQUEST_COLUMNS,
+    STATUSES,
+    STEP_COLUMNS,
+    STEP_OPTIONAL_COLUMNS,
+    TIMESERIES_COLUMNS,
+)
+
+_EXPORTS = {
+    "RequestRecords": "table",
+    "StepRecords": "table",
+    "TimeSeries": "table",
+    "RecordWriter": "io",
+    "RunWriter": "io",
+    "Run": "io",
+    "arrow_schema": "io",
+    "read_records": "io",
+    "read_steps": "io",
+    "read_timeseries": "io",
+    "read_run": "io",
+    "write_records": "io",
+    "write_run": "io",
+    "dump_summary": "io",
+    "is_complete": "io",
+    "REQUESTS_FILE": "io",
+    "STEPS_FILE": "io",
+    "TIMESERIES_FILE": "io",
+    "SUMMARY_FILE": "io",
+}
+
+__all__ = sorted([*_EXPORTS, "REQUEST_COLUMNS", "STATUSES", "STEP_COLUMNS",
+                  "STEP_OPTIONAL_COLUMNS", "TIMESERIES_COLUMNS"])
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'llmqueue.records' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmqueue.records.{mod}"), name)
+
+
+def __dir__():
+    return __all__

@@ -21,17 +21,26 @@ Request columns (name -> numpy dtype):
 - ``replica``: replica index (0 for a single replica).
 - ``attempt``: 1 for the first try, 2.. for retries.
 
+``status = unfinished`` marks a request still in the system when the run stopped; its
+``finish_s`` is NaN (``NaN`` finish means exactly that: in flight at the end). Every other
+status has a finish time. Pass the run's stop time as ``horizon_s`` to the metrics so that such
+requests count as in flight up to it.
+
 Derived (``llmqueue.metrics``), defined as vLLM bench serve defines them:
 ``queue_s = first_scheduled_s - arrival_s``, ``ttft_s = first_token_s - arrival_s``,
 ``e2el_s = finish_s - arrival_s``, ``tpot_s = (e2el_s - ttft_s) / (output_tokens - 1)`` for
 ``output_tokens > 1``, ``itl_s`` the gaps between consecutive tokens.
 
-Step columns: one row per engine iteration. Time-series columns: sampled state.
+Step columns: one row per engine iteration. A step table may carry the optional column
+``steps`` (:data:`STEP_OPTIONAL_COLUMNS`): the row then summarises ``steps`` consecutive
+iterations of identical composition; ``start_s`` is the start of the first, ``duration_s`` the
+total duration of all of them (so each lasted ``duration_s / steps``) and the counts
+(``prefill_tokens``, ``decode_seqs``, ...) are per iteration. Time-series columns: sampled state.
 """
 
 from __future__ import annotations
 
-STATUSES = ("ok", "rejected", "timeout", "cancelled", "error")
+STATUSES = ("ok", "rejected", "timeout", "cancelled", "error", "unfinished")
 
 REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "int64",
@@ -61,6 +70,10 @@ STEP_COLUMNS: dict[str, str] = {
     "num_waiting": "int64",     # requests waiting after scheduling
     "kv_tokens": "int64",       # KV tokens held at the end of the step (block-rounded)
     "preempted": "int64",       # sequences preempted while scheduling this step
+}
+
+STEP_OPTIONAL_COLUMNS: dict[str, str] = {
+    "steps": "int64",           # iterations this row summarises (default 1)
 }
 
 TIMESERIES_COLUMNS: dict[str, str] = {

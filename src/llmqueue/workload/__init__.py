@@ -10,7 +10,9 @@ one compact spec syntax shared by CLI flags and config files (see :mod:`.spec` a
 
 Submodules: ``request`` (Request), ``spec`` (grammar), ``parse`` (parse_length, parse_arrival,
 parse_joint), ``lengths`` (Fixed, Uniform, Normal, LogNormal, Empirical, Discrete),
-``arrivals`` (Poisson, Gamma, Deterministic, OnOff), ``joint`` (JointLengths), ``tables``
+``arrivals`` (Poisson, Gamma, Deterministic, OnOff), ``nonstationary`` (Piecewise, Diurnal,
+Spike: time-varying rates), ``fit`` (fit_workload, load_fitted, FittedWorkload), ``joint`` (JointLengths), ``trace`` (Trace), ``traces``
+(load_trace, write_trace, read_trace, replay transforms), ``stats`` (trace_stats, spec_stats), ``tables``
 (file reading), ``generate`` (Workload, RequestArrays).
 
 Names are imported lazily on first use, so ``import llmqueue.workload`` stays cheap.
@@ -37,9 +39,39 @@ _EXPORTS = {
     "Gamma": "arrivals",
     "Deterministic": "arrivals",
     "OnOff": "arrivals",
+    "TimeVarying": "nonstationary",
+    "Piecewise": "nonstationary",
+    "Diurnal": "nonstationary",
+    "Spike": "nonstationary",
+    "fit_workload": "fit",
+    "load_fitted": "fit",
+    "FittedWorkload": "fit",
+    "Trace": "trace",
+    "load_trace": "traces",
+    "detect_format": "traces",
+    "write_trace": "traces",
+    "read_trace": "traces",
+    "time_scale": "traces",
+    "rescale_rate": "traces",
+    "window": "traces",
+    "loop": "traces",
+    "trace_to_requests": "traces",
+    "trace_from_requests": "traces",
+    "TraceStats": "stats",
+    "trace_stats": "stats",
+    "spec_stats": "stats",
     "JointLengths": "joint",
     "Workload": "generate",
     "RequestArrays": "generate",
+    "RequestClass": "classes",
+    "ClassMix": "classes",
+    "SLO": "classes",
+    "ClientBehavior": "client",
+    "RetryPolicy": "client",
+    "BoundClient": "client",
+    "retry_amplification": "client",
+    "retry_success_probability": "client",
+    "jitter_uniform": "client",
 }
 
 __all__ = sorted(_EXPORTS)

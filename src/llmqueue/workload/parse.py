@@ -22,6 +22,18 @@ Arrival processes (``parse_arrival``)::
 
 A bare number ``R`` means ``poisson:R`` (like ``vllm bench serve --request-rate``).
 
+Time-varying arrival processes (``parse_arrival``; :mod:`llmqueue.workload.nonstationary`),
+non-homogeneous Poisson, or modulated Gamma with ``cv=``::
+
+    piecewise:RATE@START,RATE@START,...[:period=P]   windows from START s, first at 0
+    piecewise:RATE,RATE,...:window=W[:period=P]       equal windows of W s
+    piecewise:...:period=P:counts=fixed              each window gets its expected count
+    diurnal:MEAN:AMP[:PERIOD[:PHASE]]                keys mean, amp, period (86400), phase
+    spike:RATE:K:AT:FOR[:period=P]                   keys rate, k, at, for
+
+each with optional ``cv=CV`` (Gamma gaps in operational time; 1 = Poisson) and ``gaps=h2``
+(balanced-means hyperexponential gaps instead, cv >= 1).
+
 Joint lengths (``parse_joint``)::
 
     joint:PATH[:prompt=COL][:output=COL]
@@ -66,6 +78,24 @@ ARRIVAL_FORMS: dict[str, Form] = {
     "onoff": Form("onoff", (("rate", _F), ("on", _F), ("off", _F), ("rate_off", _F)), 4,
                   ("rate", "on", "off"), "onoff:RATE:on=SECONDS:off=SECONDS[:rate_off=R]",
                   "onoff:20:on=30:off=90"),
+}
+
+#: Time-varying rates (:mod:`llmqueue.workload.nonstationary`); kept apart from ARRIVAL_FORMS so
+#: that messages list the stationary and the time-varying processes separately.
+TIME_VARYING_FORMS: dict[str, Form] = {
+    "piecewise": Form("piecewise", (("windows", _S), ("window", _F), ("period", _F), ("cv", _F),
+                                    ("gaps", _S), ("counts", _S)), 1, ("windows",),
+                      "piecewise:RATE@START,...[:period=P][:cv=CV][:gaps=gamma|h2]"
+                      "[:counts=random|fixed] or piecewise:RATE,...:window=W[:...]",
+                      "piecewise:5@0,10@3600,5@4200"),
+    "diurnal": Form("diurnal", (("mean", _F), ("amp", _F), ("period", _F), ("phase", _F), ("cv", _F),
+                                ("gaps", _S)), 4, ("mean", "amp"),
+                    "diurnal:mean=R:amp=A[:period=86400][:phase=S][:cv=CV][:gaps=gamma|h2]",
+                    "diurnal:mean=5:amp=0.5:period=86400"),
+    "spike": Form("spike", (("rate", _F), ("k", _F), ("at", _F), ("for", _F), ("period", _F),
+                            ("cv", _F), ("gaps", _S)), 4, ("rate", "k", "at", "for"),
+                  "spike:RATE:k=K:at=T:for=D[:period=P][:cv=CV][:gaps=gamma|h2]",
+                  "spike:5:k=2:at=43200:for=600"),
 }
 
 JOINT_FORMS: dict[str, Form] = {
@@ -130,6 +160,15 @@ def parse_arrival(spec, field: str = "arrival"):
     spec = _number_to_text(spec, field)
     if isinstance(spec, str) and is_number(spec):
         spec = f"poisson:{spec.strip()}"
+    if isinstance(spec, str):
+        name = spec.strip().partition(":")[0].strip().lower()
+        if name in TIME_VARYING_FORMS:
+            return _parse_time_varying(spec, field)
+        if spec.strip() and name not in ARRIVAL_FORMS:
+            raise spec_error(field, spec.strip(), f"unknown arrival process {name!r} (valid: "
+                             f"{', '.join(sorted(ARRIVAL_FORMS))}; time-varying: "
+                             f"{', '.join(sorted(TIME_VARYING_FORMS))})",
+                             forms={**ARRIVAL_FORMS, **TIME_VARYING_FORMS})
     form, v = split_spec(spec, field, ARRIVAL_FORMS, "arrival process")
     try:
         if form.name == "poisson":
@@ -139,6 +178,23 @@ def parse_arrival(spec, field: str = "arrival"):
         if form.name == "deterministic":
             return A.Deterministic(v["rate"])
         return A.OnOff(v["rate"], v["on"], v["off"], v.get("rate_off", 0.0))
+    except InputError as e:
+        raise wrap(field, spec.strip(), form, e) from None
+
+
+def _parse_time_varying(spec: str, field: str):
+    from llmqueue.workload import nonstationary as N
+
+    form, v = split_spec(spec, field, TIME_VARYING_FORMS, "arrival process")
+    law = dict(cv=v.get("cv", 1.0), gaps=v.get("gaps", "gamma"))
+    try:
+        if form.name == "piecewise":
+            return N.Piecewise.from_text(v["windows"], window=v.get("window"), period=v.get("period"),
+                                         counts=v.get("counts", "random").lower(), **law)
+        if form.name == "diurnal":
+            return N.Diurnal(v["mean"], v["amp"], period=v.get("period", 86400.0),
+                             phase=v.get("phase", 0.0), **law)
+        return N.Spike(v["rate"], v["k"], v["at"], v["for"], period=v.get("period"), **law)
     except InputError as e:
         raise wrap(field, spec.strip(), form, e) from None
 

@@ -1,0 +1,49 @@
+"""Run summaries from records: vLLM bench serve metrics, confidence intervals, SLO goodput,
+Little's-law check and a stability verdict. The same code serves simulated and measured runs.
+
+Submodules:
+- ``summary``: :func:`summarize` (one dict per run, vLLM key names plus intervals and checks).
+- ``ci``: batch-means / batch-quantile / replication confidence intervals (:class:`Interval`).
+- ``little``: :func:`little_check` (time-average number in system vs ``lam * W``).
+- ``stability``: :func:`stability_verdict` (trend of the number in system after warm-up).
+- ``slo``: :func:`request_goodput` (vLLM's definition), :func:`slo_attainment` (per class).
+
+Names are imported lazily so ``import llmqueue.metrics`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "summarize": "summary",
+    "itl_samples": "summary",
+    "METRICS": "summary",
+    "Interval": "ci",
+    "batch_means_ci": "ci",
+    "batch_quantile_ci": "ci",
+    "replication_ci": "ci",
+    "weighted_percentile": "ci",
+    "little_check": "little",
+    "LittleCheck": "little",
+    "in_system_integral": "little",
+    "stability_verdict": "stability",
+    "StabilityVerdict": "stability",
+    "request_goodput": "slo",
+    "slo_attainment": "slo",
+    "good_mask": "slo",
+    "parse_targets": "slo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'llmqueue.metrics' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmqueue.metrics.{mod}"), name)
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,250 @@
+"""One summary dict per run, with vLLM bench serve's key names, intervals and diagnostics.
+
+:func:`summarize` works the same on simulated and measured records. Its keys, where vLLM's
+``vllm bench serve`` has them, mean what they mean there (``vllm/benchmarks/serve.py``:
+``calculate_metrics`` and the result dict):
+
+- ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens`` (of completed
+  requests), ``request_throughput`` / ``output_throughput`` / ``total_token_throughput``
+  (per second of ``duration``), ``request_goodput`` (None without per-request SLOs);
+- ``mean_X_ms``, ``median_X_ms``, ``std_X_ms`` (population std, like ``np.std``) and
+  ``pP_X_ms`` for ``X`` in ``ttft``, ``tpot``, ``itl``, ``e2el`` (``P`` printed as vLLM does:
+  ``p99``, ``p99.9``); percentiles with numpy's linear interpolation. TPOT covers requests with
+  more than one output token, TTFT/E2EL all completed ones.
+
+Additions: ``queue`` latencies (``first_scheduled_s - arrival_s``) with the same keys;
+``mean_X_ms_ci`` / ``pP_X_ms_ci`` (``[lo, hi]`` or None, see :mod:`llmqueue.metrics.ci`);
+``duration_s``; ``arrivals``, ``arrival_rate``; ``status_counts``, ``in_flight``; ``utilization``,
+``mean_batch_size``, ``mean_kv_tokens``, ``kv_utilization``; ``little`` and ``little_gap``;
+``verdict``, ``stable``, ``queue_growth_per_s`` and ``queue_growth_per_s_ci``, ``stability``;
+``slo`` (attainment per class) when SLOs are given.
+
+Measurement window: ``[warmup_s, horizon_s]`` (horizon: the last event in the records unless
+given), ``duration = horizon_s - warmup_s``. Requests *arriving* before ``warmup_s`` are left
+out of latency statistics (as are those arriving after the horizon); throughputs count
+requests *finishing* inside the window, divided by its length (so ``completed`` is the number of
+``ok`` requests finishing in the window, and ``failed`` those ending there in another status);
+with no warm-up and no horizon this is exactly vLLM's definition (all requests, over the whole
+run). ``status_counts`` counts the requests arriving in the window by status, ``in_flight``
+those of them still in the system when the run stopped (``finish_s`` NaN, status
+``unfinished``). Pass the run's stop time as ``horizon_s`` (the simulator's
+``horizon_s``): the records alone cannot tell it, and the default window ends at the last
+observed event. Latency statistics use finished (``ok``) requests only: in an overloaded run
+they describe the survivors; the verdict and ``in_flight`` say so.
+
+ITL: vLLM measures the gaps between streamed tokens at the client. From step records we use
+one sample per decoded token: the duration of each engine iteration, weighted by its
+``decode_seqs`` (and by ``steps`` for a row summarising several identical iterations, whose
+``duration_s`` is then split evenly). Steps starting in the window count. This is the token
+gap a running sequence sees; it leaves out stalls between iterations and the recompute after
+a preemption. Measured per-token gaps can be passed instead as ``itl_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from llmqueue._validate import positive
+from llmqueue.errors import InputError
+from llmqueue.metrics._common import StepFunction, finite_or_none, window
+from llmqueue.metrics.ci import (
+    DEFAULT_BATCHES,
+    DEFAULT_LEVEL,
+    batch_means_ci,
+    batch_quantile_ci,
+    weighted_mean_std,
+    weighted_percentile,
+)
+from llmqueue.metrics.little import little_check
+from llmqueue.metrics.slo import request_goodput, slo_attainment
+from llmqueue.metrics.stability import stability_verdict
+from llmqueue.records.schema import STATUSES
+
+METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
+DEFAULT_PERCENTILES = (50, 90, 95, 99, 99.9)
+
+
+def percentile_word(p: float) -> str:
+    """vLLM's spelling of a percentile in key names: 99 -> ``"99"``, 99.9 -> ``"99.9"``."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def itl_samples(steps, t0: float = -math.inf, t1: float = math.inf):
+    """ITL samples from step records: ``(durations_s, weights)`` in time order.
+
+    One sample per decoded token: each iteration's duration (``duration_s / steps``), weight
+    ``decode_seqs * steps``; iterations starting in ``[t0, t1)``; rows without decodes dropped.
+    """
+    start = steps["start_s"]
+    k = steps.step_counts()
+    w = steps["decode_seqs"] * k
+    m = (start >= t0) & (start < t1) & (w > 0)
+    order = np.argsort(start[m], kind="stable")
+    return (steps["duration_s"][m] / k[m])[order], w[m][order].astype(np.float64)
+
+
+def _stats(out: dict, name: str, x: np.ndarray, w, percentiles, level: float, batches: int) -> None:
+    """Fill vLLM-style keys for one metric (``x`` in seconds, time-ordered)."""
+    n = float(len(x) if w is None else np.sum(w))
+    out[f"{name}_samples"] = int(n)
+    if len(x) == 0 or n == 0:
+        for key in ("mean", "median", "std"):
+            out[f"{key}_{name}_ms"] = None
+        out[f"mean_{name}_ms_ci"] = None
+        for p in percentiles:
+            out[f"p{percentile_word(p)}_{name}_ms"] = None
+            out[f"p{percentile_word(p)}_{name}_ms_ci"] = None
+        return
+    mean, std = weighted_mean_std(x, w)
+    qs = np.asarray(percentiles, dtype=np.float64)
+    vals = np.percentile(x, qs) if w is None else weighted_percentile(x, w, qs)
+    median = float(np.percentile(x, 50)) if w is None else float(weighted_percentile(x, w, 50))
+    out[f"mean_{name}_ms"] = 1000 * mean
+    out[f"median_{name}_ms"] = 1000 * median
+    out[f"std_{name}_ms"] = 1000 * std
+    ci = batch_means_ci(x, weights=w, level=level, batches=batches)
+    out[f"mean_{name}_ms_ci"] = ci.scaled(1000).as_list() if ci else None
+    for p, v in zip(percentiles, vals):
+        word = percentile_word(p)
+        out[f"p{word}_{name}_ms"] = 1000 * float(v)
+        ci = batch_quantile_ci(x, p / 100, weights=w, level=level, batches=batches) \
+            if 0 < p < 100 else None
+        out[f"p{word}_{name}_ms_ci"] = ci.scaled(1000).as_list() if ci else None
+
+
+def _busy_fraction(steps, t0: float, t1: float) -> tuple[float, int]:
+    s = steps["start_s"]
+    e = s + steps["duration_s"]
+    overlap = np.clip(np.minimum(e, t1) - np.maximum(s, t0), 0.0, None)
+    replicas = np.unique(steps["replica"])
+    busy = float(overlap.sum()) / ((t1 - t0) * len(replicas))
+    return min(busy, 1.0), len(replicas)  # steps never overlap; clip float round-off
+
+
+def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
+              horizon_s: float | None = None, slos: dict | None = None,
+              percentiles: Sequence[float] = DEFAULT_PERCENTILES, level: float = DEFAULT_LEVEL,
+              batches: int = DEFAULT_BATCHES, kv_capacity: float | None = None,
+              itl_s=None) -> dict:
+    """Summarise a run: vLLM bench serve's metrics plus intervals, Little's law and stability.
+
+    ``requests``: :class:`~llmqueue.records.RequestRecords`; ``steps`` / ``timeseries``:
+    optional step records and sampled state. ``warmup_s`` / ``horizon_s``: the measurement
+    window. ``slos``: targets in ms (see :mod:`llmqueue.metrics.slo`), e.g. ``{"ttft_ms": 2000,
+    "tpot_ms": 100, "p99_ttft_ms": 5000}`` or per class. ``kv_capacity``: KV tokens per
+    replica (``M``), for ``kv_utilization``. ``itl_s``: measured inter-token gaps in seconds
+    (time-ordered, already restricted to the window), used instead of step records.
+
+    Returns a plain dict (JSON-ready with :func:`llmqueue.records.dump_summary`); see the
+    module docstring for the keys and the conventions.
+    """
+    percentiles = tuple(float(p) if int(p) != p else int(p) for p in percentiles)
+    for p in percentiles:
+        if not 0 < p <= 100:
+            raise InputError("percentiles", f"{p} is not in (0, 100]")
+    if kv_capacity is not None:
+        kv_capacity = positive("kv_capacity", kv_capacity)
+    t0, t1 = window(requests, warmup_s, horizon_s)
+    T = t1 - t0
+    status = requests["status"]
+    a = requests["arrival_s"]
+    fin = requests["finish_s"]
+    arrived = (a >= t0) & (a < t1)
+    with np.errstate(invalid="ignore"):
+        fin_in = np.isfinite(fin) & (fin >= t0) & (fin <= t1)
+    ok = status == "ok"
+    completed = ok & fin_in
+    failed = fin_in & ~ok
+    n_in = int(requests["prompt_tokens"][completed].sum())
+    n_out = int(requests["output_tokens"][completed].sum())
+
+    out: dict = {
+        "duration": T,
+        "duration_s": T,
+        "warmup_s": t0,
+        "horizon_s": t1,
+        "completed": int(completed.sum()),
+        "failed": int(failed.sum()),
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": completed.sum() / T,
+        "request_goodput": request_goodput(requests, slos, warmup_s=t0, horizon_s=t1)
+        if slos else None,
+        "output_throughput": n_out / T,
+        "total_token_throughput": (n_in + n_out) / T,
+        "arrivals": int(arrived.sum()),
+        "arrival_rate": arrived.sum() / T,
+        "status_counts": {s: int(np.sum(arrived & (status == s))) for s in STATUSES},
+        "in_flight": int(np.sum(arrived & np.isnan(fin))),
+        "percentiles": list(percentiles),
+        "ci_level": level,
+        "ci_method": f"batch means over arrival order (up to {batches} batches, Student t); "
+                     "quantiles by inverting the batched CDF; null when data are too few",
+    }
+
+    # Latencies of ok requests arriving in the window, in arrival order.
+    d = requests.derived()
+    sel = np.flatnonzero(arrived & ok)
+    sel = sel[np.argsort(a[sel], kind="stable")]
+    for name in ("ttft", "tpot", "e2el", "queue"):
+        x = d[f"{name}_s"][sel]
+        _stats(out, name, x[np.isfinite(x)], None, percentiles, level, batches)
+    itl_pair = None
+    if itl_s is not None:
+        x = np.asarray(itl_s, dtype=np.float64)
+        itl_pair = (x[np.isfinite(x)], None)
+        out["itl_source"] = "itl_s"
+    elif steps is not None and len(steps):
+        itl_pair = itl_samples(steps, t0, t1)
+        out["itl_source"] = "steps: iteration durations weighted by decode_seqs"
+    else:
+        out["itl_source"] = None
+    x, w = itl_pair if itl_pair is not None else (np.zeros(0), None)
+    _stats(out, "itl", x, w, percentiles, level, batches)
+
+    # Engine state.
+    out["utilization"] = out["mean_batch_size"] = None
+    out["replicas"] = None
+    if steps is not None and len(steps):
+        out["utilization"], out["replicas"] = _busy_fraction(steps, t0, t1)
+        s = steps["start_s"]
+        m = (s >= t0) & (s < t1)
+        if m.any() and steps["duration_s"][m].sum() > 0:
+            out["mean_batch_size"] = float(np.average(steps["num_running"][m],
+                                                      weights=steps["duration_s"][m]))
+    out["mean_kv_tokens"] = out["kv_utilization"] = None
+    out["mean_num_waiting"] = out["mean_num_running"] = None
+    kv_src = None
+    if timeseries is not None and len(timeseries):
+        kv_src = (timeseries["t_s"], timeseries["kv_tokens"], timeseries["replica"])
+        for col in ("num_waiting", "num_running"):
+            out[f"mean_{col}"] = StepFunction.from_samples(
+                timeseries["t_s"], timeseries[col], timeseries["replica"]).mean(t0, t1)
+    elif steps is not None and len(steps):
+        kv_src = (steps["start_s"] + steps["duration_s"], steps["kv_tokens"], steps["replica"])
+    if kv_src is not None:
+        n_rep = len(np.unique(kv_src[2]))
+        out["mean_kv_tokens"] = StepFunction.from_samples(*kv_src).mean(t0, t1) / n_rep
+        if kv_capacity is not None:
+            out["kv_utilization"] = out["mean_kv_tokens"] / kv_capacity
+
+    # Little's law and stability.
+    lc = little_check(requests, warmup_s=t0, horizon_s=t1, timeseries=timeseries)
+    out["little"] = lc.to_dict()
+    out["little_gap"] = finite_or_none(lc.gap)
+    sv = stability_verdict(requests, timeseries=timeseries, warmup_s=t0, horizon_s=t1,
+                           level=level, batches=batches)
+    out["verdict"] = sv.verdict
+    out["stable"] = sv.stable
+    out["queue_growth_per_s"] = sv.growth_per_s
+    out["queue_growth_per_s_ci"] = list(sv.growth_ci) if sv.growth_ci else None
+    out["stability"] = sv.to_dict()
+
+    if slos:
+        itl_arg = None if itl_pair is None else itl_pair
+        out["slo"] = slo_attainment(requests, slos, warmup_s=t0, horizon_s=t1, level=level,
+                                    itl=itl_arg)
+    return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}

@@ -1,0 +1,300 @@
+"""Parquet files for records, written incrementally, and the run-directory layout.
+
+A run directory holds::
+
+    requests.parquet     one row per request attempt      (RequestRecords)
+    steps.parquet        one row per engine iteration     (StepRecords, optional)
+    timeseries.parquet   sampled engine state             (TimeSeries, optional)
+    summary.json         llmqueue.metrics.summarize(...)  (optional)
+
+Each Parquet file loads into a data frame with one call and no llmqueue import:
+``pandas.read_parquet("run/requests.parquet")`` or ``polars.read_parquet(...)``; here,
+:func:`read_records` returns a validated :class:`~llmqueue.records.table.RequestRecords`.
+
+Incremental writing: :class:`RecordWriter` appends one Parquet row group per ``write()`` and
+writes the footer on ``close()``; used as a context manager it closes on any exception
+(including ``KeyboardInterrupt``), so every batch written before the failure stays readable,
+and the file's metadata says ``llmqueue.complete = false``. A process killed outright
+(SIGKILL, power loss) never writes the footer: such a file is not readable. A long run that must
+survive that should write to a new file per chunk (e.g. ``requests-000.parquet``...) and read
+them with ``pyarrow.parquet.read_table(directory)`` / :func:`read_records` on each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmqueue._result import _plain
+from llmqueue.errors import InputError
+from llmqueue.records.table import TABLES, RequestRecords, StepRecords, TimeSeries, _Table
+
+REQUESTS_FILE = "requests.parquet"
+STEPS_FILE = "steps.parquet"
+TIMESERIES_FILE = "timeseries.parquet"
+SUMMARY_FILE = "summary.json"
+
+_ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "str": pa.string()}
+_KIND_KEY = b"llmqueue.kind"
+_COMPLETE_KEY = b"llmqueue.complete"
+
+
+def arrow_schema(kind: str, optional=()) -> pa.Schema:
+    """The Arrow schema of a record kind (``requests``, ``steps``, ``timeseries``).
+
+    ``optional`` names optional columns to include (e.g. ``["steps"]`` for step records).
+    """
+    cls = _table_class(kind)
+    optional = list(optional)
+    unknown = [c for c in optional if c not in cls.OPTIONAL]
+    if unknown:
+        raise InputError("optional", f"{unknown} are not optional {kind} columns",
+                         f"choose from {list(cls.OPTIONAL)}")
+    fields = [pa.field(n, _ARROW_TYPES[t]) for n, t in cls.COLUMNS.items()]
+    fields += [pa.field(n, _ARROW_TYPES[cls.OPTIONAL[n]]) for n in cls.OPTIONAL if n in optional]
+    return pa.schema(fields, metadata={_KIND_KEY: kind.encode()})
+
+
+def _table_class(kind) -> type[_Table]:
+    if isinstance(kind, type) and issubclass(kind, _Table):
+        return kind
+    if isinstance(kind, Mapping):  # one of the schema's column dicts
+        for cls in TABLES.values():
+            if dict(kind) == cls.COLUMNS:
+                return cls
+        raise InputError("schema", "column dict is not one of REQUEST_COLUMNS, STEP_COLUMNS, "
+                         "TIMESERIES_COLUMNS")
+    try:
+        return TABLES[kind]
+    except (KeyError, TypeError):
+        raise InputError("schema", f"unknown record kind {kind!r}",
+                         f"use one of {list(TABLES)}") from None
+
+
+class RecordWriter:
+    """Append record batches to one Parquet file, one row group per batch.
+
+    ``schema``: ``"requests"`` / ``"steps"`` / ``"timeseries"``, the matching table class, or
+    the schema's column dict (``REQUEST_COLUMNS``...). ``optional`` adds optional columns
+    (``["steps"]``). Batches may be record tables, column mappings (validated with
+    ``from_columns``) or Arrow tables/record batches with the same columns.
+
+        with RecordWriter("run/requests.parquet", "requests") as w:
+            for batch in simulation:          # an exception here keeps earlier batches
+                w.write(batch)
+
+    ``rows`` counts rows written. Closing twice is harmless.
+    """
+
+    def __init__(self, path, schema="requests", *, optional=(), compression: str = "zstd"):
+        self.cls = _table_class(schema)
+        self.path = Path(path)
+        self.schema = arrow_schema(self.cls.KIND, optional)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(str(self.path), self.schema, compression=compression)
+        self.rows = 0
+        self.closed = False
+
+    def write(self, batch) -> None:
+        if self.closed:
+            raise InputError("RecordWriter", f"{self.path} is closed")
+        if isinstance(batch, (pa.Table, pa.RecordBatch)):
+            batch = self.cls.from_arrow(batch)
+        elif isinstance(batch, Mapping):
+            batch = self.cls.from_columns(batch)
+        elif not isinstance(batch, self.cls):
+            raise InputError("batch", f"expected {self.cls.__name__}, a column mapping or an "
+                             f"Arrow table (got {type(batch).__name__})")
+        if len(batch) == 0:
+            return
+        cols = batch.to_dict()
+        names = self.schema.names
+        missing = [n for n in names if n not in cols]
+        if missing:
+            raise InputError("batch", f"missing column(s) {missing} declared for this file")
+        extra = [n for n in cols if n not in names]
+        if extra:
+            raise InputError("batch", f"column(s) {extra} not declared for this file",
+                             f"open the writer with optional={extra}")
+        table = pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in self.schema],
+                                     schema=self.schema)
+        self._writer.write_table(table, row_group_size=max(len(batch), 1))
+        self.rows += len(batch)
+
+    def close(self, *, complete: bool = True) -> None:
+        """Write the footer. ``complete=False`` marks the file as cut short (still readable)."""
+        if self.closed:
+            return
+        self.closed = True
+        if hasattr(self._writer, "add_key_value_metadata"):
+            self._writer.add_key_value_metadata({_COMPLETE_KEY: b"true" if complete else b"false"})
+        self._writer.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(complete=exc_type is None)
+        return False
+
+    def __del__(self):  # best effort if the caller forgot close()
+        try:
+            if not self.closed:
+                self.close(complete=False)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+def _read(path, cls: type[_Table]):
+    path = Path(path)
+    if not path.exists():
+        raise InputError("path", f"{path} does not exist")
+    try:
+        pf = pq.ParquetFile(str(path))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError("path", f"{path} is not a readable Parquet file ({e})",
+                         "a writer killed before close() leaves no footer") from None
+    meta = pf.schema_arrow.metadata or {}
+    kind = meta.get(_KIND_KEY)
+    if kind is not None and kind.decode() != cls.KIND:
+        raise InputError("path", f"{path} holds {kind.decode()} records, not {cls.KIND}")
+    return cls.from_arrow(pf.read())
+
+
+def read_records(path) -> RequestRecords:
+    """Read and validate ``requests.parquet`` (or a run directory holding it)."""
+    path = Path(path)
+    return _read(path / REQUESTS_FILE if path.is_dir() else path, RequestRecords)
+
+
+def read_steps(path) -> StepRecords:
+    """Read and validate ``steps.parquet`` (or a run directory holding it)."""
+    path = Path(path)
+    return _read(path / STEPS_FILE if path.is_dir() else path, StepRecords)
+
+
+def read_timeseries(path) -> TimeSeries:
+    """Read and validate ``timeseries.parquet`` (or a run directory holding it)."""
+    path = Path(path)
+    return _read(path / TIMESERIES_FILE if path.is_dir() else path, TimeSeries)
+
+
+def is_complete(path) -> bool | None:
+    """Whether a file's writer closed normally (``None`` if the file does not say)."""
+    meta = pq.ParquetFile(str(path)).metadata.metadata or {}
+    flag = meta.get(_COMPLETE_KEY)
+    return None if flag is None else flag == b"true"
+
+
+def write_records(path, records: _Table, *, compression: str = "zstd") -> Path:
+    """Write one table to a Parquet file in one go."""
+    optional = [c for c in records.OPTIONAL if c in records]
+    with RecordWriter(path, type(records), optional=optional, compression=compression) as w:
+        w.write(records)
+    return Path(path)
+
+
+def dump_summary(path, summary: Mapping) -> Path:
+    """Write a summary dict as JSON (NaN and inf become null, numpy scalars plain numbers)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_plain(dict(summary)), indent=2, allow_nan=False) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    """The contents of a run directory; absent files are ``None``."""
+
+    requests: RequestRecords
+    steps: StepRecords | None = None
+    timeseries: TimeSeries | None = None
+    summary: dict | None = None
+
+
+def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None = None,
+              timeseries: TimeSeries | None = None, summary: Mapping | None = None) -> Path:
+    """Write a run directory (see the module docstring for the layout)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    write_records(d / REQUESTS_FILE, requests)
+    if steps is not None:
+        write_records(d / STEPS_FILE, steps)
+    if timeseries is not None:
+        write_records(d / TIMESERIES_FILE, timeseries)
+    if summary is not None:
+        dump_summary(d / SUMMARY_FILE, summary)
+    return d
+
+
+def read_run(directory) -> Run:
+    """Read a run directory written by :func:`write_run` or :class:`RunWriter`."""
+    d = Path(directory)
+    if not (d / REQUESTS_FILE).exists():
+        raise InputError("directory", f"{d} has no {REQUESTS_FILE}")
+    summary = None
+    if (d / SUMMARY_FILE).exists():
+        summary = json.loads((d / SUMMARY_FILE).read_text())
+    return Run(
+        requests=read_records(d / REQUESTS_FILE),
+        steps=read_steps(d / STEPS_FILE) if (d / STEPS_FILE).exists() else None,
+        timeseries=read_timeseries(d / TIMESERIES_FILE) if (d / TIMESERIES_FILE).exists() else None,
+        summary=summary,
+    )
+
+
+class RunWriter:
+    """Incremental writers for a whole run directory, opened on first use.
+
+        with RunWriter("runs/r1") as run:
+            run.write("requests", finished_batch)
+            run.write("steps", step_batch)
+            ...
+            run.write_summary(summarize(...))
+
+    On an exception every opened file is closed (finished batches stay readable).
+    ``step_optional`` lists optional step columns (``["steps"]``) the simulator emits.
+    """
+
+    FILES = {"requests": REQUESTS_FILE, "steps": STEPS_FILE, "timeseries": TIMESERIES_FILE}
+
+    def __init__(self, directory, *, step_optional=(), compression: str = "zstd"):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._optional = {"steps": tuple(step_optional)}
+        self._compression = compression
+        self.writers: dict[str, RecordWriter] = {}
+
+    def writer(self, kind: str) -> RecordWriter:
+        if kind not in self.FILES:
+            raise InputError("kind", f"unknown record kind {kind!r}", f"use one of {list(self.FILES)}")
+        if kind not in self.writers:
+            self.writers[kind] = RecordWriter(self.directory / self.FILES[kind], kind,
+                                              optional=self._optional.get(kind, ()),
+                                              compression=self._compression)
+        return self.writers[kind]
+
+    def write(self, kind: str, batch) -> None:
+        self.writer(kind).write(batch)
+
+    def write_summary(self, summary: Mapping) -> Path:
+        return dump_summary(self.directory / SUMMARY_FILE, summary)
+
+    def close(self, *, complete: bool = True) -> None:
+        if "requests" not in self.writers:  # a run directory always has requests.parquet
+            self.writer("requests")
+        for w in self.writers.values():
+            w.close(complete=complete)
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(complete=exc_type is None)
+        return False
+

@@ -1,0 +1,32 @@
+"""Scenario files: one YAML file holding a workload, a deployment, SLOs and run settings.
+
+``load_scenario(path_or_name)`` validates a file (or a shipped example: ``chat``, ``code``,
+``rag``, ``summarization``, ``mixed``) into a :class:`~llmqueue.scenario.model.Scenario`; see
+:mod:`llmqueue.scenario.model` for the schema. ``llmqueue scenario check FILE`` prints the
+resolved summary. Names are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Scenario": "model",
+    "load_scenario": "load",
+    "validate_scenario": "load",
+    "example_names": "load",
+    "example_path": "load",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'llmqueue.scenario' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmqueue.scenario.{mod}"), name)
+
+
+def __dir__():
+    return sorted(_EXPORTS)

@@ -1,0 +1,123 @@
+"""``llmqueue simulate`` against queueing truth and seed 004's capacity model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from llmqueue.cli.main import main
+from llmqueue.records import STATUSES, read_run
+
+SEED004 = [  # setting, prompt, output, b, paper mu_theory, paper measured mu_gpu
+    ("1:1", "uniform:10:1600", "uniform:10:1600", "0.0372", 3.263, 3.387),
+    ("2:1", "uniform:10:2133", "uniform:10:1066", "0.0430", 3.956, 3.650),
+    ("1:2", "uniform:10:1066", "uniform:10:2133", "0.0337", 2.902, 2.969),
+]
+
+
+def run_json(capsys, *args):
+    code = main(["simulate", *args, "--json", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def check_invariants(d, capacity=None):
+    """Every run: statuses from the schema and all accounted for; KV within capacity; on stable
+    runs Little's law within 2 %."""
+    counts = d["status_counts"]
+    assert set(counts) <= set(STATUSES)
+    assert sum(counts.values()) == d["arrivals"]
+    if capacity is not None:
+        assert d["mean_kv_tokens"] <= capacity
+    if d["verdict"] == "stable" and d.get("little_gap") is not None:
+        assert d["little_gap"] < 0.02
+
+
+@pytest.mark.parametrize("step,theory_ms", [("exp:0.1", 500.0), ("0.1", 300.0)])
+def test_one_request_at_a_time_is_mm1_or_md1(capsys, step, theory_ms):
+    """max_num_seqs 1, one step per request: M/M/1 (W = 1/(mu - lam) = 0.5 s) or M/D/1 (0.3 s)."""
+    d = run_json(capsys, "--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1", "--step-time", step,
+                 "--arrival", "poisson:8", "--num-requests", "200000", "--seed", "1")
+    lo, hi = d["mean_e2el_ms_ci"]
+    assert lo <= theory_ms <= hi, (d["mean_e2el_ms"], lo, hi)
+    assert d["theory"]["mg1"]["mean_e2el_ms"] == pytest.approx(theory_ms)
+    assert d["verdict"] == "stable"
+    check_invariants(d)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting,prompt,output,b,paper_theory,paper_measured", SEED004)
+def test_seed004_saturated_throughput_and_verdicts(capsys, setting, prompt, output, b, paper_theory, paper_measured):
+    base = ["--capacity-tokens", "131000", "--step-time", b, "--chunk", "512", "--prompt", prompt,
+            "--output", output, "--seed", "1", "--warmup", "300"]
+    sat = run_json(capsys, *base, "--arrival", "poisson:50", "--duration", "2400")
+    mu = sat["theory"]["mu_kv"]
+    assert abs(mu - paper_theory) / paper_theory < 0.005
+    assert abs(sat["request_throughput"] - mu) / mu < 0.10
+    print(f"\nseed 004 {setting}: simulated {sat['request_throughput']:.3f} req/s, theory {mu:.3f}, "
+          f"paper measured {paper_measured}")
+    check_invariants(sat, 131000)
+    for lam in (1, 3, 5, 20):
+        d = run_json(capsys, *base, "--arrival", f"poisson:{lam}", "--duration", "3600")
+        expected = "stable" if lam < mu else "unstable"
+        assert d["verdict"].split(":")[0] == expected, (lam, d["verdict"])
+        check_invariants(d, 131000)
+    assert sat["verdict"].startswith("unstable")
+    assert sat["queue_growth_per_s"] == pytest.approx(50 - sat["request_throughput"], rel=0.05)
+
+
+def test_request_that_can_never_fit_is_rejected_with_reason(tmp_path, capsys):
+    d = run_json(capsys, "--capacity-tokens", "2000", "--step-time", "0.01", "--prompt", "uniform:10:1500",
+                 "--output", "uniform:10:1500", "--arrival", "poisson:5", "--num-requests", "400",
+                 "--out", str(tmp_path / "run"))
+    run = read_run(tmp_path / "run")
+    rec = run.requests
+    from llmqueue.workload import Workload
+
+    # the same stream the command generated (seed 0): the requested output lengths
+    want = Workload("poisson:5", prompt="uniform:10:1500", output="uniform:10:1500").generate(seed=0, n=400)
+    target = np.asarray(want.output_tokens)[rec["request_id"]]
+    too_big = rec["prompt_tokens"] + target > 2000
+    st = rec["status"]
+    assert too_big.any() and (st == "rejected").sum() == too_big.sum()
+    assert (st[too_big] == "rejected").all()
+    assert set(st) <= {"ok", "rejected"}  # no livelock: everything that fits finished
+    assert d["status_counts"]["ok"] + d["status_counts"]["rejected"] == 400
+    assert d["reject_reasons"] == {"prompt+output N exceeds the KV cache (N tokens)": too_big.sum()}
+    assert np.isnan(rec["first_scheduled_s"][st == "rejected"]).all()  # a rejected request never ran
+    assert (run.steps["kv_tokens"] <= 2000).all()
+
+
+def test_out_dir_round_trip(tmp_path, capsys):
+    d = run_json(capsys, "--capacity-tokens", "50000", "--step-time", "linear:c0=0.01:decode=1e-4",
+                 "--prompt", "uniform:10:500", "--output", "uniform:10:200", "--arrival", "gamma:5:cv=2",
+                 "--duration", "120", "--out", str(tmp_path / "r"))
+    run = read_run(tmp_path / "r")
+    assert len(run.requests) == d["arrivals"]
+    assert run.summary["request_throughput"] == pytest.approx(d["request_throughput"])
+    assert (run.timeseries["kv_tokens"] <= 50000).all() and (run.steps["kv_tokens"] <= 50000).all()
+    check_invariants(d, 50000)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--capacity-tokens", "0"], "--capacity-tokens"),
+    (["--capacity-tokens", "1000", "--max-num-batched-tokens", "-5"], "--max-num-batched-tokens"),
+    (["--capacity-tokens", "1000", "--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--capacity-tokens", "1000", "--step-time", "-1"], "--step-time"),
+    (["--capacity-tokens", "1000", "--step-time", "linear:c0=0.01:bogus=1"], "--step-time"),
+    (["--capacity-tokens", "1000", "--num-requests", "0"], "--num-requests"),
+])
+def test_nonsensical_knobs_one_line_error(args, needle):
+    base = ["--step-time", "0.01", "--prompt", "fixed:10", "--output", "fixed:10", "--arrival", "poisson:1",
+            "--num-requests", "10"]
+    # later flags win in click, so the bad value comes last
+    p = subprocess.run([sys.executable, "-m", "llmqueue.cli.main", "simulate", *base, *args],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmqueue: error:") and needle in lines[0], p.stderr
