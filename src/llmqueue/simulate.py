@@ -50,6 +50,81 @@ class SimSpec:
     slos: dict | None = None
     options: SimOptions = field(default_factory=SimOptions)
     kv_unlimited: bool = False
+    notes: list = field(default_factory=list)
+
+
+def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
+                       num_requests: int | None = None) -> SimSpec:
+    """A :class:`SimSpec` from a validated :class:`llmqueue.scenario.Scenario`.
+
+    With ``deployment.replicas > 1`` the stream is split uniformly at random across the
+    replicas (a random router) and replica 0's share is simulated: the multi-replica cluster
+    comes with the cluster layer.
+    """
+    from llmqueue.engine.step_time import roofline_model
+
+    run = scenario.run
+    seed = run.seed if seed is None else seed
+    if duration_s is not None or num_requests is not None:
+        run = run.model_copy(update={"duration_s": duration_s, "num_requests": num_requests})
+        scenario = scenario.model_copy(update={"run": run})
+    requests = scenario.requests(seed)
+    d = scenario.deployment
+    notes = list(scenario.notes)
+    if d.replicas > 1:
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(11,)))
+        keep = rng.integers(0, d.replicas, len(requests)) == 0
+        requests = requests.select(keep) if hasattr(requests, "select") else _select(requests, keep)
+        notes.append(f"simulating replica 0 of {d.replicas} behind a uniform random router")
+    st = d.step_time_model
+    if st is None:
+        st = roofline_model(d.model, d.gpu, tensor_parallel_size=d.tensor_parallel_size)
+    mix = scenario.mix
+    slos = _slo_targets(mix.slos)
+    opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), retry=mix.retry_function(seed, requests))
+    spec = SimSpec(engine=scenario.engine_config(), step_time=parse_step_time(st), requests=requests,
+                   workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
+                   duration_s=run.duration_s, num_requests=run.num_requests, options=opts)
+    spec.notes = notes
+    return spec
+
+
+def _select(requests, keep):
+    from llmqueue.workload.generate import RequestArrays
+
+    cols = requests.to_columns()
+    return RequestArrays(**{("class_name" if k == "class" else k): np.asarray(v)[keep] for k, v in cols.items()})
+
+
+def _single_class_workload(mix):
+    """The class's Workload when the mix has one class (for the closed-form side), else None."""
+    classes = getattr(mix, "classes", [])
+    if len(classes) != 1:
+        return None
+    c = classes[0]
+    from llmqueue.workload import Workload
+
+    try:
+        arrival = mix.arrival if getattr(c, "arrival", None) is None else c.arrival
+        if getattr(c, "joint", None) is not None:
+            return Workload(arrival, joint=c.joint)
+        return Workload(arrival, prompt=c.prompt, output=c.output)
+    except Exception:  # the closed forms are a side dish: no workload, no theory
+        return None
+
+
+def _slo_targets(per_class: dict) -> dict | None:
+    """Scenario SLOs ({class: (SLO, ...)}) as metrics targets {class: {"p99_ttft_ms": ...}}."""
+    out = {}
+    for cls, slos in per_class.items():
+        t = {}
+        for slo in slos:
+            p = slo.percentile
+            word = str(int(p)) if int(p) == p else str(p)
+            t[f"p{word}_{slo.metric}_ms"] = slo.max_s * 1e3
+        if t:
+            out[cls] = t
+    return out or None
 
 
 @dataclass
@@ -70,17 +145,26 @@ def generate_requests(spec: SimSpec):
     return spec.workload.generate(spec.seed, n=spec.num_requests, duration=spec.duration_s)
 
 
-def theory_for(spec: SimSpec, requests) -> dict:
-    """Closed-form capacity bounds and, where exact, the queueing-model prediction."""
+def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
+    """Closed-form capacity bounds and, where exact, the queueing-model prediction.
+
+    ``b`` is the step time when it is constant (noise has mean one); otherwise it is measured as
+    the mean duration of the simulated steps, as seed 004 measures b-bar on the real engine.
+    """
     from llmqueue.theory.kv import kv_stability
 
     cfg = spec.engine
     model = spec.step_time
     out: dict = {}
-    if not model.is_constant:
-        out["note"] = "step time depends on the batch composition: closed forms need a representative b"
-        return out
-    b = model.c0  # noise factors have mean one
+    if model.is_constant:
+        b = model.c0  # noise factors have mean one
+        out["b_source"] = "step-time model"
+    else:
+        if not steps or not len(steps["duration_s"]):
+            return {"note": "no steps were simulated"}
+        k = steps["steps"] if "steps" in steps else np.ones(len(steps["duration_s"]))
+        b = float(np.sum(steps["duration_s"]) / np.sum(k))
+        out["b_source"] = "mean simulated step (seed 004's b-bar)"
     wl = spec.workload
     dists = _length_dists(wl)
     lam = _arrival_rate(wl, requests)
@@ -216,7 +300,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
         # e.g. {"prompt+output 2100 exceeds the KV cache (2000 tokens)": 3}, grouped by kind
         kinds = Counter(r.split(" ")[0] if r[:1].isdigit() else _reason_kind(r) for r in res.reject_reasons.values())
         summary["reject_reasons"] = dict(kinds)
-    theory = theory_for(spec, requests)
+    theory = theory_for(spec, requests, res.steps)
+    if spec.notes:
+        summary["notes"] = list(spec.notes)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs)
 
 

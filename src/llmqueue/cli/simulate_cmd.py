@@ -119,6 +119,7 @@ def workload_options(f):
 
 
 @command("simulate")
+@click.option("--scenario", help="A scenario file or a shipped example name (see `llmqueue scenario list`).")
 @engine_options
 @workload_options
 @click.option("--warmup", type=float, default=0.0, show_default=True, help="Seconds left out of the statistics.")
@@ -129,7 +130,7 @@ def workload_options(f):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write requests/steps/timeseries Parquet and summary.json here.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
-def simulate(out_dir, progress, as_json, **flags):
+def simulate(scenario, out_dir, progress, as_json, **flags):
     """Simulate one serving replica step by step with vLLM v1's scheduling semantics.
 
     Prints vLLM bench serve's metrics (TTFT, TPOT, ITL, E2EL percentiles with confidence
@@ -148,7 +149,14 @@ def simulate(out_dir, progress, as_json, **flags):
 
     from llmqueue.simulate import run_simulation, write_outcome
 
-    spec = build_spec(**flags)
+    if scenario is not None:
+        from llmqueue.scenario import load_scenario
+        from llmqueue.simulate import spec_from_scenario
+
+        spec = spec_from_scenario(load_scenario(scenario), seed=flags["seed"] if flags["seed"] else None,
+                                  duration_s=flags["duration"], num_requests=flags["num_requests"])
+    else:
+        spec = build_spec(**flags)
     if progress is None:
         progress = sys.stderr.isatty()
     out = run_simulation(spec, progress=progress)
@@ -176,7 +184,7 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
 
     verdict = s.get("verdict", "?")
     rows = [
-        ("requests (ok / all arrived)", f"{s.get('completed')} / {s.get('arrivals')}"),
+        ("completed / arrived (in window)", f"{s.get('completed')} / {s.get('arrivals')}"),
         ("status counts", ", ".join(f"{k} {v}" for k, v in (s.get("status_counts") or {}).items() if v)),
         ("simulated time (s)", s.get("duration_s")),
         ("request throughput (req/s)", s.get("request_throughput")),
@@ -194,7 +202,7 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
     print_kv(rows, title="Simulation")
     if th:
-        trows = []
+        trows = [("b (s), " + th.get("b_source", ""), th.get("b"))] if th.get("b") else []
         for k, label in (("mu_kv", "mu, KV memory M/(b E[g]) (req/s)"), ("mu_seqs", "mu, max_num_seqs slots (req/s)"),
                          ("mu_tokens", "mu, token budget (req/s)")):
             if k in th:
