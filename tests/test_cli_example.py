@@ -19,6 +19,10 @@ def test_example_reproduces_the_seeds(capsys):
         assert rows[B]["refined_mean_response_ms"] < rows[B]["mean_response_ms"]
     assert d["batch"]["B_min_rho_0.75_int"] == 8
     assert 2.1e9 < d["kv"]["llama-2-7b_4096_on_a100-80gb"]["kv_bytes_per_request"] < 2.2e9
+    stable, sat = d["simulation"]
+    assert stable["verdict"] == stable["theory_verdict"] == "stable"
+    assert sat["verdict"].startswith("unstable") and sat["theory_verdict"] == "unstable"
+    assert abs(sat["throughput"] - sat["mu_theory"]) / sat["mu_theory"] < 0.10
 
 
 def test_example_table_prints(capsys):
