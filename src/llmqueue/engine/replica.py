@@ -146,6 +146,7 @@ class Replica(ReferenceReplica):
         plan = []
         budget = B - n
         exact = budget < 0
+        preempted = 0
         demand = n
         blocks_needed = need_dec
         if not exact:
@@ -160,16 +161,30 @@ class Replica(ReferenceReplica):
                 budget -= new
                 blocks_needed += -(-(self.comp[i] + new) // self.bs) - self.blocks[i]
                 plan.append((i, new))
-            if blocks_needed > self.free or (demand > B and self._inverted()):
+            inverted = self._inverted() if (demand > B or blocks_needed > self.free) else False
+            if inverted:
                 exact = True
+            elif blocks_needed > self.free:
+                # out of KV blocks: preempt from the tail. While the victims are prefilling requests
+                # (they come after every decoder), the outcome does not depend on the decoders'
+                # order and is computed here; otherwise the reference scheduler decides.
+                tail = self._preempt_tail(n, need_dec, B - n, thr) if n and cfg.preemption == "newest" else None
+                if tail is None:
+                    exact = True
+                else:
+                    plan, budget, preempted = tail
         if exact:
             return self._exact_step(t)
-        # allocate: decoders and planned prefill chunks
-        self.free -= blocks_needed
-        for i, new in plan:
-            self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
-        # admit waiting requests with the remaining budget (no preemption happened)
-        while budget > 0 and len(self.order) < cfg.max_num_seqs:
+        if preempted:
+            for i, new in plan:
+                self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
+        else:
+            # allocate: decoders and planned prefill chunks
+            self.free -= blocks_needed
+            for i, new in plan:
+                self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
+        # admit waiting requests with the remaining budget (only in a step that preempted none)
+        while not preempted and budget > 0 and len(self.order) < cfg.max_num_seqs:
             i = self.waiting_head()
             if i is None:
                 break
@@ -209,7 +224,7 @@ class Replica(ReferenceReplica):
         t_end = t + dur
         used = (self.total_blocks - self.free) * self.bs
         self.sample_until(t_end, self.n_waiting, len(self.order), used)
-        self.record_step(t, dur, prefill, decode, len(self.order), self.n_waiting, used, 0)
+        self.record_step(t, dur, prefill, decode, len(self.order), self.n_waiting, used, preempted)
         self.steps_taken += 1
         # apply: decoders advance (D += 1), then prefill chunks
         if n:
@@ -232,6 +247,65 @@ class Replica(ReferenceReplica):
                     if self.prefilling and min(self.prefilling.values()) < s:
                         self.late.add(i)
         return t_end
+
+    def _preempt_tail(self, n: int, need_dec: int, budget: int, thr: int):
+        """vLLM's walk when blocks run out and every prefilling request comes after the decoders:
+        decoders allocate first, preempting prefilling requests from the tail as needed, then the
+        remaining prefilling requests take their chunks in order, preempting the tail when short.
+        Returns ``(plan, budget_left, preempted)`` with ``self.free`` updated, or None when a decoder
+        would have to be preempted (the caller then runs the reference scheduler)."""
+        pf = list(self.prefilling)
+        blocks = self.blocks
+        avail = self.free
+        k = 0
+        while need_dec > avail:
+            if k == len(pf):
+                return None
+            k += 1
+            avail += blocks[pf[-k]]
+        preempted = 0
+        for _ in range(k):
+            self._preempt(pf.pop())
+            preempted += 1
+        free = avail - need_dec
+        plan = []
+        idx = 0
+        bs = self.bs
+        while idx < len(pf) and budget > 0:
+            i = pf[idx]
+            new = self.prompt[i] + self.outp[i] - self.comp[i]
+            if thr and new > thr:
+                new = thr
+            new = min(new, budget)
+            need = -(-(self.comp[i] + new) // bs) - blocks[i]
+            gone = False
+            while need > free:
+                v = pf.pop()
+                free += blocks[v]
+                self._preempt(v)
+                preempted += 1
+                if v == i:
+                    gone = True
+                    break
+            if gone:
+                break
+            free -= need
+            plan.append((i, new))
+            budget -= new
+            idx += 1
+        self.free = free
+        return plan, budget, preempted
+
+    def _preempt(self, v: int) -> None:
+        """Preempt running request ``v`` (recompute): free its blocks, back to the waiting front."""
+        del self.order[v]
+        self.prefilling.pop(v, None)
+        self.blocks[v] = 0
+        self.comp[v] = 0
+        self.npre[v] += 1
+        self.state[v] = 1
+        self.n_waiting += 1
+        self.push_waiting(v, front=True)
 
     def _complete_decoders(self, t_end: float) -> None:
         D = self.D
