@@ -47,6 +47,7 @@ def _scenario(seed: int):
             return t + 0.5 * attempt if attempt < _n and status in ("rejected", "timeout") else None
     opts = SimOptions(horizon_s=float(rng.choice([1e9, 20.0])), seed=seed,
                       timeout_s={"b": float(rng.choice([2.0, 60.0]))} if rng.random() < 0.5 else {},
+                      ttft_timeout_s={"a": float(rng.choice([1.0, 5.0]))} if rng.random() < 0.3 else {},
                       retry=retry, sample_dt=0.5,
                       predicted_output=np.asarray(reqs.output_tokens) * rng.uniform(0.5, 1.5, len(reqs)))
     return cfg, step, reqs, opts

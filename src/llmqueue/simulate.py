@@ -81,7 +81,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
         st = roofline_model(d.model, d.gpu, tensor_parallel_size=d.tensor_parallel_size)
     mix = scenario.mix
     slos = _slo_targets(mix.slos)
-    opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), retry=mix.retry_function(seed, requests))
+    ttft = {c.name: c.client.ttft_timeout_s for c in mix.classes if c.client.ttft_timeout_s is not None}
+    opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), ttft_timeout_s=ttft, retry=mix.retry_function(seed, requests))
     spec = SimSpec(engine=scenario.engine_config(), step_time=parse_step_time(st), requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
                    duration_s=run.duration_s, num_requests=run.num_requests, options=opts)

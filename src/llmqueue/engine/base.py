@@ -8,7 +8,8 @@ Event semantics (one replica, vLLM v1):
 - At arrival it is rejected (``status = rejected``, ``finish_s = arrival_s``) when it can never
   run: prompt + output exceeds ``max_model_len`` or the whole KV cache, or when the waiting
   queue already holds ``max_waiting`` requests (admission control).
-- Client deadlines (``timeout``: arrival + the class's timeout) and queue-time shedding
+- Client deadlines (``timeout``: arrival + the class's timeout, or arrival + its TTFT timeout
+  while no first token has come) and queue-time shedding
   (``max_queue_time_s`` for requests that never started) are applied at step boundaries; the
   request's ``finish_s`` is the deadline itself, the moment the client gave up.
 - A request whose attempt ended with a retryable status is offered to the retry function,
@@ -44,6 +45,7 @@ class SimOptions:
 
     ``horizon_s``: stop at this simulated time (None: run until every request is done).
     ``timeout_s``: per class name, the client's timeout (seconds from arrival; absent = none).
+    ``ttft_timeout_s``: per class name, the client gives up if no first token came by then.
     ``retry``: the client retry function (see module docstring) or None.
     ``predicted_output``: per-request predicted output lengths (the ``srpt`` policy's key);
     defaults to the true output lengths (an oracle).
@@ -53,6 +55,7 @@ class SimOptions:
 
     horizon_s: float | None = None
     timeout_s: dict = field(default_factory=dict)
+    ttft_timeout_s: dict = field(default_factory=dict)
     retry: Callable | None = None
     predicted_output: np.ndarray | None = None
     sample_dt: float = 1.0
@@ -154,6 +157,9 @@ class BaseReplica:
         to = self.opt.timeout_s.get(self.cls[i])
         if to:
             heapq.heappush(self.deadlines, (self.arr[i] + to, 0, i))
+        tt = self.opt.ttft_timeout_s.get(self.cls[i])
+        if tt:
+            heapq.heappush(self.deadlines, (self.arr[i] + tt, 2, i))
         if self.cfg.max_queue_time_s:
             heapq.heappush(self.deadlines, (self.arr[i] + self.cfg.max_queue_time_s, 1, i))
 
@@ -209,6 +215,8 @@ class BaseReplica:
                     self.n_waiting -= 1
                     self.end(i, "rejected", when, "queue time limit")
                 continue
+            if kind == 2 and self.first_tok[i] == self.first_tok[i]:
+                continue  # TTFT deadline, but the first token came in time
             if st == 1:
                 self.n_waiting -= 1
             elif st == 2:

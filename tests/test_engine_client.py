@@ -1,0 +1,51 @@
+"""Client behaviour inside the engine: timeouts, TTFT timeouts and retries, as records show them."""
+
+import numpy as np
+
+from llmqueue.engine import EngineConfig, simulate
+from llmqueue.engine.base import SimOptions
+from llmqueue.workload import Workload
+
+
+def _overloaded():
+    reqs = Workload("poisson:20", prompt="uniform:100:400", output="uniform:20:60").generate(seed=3, n=600)
+    cfg = EngineConfig.from_capacity(20_000, max_num_seqs=8)
+    return reqs, cfg
+
+
+def test_ttft_timeout_cancels_only_requests_without_a_first_token():
+    reqs, cfg = _overloaded()
+    r = simulate(cfg, 0.02, reqs, options=SimOptions(ttft_timeout_s={"default": 1.0}))
+    q = r.requests
+    st = q["status"]
+    to = st == "timeout"
+    assert to.sum() > 50 and (st == "ok").sum() > 50
+    # timed-out requests had no first token by arrival + 1 s, and ended exactly then
+    assert (np.isnan(q["first_token_s"][to]) | (q["first_token_s"][to] > q["arrival_s"][to] + 1.0)).all()
+    np.testing.assert_allclose(q["finish_s"][to], q["arrival_s"][to] + 1.0)
+    # finished ones got their first token in time (they may take longer overall)
+    ok = st == "ok"
+    assert (q["first_token_s"][ok] <= q["arrival_s"][ok] + 1.0 + 1e-9).all()
+    assert (q["finish_s"][ok] - q["arrival_s"][ok] > 1.0).any()
+
+
+def test_retries_share_the_request_id_and_count_attempts():
+    reqs, cfg = _overloaded()
+    cfg = cfg.with_(max_waiting=5)
+
+    def retry(rid, attempt, status, t):
+        return t + 0.5 if status == "rejected" and attempt < 3 else None
+
+    r = simulate(cfg, 0.02, reqs, options=SimOptions(retry=retry))
+    q = r.requests
+    assert q["attempt"].max() == 3
+    # every retry follows a rejected attempt of the same request, 0.5 s after it ended
+    for rid in np.unique(q["request_id"][q["attempt"] > 1])[:50]:
+        rows = np.nonzero(q["request_id"] == rid)[0]
+        rows = rows[np.argsort(q["attempt"][rows])]
+        for a, b in zip(rows[:-1], rows[1:]):
+            assert q["status"][a] == "rejected"
+            assert q["arrival_s"][b] == q["finish_s"][a] + 0.5
+    # retry amplification: more attempts than requests
+    assert len(q) > len(reqs)
+    assert len(np.unique(q["request_id"])) == len(reqs)
