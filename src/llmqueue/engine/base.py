@@ -108,6 +108,8 @@ class BaseReplica:
         self.n_waiting = 0
         # --- deadlines: (time, kind, idx); kind 0 = client timeout, 1 = queue-time shedding ---
         self.deadlines: list = []
+        self.dl_total: dict[int, float] = {}  # client deadlines by request, when set
+        self.dl_ttft: dict[int, float] = {}
         self.steps_taken = 0
         # step records (columns) and time series
         self._step_buf: list = []
@@ -156,9 +158,11 @@ class BaseReplica:
         self.push_waiting(i, front=False)
         to = self.opt.timeout_s.get(self.cls[i])
         if to:
+            self.dl_total[i] = self.arr[i] + to
             heapq.heappush(self.deadlines, (self.arr[i] + to, 0, i))
         tt = self.opt.ttft_timeout_s.get(self.cls[i])
         if tt:
+            self.dl_ttft[i] = self.arr[i] + tt
             heapq.heappush(self.deadlines, (self.arr[i] + tt, 2, i))
         if self.cfg.max_queue_time_s:
             heapq.heappush(self.deadlines, (self.arr[i] + self.cfg.max_queue_time_s, 1, i))
@@ -215,7 +219,7 @@ class BaseReplica:
                     self.n_waiting -= 1
                     self.end(i, "rejected", when, "queue time limit")
                 continue
-            if kind == 2 and self.first_tok[i] == self.first_tok[i]:
+            if kind == 2 and self.first_tok[i] <= when:
                 continue  # TTFT deadline, but the first token came in time
             if st == 1:
                 self.n_waiting -= 1
@@ -226,6 +230,14 @@ class BaseReplica:
     # ----------------------------------------------------------------------------------------
     # endings and retries
     def end(self, i: int, status: str, t: float, reason: str | None = None) -> None:
+        if status == "ok" and (self.dl_total or self.dl_ttft):
+            # the client gave up before the response completed (inside the last step)
+            late = [d for d in (self.dl_total.get(i, math.inf),) if d < t]
+            dt = self.dl_ttft.get(i, math.inf)
+            if dt < self.first_tok[i]:
+                late.append(dt)
+            if late:
+                status, t = "timeout", min(late)
         self.state[i] = 3
         self.status[i] = status
         self.finish[i] = t
