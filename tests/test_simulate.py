@@ -122,3 +122,32 @@ def test_nonsensical_knobs_one_line_error(args, needle):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error:") and needle in lines[0], p.stderr
+
+
+def test_trace_replay_with_prefix_caching(tmp_path, capsys):
+    """A Mooncake-format trace whose requests share prefix blocks: caching serves the shared
+    512-token units from the cache and cuts prefill work."""
+    import json as _json
+
+    rng = np.random.default_rng(0)
+    lines = []
+    t = 0.0
+    for i in range(300):
+        t += rng.exponential(0.5)
+        doc = int(rng.integers(0, 4))
+        units = int(rng.integers(3, 8))
+        hashes = [doc * 100 + u for u in range(min(units, 3))] + [10_000 + i * 10 + u for u in range(3, units)]
+        lines.append(_json.dumps({"timestamp": int(t * 1000), "input_length": units * 512 - 100,
+                                  "output_length": int(rng.integers(10, 100)), "hash_ids": hashes}))
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    base = ["--trace", str(path), "--capacity-tokens", "200000", "--step-time", "linear:c0=0.01:prefill=5e-5:decode=1e-4",
+            "--out"]
+    off = run_json(capsys, *base, str(tmp_path / "off"))
+    on = run_json(capsys, *base, str(tmp_path / "on"), "--enable-prefix-caching")
+    assert off["arrivals"] == on["arrivals"] == 300
+    ron, roff = read_run(tmp_path / "on").requests, read_run(tmp_path / "off").requests
+    assert roff["cached_prompt_tokens"].sum() == 0
+    hit = ron["cached_prompt_tokens"]
+    assert (hit > 0).mean() > 0.9 and (hit % 512 == 0).all() and hit.max() <= 3 * 512
+    assert on["mean_ttft_ms"] < off["mean_ttft_ms"]

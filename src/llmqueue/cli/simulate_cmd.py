@@ -11,7 +11,7 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
                step_time, chunk, max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
                long_prefill_token_threshold, max_model_len, policy, preemption, max_waiting, max_queue_time,
                arrival, prompt, output, lengths, num_requests, duration, seed, warmup, sample_dt, slo_ttft_ms,
-               slo_tpot_ms, slo_e2el_ms):
+               slo_tpot_ms, slo_e2el_ms, trace=None, enable_prefix_caching=False, prefix_block_tokens=512):
     """Turn the command's flags into a :class:`llmqueue.simulate.SimSpec`."""
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
@@ -39,7 +39,7 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
         M, block_size=block_size, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
         enable_chunked_prefill=enable_chunked_prefill, long_prefill_token_threshold=long_prefill_token_threshold,
         max_model_len=max_model_len, policy=policy, preemption=preemption, max_waiting=max_waiting,
-        max_queue_time_s=max_queue_time)
+        max_queue_time_s=max_queue_time, enable_prefix_caching=enable_prefix_caching)
     if step_time is None:
         if model is None:
             raise InputError("step_time", "no step-time model",
@@ -47,9 +47,27 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
         st = roofline_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
     else:
         st = parse_step_time(step_time, field="step_time")
-    if arrival is None:
+    hash_ids = None
+    requests = None
+    wl = None
+    if trace is not None:
+        if arrival is not None or prompt is not None or output is not None or lengths is not None:
+            raise InputError("trace", "a trace brings its own arrivals and lengths",
+                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+        from llmqueue.workload.traces import load_trace, trace_to_requests, window
+
+        tr = load_trace(trace)
+        if duration is not None:
+            tr = window(tr, 0.0, duration)
+        if num_requests is not None:
+            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9) if len(tr) else tr
+        requests = trace_to_requests(tr)
+        hash_ids = tr.hash_ids
+    elif arrival is None:
         raise InputError("arrival", "missing arrival process", "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2")
-    if lengths is not None:
+    if requests is not None:
+        pass
+    elif lengths is not None:
         if prompt is not None or output is not None:
             raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
         wl = Workload(arrival, joint=lengths)
@@ -58,7 +76,7 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
             raise InputError("prompt" if prompt is None else "output", "missing length distribution",
                              "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
         wl = Workload(arrival, prompt=prompt, output=output)
-    if num_requests is None and duration is None:
+    if num_requests is None and duration is None and requests is None:
         raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
     if num_requests is not None and duration is not None:
         raise InputError("num_requests", "give --num-requests or --duration, not both")
@@ -72,8 +90,10 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
     positive("sample_dt", sample_dt)
     slos = {k: v for k, v in (("ttft_ms", slo_ttft_ms), ("tpot_ms", slo_tpot_ms), ("e2el_ms", slo_e2el_ms))
             if v is not None} or None
-    return SimSpec(engine=engine, step_time=st, workload=wl, num_requests=num_requests, duration_s=duration,
-                   seed=seed, warmup_s=warmup, slos=slos, options=SimOptions(seed=seed, sample_dt=sample_dt),
+    opts = SimOptions(seed=seed, sample_dt=sample_dt, hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens)
+    return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
+                   num_requests=None if requests is not None else num_requests,
+                   duration_s=duration, seed=seed, warmup_s=warmup, slos=slos, options=opts,
                    kv_unlimited=kv_unlimited)
 
 
@@ -97,6 +117,10 @@ def engine_options(f):
         click.option("--preemption", type=click.Choice(["newest", "lowest-priority"]), default="newest", show_default=True),
         click.option("--max-waiting", type=int, default=0, help="Admission control: reject when this many wait (0: off)."),
         click.option("--max-queue-time", type=float, default=0.0, help="Shed requests waiting longer (s; 0: off)."),
+        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=False, show_default=True,
+                     help="Reuse cached prompt prefixes (needs hash ids, e.g. a Mooncake --trace)."),
+        click.option("--prefix-block-tokens", type=int, default=512, show_default=True,
+                     help="Tokens per prefix hash id (Mooncake: 512)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -105,6 +129,7 @@ def engine_options(f):
 
 def workload_options(f):
     opts = [
+        click.option("--trace", help="Replay a trace file (Azure CSV, Mooncake JSONL, canonical Parquet, ...)."),
         click.option("--arrival", help="Arrival process: poisson:RATE | gamma:RATE:cv=CV | deterministic:RATE | onoff:..."),
         click.option("--prompt", help="Prompt length spec, e.g. uniform:10:1600."),
         click.option("--output", help="Output length spec, e.g. uniform:10:1600."),

@@ -51,6 +51,8 @@ class SimOptions:
     defaults to the true output lengths (an oracle).
     ``sample_dt``: time-series sampling interval (seconds); 0 disables the time series.
     ``seed``: seeds the step-time noise stream.
+    ``hash_ids``: per request, its prompt's prefix-unit ids (or None), for prefix caching;
+    ``hash_block_tokens``: tokens per unit (Mooncake traces: 512).
     """
 
     horizon_s: float | None = None
@@ -61,6 +63,8 @@ class SimOptions:
     sample_dt: float = 1.0
     seed: int = 0
     progress: Callable | None = None
+    hash_ids: list | None = None
+    hash_block_tokens: int = 512
 
 
 class BaseReplica:
@@ -97,6 +101,26 @@ class BaseReplica:
         self.status = [""] * n     # "" while in the system
         self.npre = [0] * n
         self.state = [0] * n       # 0 not arrived, 1 waiting, 2 running, 3 done
+        self.cached_tok = [0] * n  # prompt tokens found in the prefix cache at first scheduling
+        # --- prefix caching -------------------------------------------------------------------
+        self.pc = None
+        self.hashes = [None] * n
+        self.shared = [0] * n      # leading prefix units the request references in the cache
+        self.regstop = [False] * n
+        if config.enable_prefix_caching:
+            from llmqueue.engine.prefix_cache import PrefixCache
+
+            H = self.opt.hash_block_tokens
+            if H < 1 or H % config.block_size:
+                raise InputError("hash_block_tokens", f"{H} is not a multiple of the block size {config.block_size}")
+            self.H = H
+            self.ub = H // config.block_size
+            self.pc = PrefixCache(config.num_kv_blocks, self.ub)
+            if self.opt.hash_ids is not None:
+                if len(self.opt.hash_ids) != n:
+                    raise InputError("hash_ids", f"{len(self.opt.hash_ids)} hash lists for {n} requests")
+                self.hashes = [tuple(int(x) for x in h) if h is not None and len(h) else None
+                               for h in self.opt.hash_ids]
         # --- arrivals: the pre-generated stream plus a heap of retries ----------------------
         self._next_pre = 0
         self._n_pre = n
@@ -254,12 +278,84 @@ class BaseReplica:
                           ("target", self.target[i]), ("cls", self.cls[i]), ("attempt", self.attempt[i] + 1),
                           ("pred", self.pred[i]), ("prio", self.prio[i]), ("comp", 0), ("outp", 0),
                           ("blocks", 0), ("first_sched", NAN), ("first_tok", NAN), ("finish", NAN),
-                          ("status", ""), ("npre", 0), ("state", 0)):
+                          ("status", ""), ("npre", 0), ("state", 0), ("cached_tok", 0),
+                          ("hashes", self.hashes[i]), ("shared", 0), ("regstop", False)):
             getattr(self, name).append(val)
         heapq.heappush(self._retry_heap, (t_next, j))
 
     def remove_running(self, i: int) -> None:  # overridden by steppers
         raise NotImplementedError
+
+    # ----------------------------------------------------------------------------------------
+    # KV blocks: allocation from the free queue, release, admission, prefix units
+    def alloc(self, n: int) -> None:
+        """Take ``n`` free blocks (from the head of the free queue, evicting cached prefixes)."""
+        self.free -= n
+        if self.pc is not None and n:
+            self.pc.consume(n)
+
+    def release(self, i: int) -> None:
+        """Free request ``i``'s blocks: private ones, and its prefix units nobody else uses."""
+        if self.pc is None:
+            self.free += self.blocks[i]
+        else:
+            k = self.shared[i]
+            units = self.hashes[i][:k] if k else ()
+            self.free += self.pc.free_request(self.blocks[i] - k * self.ub, units)
+            self.shared[i] = 0
+        self.blocks[i] = 0
+
+    def admit_head(self, budget: int):
+        """vLLM's admission of the waiting head with ``budget`` tokens left in the step: returns
+        ``(i, new_tokens)`` after allocating its blocks (and its prefix-cache hits), or None when
+        it cannot be scheduled in this step. The caller checks ``max_num_seqs``."""
+        i = self.waiting_head()
+        if i is None:
+            return None
+        cfg = self.cfg
+        comp = self.comp[i]
+        k = extra = 0
+        if self.pc is not None and comp == 0 and self.hashes[i]:
+            k, extra = self.pc.lookup(self.hashes[i], (self.prompt[i] - 1) // self.H)
+            comp = k * self.H
+        new = self.prompt[i] + self.outp[i] - comp
+        if not cfg.enable_chunked_prefill and new > budget:
+            return None
+        thr = cfg.long_prefill_token_threshold
+        if thr and new > thr:
+            new = thr
+        if new > budget:
+            new = budget
+        need = -(-(comp + new) // self.bs) - self.blocks[i] - k * (self.ub if k else 0)
+        if need + extra > self.free:
+            return None
+        self.pop_waiting_head()
+        if k:
+            self.pc.take(self.hashes[i], k)
+            self.free -= extra
+            self.comp[i] = comp
+            self.shared[i] = k
+            self.blocks[i] = k * self.ub
+        if self.first_sched[i] != self.first_sched[i]:
+            self.cached_tok[i] = k * self.H if k else 0
+        self.alloc(need)
+        self.blocks[i] += need
+        self.state[i] = 2
+        return i, new
+
+    def register_units(self, i: int) -> None:
+        """After a step: cache the prefix units request ``i``'s prefill has completed."""
+        h = self.hashes[i]
+        if h is None or self.regstop[i]:
+            return
+        u = self.shared[i]
+        done = min(self.comp[i], self.prompt[i]) // self.H
+        while u < done and u < len(h):
+            if not self.pc.register(h[u]):
+                self.regstop[i] = True
+                break
+            u += 1
+        self.shared[i] = u
 
     # ----------------------------------------------------------------------------------------
     # records
@@ -323,7 +419,7 @@ class BaseReplica:
             "finish_s": f(self.finish, dtype=np.float64),
             "prompt_tokens": f(self.prompt, dtype=np.int64),
             "output_tokens": f(self.outp, dtype=np.int64),
-            "cached_prompt_tokens": np.zeros(n, dtype=np.int64),
+            "cached_prompt_tokens": f(self.cached_tok, dtype=np.int64),
             "status": f(self.status, dtype=object),
             "preemptions": f(self.npre, dtype=np.int64),
             "replica": np.zeros(n, dtype=np.int64),

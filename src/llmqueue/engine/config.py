@@ -29,6 +29,8 @@ class EngineConfig:
       ``lowest-priority`` (vLLM priority scheduling: largest priority value, newest first).
     - ``max_waiting``: admission control, reject arrivals when this many already wait (0 = no limit).
     - ``max_queue_time_s``: shed requests that waited longer than this before starting (0 = off).
+    - ``enable_prefix_caching``: reuse the KV of cached prompt prefixes (requests need hash ids;
+      see :mod:`llmqueue.engine.prefix_cache`).
     """
 
     num_kv_blocks: int
@@ -42,6 +44,7 @@ class EngineConfig:
     preemption: str = "newest"
     max_waiting: int = 0
     max_queue_time_s: float = 0.0
+    enable_prefix_caching: bool = False
     class_priority: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -25,10 +25,6 @@ class ReferenceReplica(BaseReplica):
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
-    def release(self, i: int) -> None:
-        self.free += self.blocks[i]
-        self.blocks[i] = 0
-
     def remove_running(self, i: int) -> None:
         self.running.remove(i)
         self.release(i)
@@ -57,7 +53,7 @@ class ReferenceReplica(BaseReplica):
             while True:
                 need = self.blocks_for(self.comp[i] + new) - self.blocks[i]
                 if need <= self.free:
-                    self.free -= need
+                    self.alloc(need)
                     self.blocks[i] += need
                     break
                 v = self.preempt_victim()
@@ -87,23 +83,11 @@ class ReferenceReplica(BaseReplica):
             k += 1
         if preempted == 0:
             while budget > 0 and len(self.running) < cfg.max_num_seqs:
-                i = self.waiting_head()
-                if i is None:
+                got = self.admit_head(budget)
+                if got is None:
                     break
-                new = self.prompt[i] + self.outp[i] - self.comp[i]
-                if not cfg.enable_chunked_prefill and new > budget:
-                    break
-                if thr and new > thr:
-                    new = thr
-                new = min(new, budget)
-                need = self.blocks_for(self.comp[i] + new) - self.blocks[i]
-                if need > self.free:
-                    break
-                self.pop_waiting_head()
-                self.free -= need
-                self.blocks[i] += need
+                i, new = got
                 self.running.append(i)
-                self.state[i] = 2
                 scheduled.append((i, new))
                 budget -= new
         return scheduled, preempted
@@ -131,8 +115,11 @@ class ReferenceReplica(BaseReplica):
         self.record_step(t, dur, prefill, decode, len(self.running), self.n_waiting,
                          (self.total_blocks - self.free) * self.bs, preempted)
         self.steps_taken += 1
+        pc = self.pc
         for i, new in scheduled:
             self.comp[i] += new
+            if pc is not None:
+                self.register_units(i)
             if self.comp[i] == self.prompt[i] + self.outp[i]:
                 self.outp[i] += 1
                 if self.outp[i] == 1:

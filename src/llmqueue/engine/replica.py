@@ -168,7 +168,8 @@ class Replica(ReferenceReplica):
                 # out of KV blocks: preempt from the tail. While the victims are prefilling requests
                 # (they come after every decoder), the outcome does not depend on the decoders'
                 # order and is computed here; otherwise the reference scheduler decides.
-                tail = self._preempt_tail(n, need_dec, B - n, thr) if n and cfg.preemption == "newest" else None
+                tail = (self._preempt_tail(n, need_dec, B - n, thr)
+                        if n and cfg.preemption == "newest" and self.pc is None else None)
                 if tail is None:
                     exact = True
                 else:
@@ -180,30 +181,18 @@ class Replica(ReferenceReplica):
                 self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
         else:
             # allocate: decoders and planned prefill chunks
-            self.free -= blocks_needed
+            self.alloc(blocks_needed)
             for i, new in plan:
                 self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
         while not preempted and budget > 0 and len(self.order) < cfg.max_num_seqs:
-            i = self.waiting_head()
-            if i is None:
+            got = self.admit_head(budget)
+            if got is None:
                 break
-            new = self.prompt[i] + self.outp[i] - self.comp[i]
-            if not cfg.enable_chunked_prefill and new > budget:
-                break
-            if thr and new > thr:
-                new = thr
-            new = min(new, budget)
-            need = -(-(self.comp[i] + new) // self.bs) - self.blocks[i]
-            if need > self.free:
-                break
-            self.pop_waiting_head()
-            self.free -= need
-            self.blocks[i] += need
+            i, new = got
             self.seq += 1
             self.order[i] = self.seq
             self.prefilling[i] = self.seq
-            self.state[i] = 2
             plan.append((i, new))
             budget -= new
         if not plan and n == 0:
@@ -230,8 +219,11 @@ class Replica(ReferenceReplica):
         if n:
             self.D += 1
             self._complete_decoders(t_end)
+        pc = self.pc
         for i, new in plan:
             self.comp[i] += new
+            if pc is not None:
+                self.register_units(i)
             if self.comp[i] == self.prompt[i] + self.outp[i]:
                 self.outp[i] += 1
                 if self.outp[i] == 1:
@@ -339,6 +331,8 @@ class Replica(ReferenceReplica):
         budget = cfg.max_num_batched_tokens - n
         if len(self.order) >= cfg.max_num_seqs or budget <= 0:
             return True
+        if self.pc is not None:
+            return False  # with prefix caching the admission check needs the cache: take a step
         new = self.prompt[i] + self.outp[i] - self.comp[i]
         if not cfg.enable_chunked_prefill and new > budget:
             return True
@@ -425,7 +419,7 @@ class Replica(ReferenceReplica):
         t_end = t + dur
         if self.opt.sample_dt > 0 and self.next_sample < t_end:
             self._sample_stretch(t, k, n)
-        self.free -= alloc
+        self.alloc(alloc)
         self.record_step(t, dur, 0, n, n, self.n_waiting, (self.total_blocks - self.free) * self.bs, 0, steps=k)
         self.steps_taken += k
         self.D += k

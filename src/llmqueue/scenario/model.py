@@ -723,8 +723,9 @@ class Scenario(_Section):
                     notes.append(f"class {c.name!r}: prompt + output can reach {hi:,} tokens, above max_model_len "
                                  f"{mml:,}; such requests are rejected (vLLM answers 400)")
         if self.deployment.enable_prefix_caching:
-            notes.append("enable_prefix_caching: the simulator does not model prefix reuse yet; a real vLLM "
-                         "server does")
+            notes.append("enable_prefix_caching: the simulator models prefix reuse only for requests that carry "
+                         "prefix hash ids (`llmqueue simulate --trace MOONCAKE.jsonl --enable-prefix-caching`); "
+                         "scenario workloads carry none yet, so they see no hits (a real vLLM server would)")
         return self
 
     def _class_slos(self, names: list[str]) -> dict[str, tuple]:
@@ -821,7 +822,7 @@ class Scenario(_Section):
             max_model_len=d.effective_max_model_len or 0, policy=policy,
             preemption="lowest-priority" if policy == "priority" else "newest",
             max_waiting=d.max_waiting, max_queue_time_s=d.max_queue_time_s,
-            class_priority=self.mix.priorities)
+            enable_prefix_caching=d.enable_prefix_caching, class_priority=self.mix.priorities)
 
     def summary(self, *, trace: bool = True) -> dict:
         """A resolved, JSON-ready summary (what ``llmqueue scenario check --json`` prints).
