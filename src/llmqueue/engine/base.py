@@ -343,6 +343,19 @@ class BaseReplica:
         self.state[i] = 2
         return i, new
 
+    def advance(self, i: int, new: int, t_end: float) -> int:
+        """Apply ``new`` computed tokens of request ``i`` at the end of a step: 0 = no token yet
+        (prefill continues), 1 = a token was produced, 2 = the last token was produced."""
+        self.comp[i] += new
+        if self.pc is not None:
+            self.register_units(i)
+        if self.comp[i] != self.prompt[i] + self.outp[i]:
+            return 0
+        self.outp[i] += 1
+        if self.outp[i] == 1:
+            self.first_tok[i] = t_end
+        return 2 if self.outp[i] == self.target[i] else 1
+
     def register_units(self, i: int) -> None:
         """After a step: cache the prefix units request ``i``'s prefill has completed."""
         h = self.hashes[i]

@@ -115,19 +115,11 @@ class ReferenceReplica(BaseReplica):
         self.record_step(t, dur, prefill, decode, len(self.running), self.n_waiting,
                          (self.total_blocks - self.free) * self.bs, preempted)
         self.steps_taken += 1
-        pc = self.pc
         for i, new in scheduled:
-            self.comp[i] += new
-            if pc is not None:
-                self.register_units(i)
-            if self.comp[i] == self.prompt[i] + self.outp[i]:
-                self.outp[i] += 1
-                if self.outp[i] == 1:
-                    self.first_tok[i] = t_end
-                if self.outp[i] == self.target[i]:
-                    self.running.remove(i)
-                    self.release(i)
-                    self.end(i, "ok", t_end)
+            if self.advance(i, new, t_end) == 2:
+                self.running.remove(i)
+                self.release(i)
+                self.end(i, "ok", t_end)
         return t_end
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -219,25 +219,18 @@ class Replica(ReferenceReplica):
         if n:
             self.D += 1
             self._complete_decoders(t_end)
-        pc = self.pc
         for i, new in plan:
-            self.comp[i] += new
-            if pc is not None:
-                self.register_units(i)
-            if self.comp[i] == self.prompt[i] + self.outp[i]:
-                self.outp[i] += 1
-                if self.outp[i] == 1:
-                    self.first_tok[i] = t_end
-                if self.outp[i] == self.target[i]:
-                    del self.order[i]
-                    del self.prefilling[i]
-                    self.release(i)
-                    self.end(i, "ok", t_end)
-                else:
-                    s = self.prefilling.pop(i)
-                    self._add_decoder(i)
-                    if self.prefilling and min(self.prefilling.values()) < s:
-                        self.late.add(i)
+            r = self.advance(i, new, t_end)
+            if r == 2:
+                del self.order[i]
+                del self.prefilling[i]
+                self.release(i)
+                self.end(i, "ok", t_end)
+            elif r == 1:
+                s = self.prefilling.pop(i)
+                self._add_decoder(i)
+                if self.prefilling and min(self.prefilling.values()) < s:
+                    self.late.add(i)
         return t_end
 
     def _preempt_tail(self, n: int, need_dec: int, budget: int, thr: int):

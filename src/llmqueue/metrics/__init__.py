@@ -13,7 +13,8 @@ Names are imported lazily so ``import llmqueue.metrics`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
+from llmqueue._lazy import lazy_exports
+
 
 _EXPORTS = {
     "summarize": "summary",
@@ -38,12 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'llmqueue.metrics' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llmqueue.metrics.{mod}"), name)
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, tuple(__all__))

@@ -14,7 +14,8 @@ Table and I/O names are imported lazily so ``import llmqueue.records`` stays che
 
 from __future__ import annotations
 
-import importlib
+from llmqueue._lazy import lazy_exports
+
 
 from llmqueue.records.schema import (
     REQUEST_COLUMNS,
@@ -50,12 +51,4 @@ __all__ = sorted([*_EXPORTS, "REQUEST_COLUMNS", "STATUSES", "STEP_COLUMNS",
                   "STEP_OPTIONAL_COLUMNS", "TIMESERIES_COLUMNS"])
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'llmqueue.records' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llmqueue.records.{mod}"), name)
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, tuple(__all__))

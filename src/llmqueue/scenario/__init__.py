@@ -8,7 +8,8 @@ resolved summary. Names are imported lazily.
 
 from __future__ import annotations
 
-import importlib
+from llmqueue._lazy import lazy_exports
+
 
 _EXPORTS = {
     "Scenario": "model",
@@ -21,12 +22,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'llmqueue.scenario' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llmqueue.scenario.{mod}"), name)
-
-
-def __dir__():
-    return sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())

@@ -13,7 +13,8 @@ Names are imported lazily on first use so that ``import llmqueue.theory`` is che
 
 from __future__ import annotations
 
-import importlib
+from llmqueue._lazy import lazy_exports
+
 
 _EXPORTS = {
     "little": "little",
@@ -74,12 +75,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'llmqueue.theory' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llmqueue.theory.{mod}"), name)
-
-
-def __dir__():
-    return sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())

@@ -20,7 +20,8 @@ Names are imported lazily on first use, so ``import llmqueue.workload`` stays ch
 
 from __future__ import annotations
 
-import importlib
+from llmqueue._lazy import lazy_exports
+
 
 _EXPORTS = {
     "Request": "request",
@@ -77,12 +78,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'llmqueue.workload' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llmqueue.workload.{mod}"), name)
-
-
-def __dir__():
-    return sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())
