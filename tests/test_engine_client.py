@@ -49,3 +49,25 @@ def test_retries_share_the_request_id_and_count_attempts():
     # retry amplification: more attempts than requests
     assert len(q["request_id"]) > len(reqs)
     assert len(np.unique(q["request_id"])) == len(reqs)
+
+
+def test_per_class_admission_control():
+    from llmqueue.workload.generate import RequestArrays
+
+    a = Workload("poisson:10", prompt="uniform:100:400", output="uniform:20:60", class_name="interactive").generate(seed=1, n=300)
+    b = Workload("poisson:10", prompt="uniform:100:400", output="uniform:20:60", class_name="batch").generate(seed=2, n=300)
+    reqs = RequestArrays.merge(a, b)
+    cfg = EngineConfig.from_capacity(20_000, max_num_seqs=8, class_max_waiting={"batch": 3},
+                                     class_max_queue_time_s={"interactive": 2.0})
+    r = simulate(cfg, 0.02, reqs, options=SimOptions())
+    q = r.requests
+    cls, st = q["class"], q["status"]
+    # batch: rejected at arrival when 3 of its own wait; interactive: shed after 2 s of waiting
+    rb = (cls == "batch") & (st == "rejected")
+    ri = (cls == "interactive") & (st == "rejected")
+    assert rb.sum() > 0 and ri.sum() > 0
+    np.testing.assert_allclose(q["finish_s"][rb], q["arrival_s"][rb])
+    np.testing.assert_allclose(q["finish_s"][ri], q["arrival_s"][ri] + 2.0)
+    assert np.isnan(q["first_scheduled_s"][rb | ri]).all()
+    ok_i = (cls == "interactive") & (st == "ok")
+    assert (q["first_scheduled_s"][ok_i] - q["arrival_s"][ok_i] <= 2.0 + 0.05).all()

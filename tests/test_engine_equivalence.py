@@ -33,7 +33,9 @@ def _scenario(seed: int):
         long_prefill_token_threshold=int(rng.choice([0, 0, 40])), policy=policy,
         preemption="lowest-priority" if policy == "priority" and rng.random() < 0.5 else "newest",
         max_waiting=int(rng.choice([0, 0, 20])), max_queue_time_s=float(rng.choice([0, 0, 30])),
-        class_priority={"a": 0, "b": 1})
+        class_priority={"a": 0, "b": 1},
+        class_max_waiting={"b": 8} if rng.random() < 0.3 else {},
+        class_max_queue_time_s={"a": 3.0} if rng.random() < 0.3 else {})
     step = str(rng.choice(["0.02", "exp:0.02", "linear:c0=0.005:prefill=2e-5:decode=3e-4:ctx=1e-7",
                            "linear:c0=0.01:decode=1e-4:noise=gamma:cv=0.5"]))
     rate = float(rng.choice([2, 10, 40]))

@@ -51,6 +51,7 @@ class SimSpec:
     options: SimOptions = field(default_factory=SimOptions)
     kv_unlimited: bool = False
     notes: list = field(default_factory=list)
+    predictor_cv: float = 0.0  # srpt: predicted output = true output x lognormal noise (mean 1, this CV)
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
@@ -275,6 +276,11 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
 
     requests = generate_requests(spec)
     opts = spec.options
+    if spec.engine.policy == "srpt" and opts.predicted_output is None and spec.predictor_cv > 0:
+        rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(13,)))
+        s2 = math.log1p(spec.predictor_cv ** 2)
+        noise = rng.lognormal(-s2 / 2, math.sqrt(s2), len(requests))
+        opts.predicted_output = np.asarray(requests.output_tokens, dtype=np.float64) * noise
     if spec.duration_s is not None and opts.horizon_s is None:
         opts.horizon_s = spec.duration_s
     bar = None

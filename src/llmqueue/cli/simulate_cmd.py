@@ -11,7 +11,8 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
                step_time, chunk, max_num_batched_tokens, max_num_seqs, enable_chunked_prefill,
                long_prefill_token_threshold, max_model_len, policy, preemption, max_waiting, max_queue_time,
                arrival, prompt, output, lengths, num_requests, duration, seed, warmup, sample_dt, slo_ttft_ms,
-               slo_tpot_ms, slo_e2el_ms, trace=None, enable_prefix_caching=False, prefix_block_tokens=512):
+               slo_tpot_ms, slo_e2el_ms, trace=None, enable_prefix_caching=False, prefix_block_tokens=512,
+               srpt_predictor_cv=0.0):
     """Turn the command's flags into a :class:`llmqueue.simulate.SimSpec`."""
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
@@ -94,7 +95,7 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
     return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
                    num_requests=None if requests is not None else num_requests,
                    duration_s=duration, seed=seed, warmup_s=warmup, slos=slos, options=opts,
-                   kv_unlimited=kv_unlimited)
+                   kv_unlimited=kv_unlimited, predictor_cv=nonnegative("srpt_predictor_cv", srpt_predictor_cv))
 
 
 def engine_options(f):
@@ -115,6 +116,8 @@ def engine_options(f):
         click.option("--max-model-len", type=int, default=0, help="Reject prompt+output above this (0: no limit)."),
         click.option("--policy", type=click.Choice(["fcfs", "priority", "sjf", "srpt"]), default="fcfs", show_default=True),
         click.option("--preemption", type=click.Choice(["newest", "lowest-priority"]), default="newest", show_default=True),
+        click.option("--srpt-predictor-cv", type=float, default=0.0, show_default=True,
+                     help="srpt policy: output-length predictor noise (lognormal CV; 0 = oracle)."),
         click.option("--max-waiting", type=int, default=0, help="Admission control: reject when this many wait (0: off)."),
         click.option("--max-queue-time", type=float, default=0.0, help="Shed requests waiting longer (s; 0: off)."),
         click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=False, show_default=True,

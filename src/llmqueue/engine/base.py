@@ -130,6 +130,7 @@ class BaseReplica:
         self.waiting_fifo: deque = deque()
         self.waiting_heap: list = []
         self.n_waiting = 0
+        self.n_waiting_cls: dict[str, int] = {}
         # --- deadlines: (time, kind, idx); kind 0 = client timeout, 1 = queue-time shedding ---
         self.deadlines: list = []
         self.dl_total: dict[int, float] = {}  # client deadlines by request, when set
@@ -177,8 +178,11 @@ class BaseReplica:
             return self.end(i, "rejected", self.arr[i], why)
         if self.cfg.max_waiting and self.n_waiting >= self.cfg.max_waiting:
             return self.end(i, "rejected", self.arr[i], "waiting queue full")
+        cap = self.cfg.class_max_waiting.get(self.cls[i]) if self.cfg.class_max_waiting else None
+        if cap and self.n_waiting_cls.get(self.cls[i], 0) >= cap:
+            return self.end(i, "rejected", self.arr[i], f"waiting queue of class {self.cls[i]} full")
         self.state[i] = 1
-        self.n_waiting += 1
+        self.wait_inc(i)
         self.push_waiting(i, front=False)
         to = self.opt.timeout_s.get(self.cls[i])
         if to:
@@ -188,8 +192,10 @@ class BaseReplica:
         if tt:
             self.dl_ttft[i] = self.arr[i] + tt
             heapq.heappush(self.deadlines, (self.arr[i] + tt, 2, i))
-        if self.cfg.max_queue_time_s:
-            heapq.heappush(self.deadlines, (self.arr[i] + self.cfg.max_queue_time_s, 1, i))
+        qt = (self.cfg.class_max_queue_time_s.get(self.cls[i]) if self.cfg.class_max_queue_time_s else None) \
+            or self.cfg.max_queue_time_s
+        if qt:
+            heapq.heappush(self.deadlines, (self.arr[i] + qt, 1, i))
 
     # ----------------------------------------------------------------------------------------
     # the waiting queue (lazy deletion: entries whose state is no longer 1 are skipped)
@@ -219,8 +225,18 @@ class BaseReplica:
 
     def pop_waiting_head(self) -> int:
         i = self.waiting_fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self.waiting_heap)[2]
-        self.n_waiting -= 1
+        self.wait_dec(i)
         return i
+
+    def wait_inc(self, i: int) -> None:
+        """Request ``i`` joins the waiting queue (counted in total and by class)."""
+        self.n_waiting += 1
+        c = self.cls[i]
+        self.n_waiting_cls[c] = self.n_waiting_cls.get(c, 0) + 1
+
+    def wait_dec(self, i: int) -> None:
+        self.n_waiting -= 1
+        self.n_waiting_cls[self.cls[i]] -= 1
 
     # ----------------------------------------------------------------------------------------
     # deadlines
@@ -240,13 +256,13 @@ class BaseReplica:
                 continue
             if kind == 1:  # shedding applies only to requests that never started
                 if st == 1 and self.first_sched[i] != self.first_sched[i]:
-                    self.n_waiting -= 1
+                    self.wait_dec(i)
                     self.end(i, "rejected", when, "queue time limit")
                 continue
             if kind == 2 and self.first_tok[i] <= when:
                 continue  # TTFT deadline, but the first token came in time
             if st == 1:
-                self.n_waiting -= 1
+                self.wait_dec(i)
             elif st == 2:
                 self.remove_running(i)
             self.end(i, "timeout", when)

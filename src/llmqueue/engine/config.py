@@ -29,6 +29,8 @@ class EngineConfig:
       ``lowest-priority`` (vLLM priority scheduling: largest priority value, newest first).
     - ``max_waiting``: admission control, reject arrivals when this many already wait (0 = no limit).
     - ``max_queue_time_s``: shed requests that waited longer than this before starting (0 = off).
+    - ``class_priority``, ``class_max_waiting``, ``class_max_queue_time_s``: per request class
+      (lane, tenant), its priority and its own admission limits (applied besides the global ones).
     - ``enable_prefix_caching``: reuse the KV of cached prompt prefixes (requests need hash ids;
       see :mod:`llmqueue.engine.prefix_cache`).
     """
@@ -46,6 +48,8 @@ class EngineConfig:
     max_queue_time_s: float = 0.0
     enable_prefix_caching: bool = False
     class_priority: dict = field(default_factory=dict)
+    class_max_waiting: dict = field(default_factory=dict)
+    class_max_queue_time_s: dict = field(default_factory=dict)
 
     def __post_init__(self):
         positive_int("num_kv_blocks", self.num_kv_blocks)
@@ -56,6 +60,9 @@ class EngineConfig:
         positive_int("max_model_len", self.max_model_len, minimum=0)
         positive_int("max_waiting", self.max_waiting, minimum=0)
         nonnegative("max_queue_time_s", self.max_queue_time_s)
+        for name in ("class_max_waiting", "class_max_queue_time_s"):
+            for c, v in getattr(self, name).items():
+                (positive_int if name == "class_max_waiting" else nonnegative)(f"{name}[{c}]", v)
         if self.policy not in POLICIES:
             raise InputError("policy", f"unknown scheduling policy {self.policy!r}", f"choose one of: {', '.join(POLICIES)}")
         if self.preemption not in PREEMPTION:

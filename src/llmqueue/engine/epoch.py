@@ -29,7 +29,8 @@ def epoch_eligible(sim) -> bool:
     m = sim.model
     cfg = sim.cfg
     return (m.is_constant and sim.noise is None and not sim.opt.timeout_s and not sim.opt.ttft_timeout_s
-            and not cfg.max_waiting and not cfg.enable_prefix_caching
+            and not cfg.max_waiting and not cfg.enable_prefix_caching and not cfg.class_max_waiting
+            and not cfg.class_max_queue_time_s
             and not cfg.max_queue_time_s)
 
 

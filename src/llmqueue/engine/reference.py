@@ -70,7 +70,7 @@ class ReferenceReplica(BaseReplica):
                 self.comp[v] = 0
                 self.npre[v] += 1
                 self.state[v] = 1
-                self.n_waiting += 1
+                self.wait_inc(v)
                 self.push_waiting(v, front=True)
                 preempted += 1
                 if v == i:

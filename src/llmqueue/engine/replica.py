@@ -289,7 +289,7 @@ class Replica(ReferenceReplica):
         self.comp[v] = 0
         self.npre[v] += 1
         self.state[v] = 1
-        self.n_waiting += 1
+        self.wait_inc(v)
         self.push_waiting(v, front=True)
 
     def _complete_decoders(self, t_end: float) -> None:

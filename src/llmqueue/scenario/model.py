@@ -299,6 +299,8 @@ class ClassConfig(_Section):
     lengths: Any = None
     priority: Int = 0
     client: ClientConfig | None = None
+    max_waiting: Int | None = Field(None, ge=1)       # admission control: reject beyond this many waiting
+    max_queue_time_s: Float | None = Field(None, gt=0)  # shed requests that waited longer before starting
 
     check_arrival = field_validator("arrival")(_arrival)
     check_lengths = field_validator("prompt", "output")(_length)
@@ -822,7 +824,10 @@ class Scenario(_Section):
             max_model_len=d.effective_max_model_len or 0, policy=policy,
             preemption="lowest-priority" if policy == "priority" else "newest",
             max_waiting=d.max_waiting, max_queue_time_s=d.max_queue_time_s,
-            enable_prefix_caching=d.enable_prefix_caching, class_priority=self.mix.priorities)
+            enable_prefix_caching=d.enable_prefix_caching, class_priority=self.mix.priorities,
+            class_max_waiting={c.name: c.max_waiting for c in self.workload.classes or () if c.max_waiting},
+            class_max_queue_time_s={c.name: c.max_queue_time_s for c in self.workload.classes or ()
+                                    if c.max_queue_time_s})
 
     def summary(self, *, trace: bool = True) -> dict:
         """A resolved, JSON-ready summary (what ``llmqueue scenario check --json`` prints).
