@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -135,6 +136,7 @@ class SimOutcome:
     summary: dict
     theory: dict
     records: object  # RequestRecords
+    stream: object = None  # the intended request stream (RequestArrays)
 
 
 def generate_requests(spec: SimSpec):
@@ -301,6 +303,13 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
     summary["wall_s"] = res.wall_s
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
+    cfg = spec.engine
+    if not spec.kv_unlimited:
+        summary["kv_capacity_tokens"] = cfg.capacity_tokens
+    summary["engine"] = {"max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                         "block_size": cfg.block_size, "enable_chunked_prefill": cfg.enable_chunked_prefill,
+                         "num_gpu_blocks": None if spec.kv_unlimited else cfg.num_kv_blocks}
+    summary["step_time"] = spec.step_time.spec
     if res.reject_reasons:
         from collections import Counter
 
@@ -310,7 +319,7 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
     theory = theory_for(spec, requests, res.steps)
     if spec.notes:
         summary["notes"] = list(spec.notes)
-    return SimOutcome(result=res, summary=summary, theory=theory, records=recs)
+    return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
 
 
 def _reason_kind(reason: str) -> str:
@@ -338,3 +347,15 @@ def write_outcome(out: SimOutcome, directory) -> None:
     write_run(directory, requests=out.records, steps=StepRecords.from_columns(out.result.steps),
               timeseries=TimeSeries.from_columns(out.result.timeseries),
               summary={**out.summary, "theory": out.theory})
+    if out.stream is not None:
+        write_workload(out.stream, Path(directory) / "workload.parquet")
+
+
+def write_workload(requests, path) -> None:
+    """The intended request stream (what a run was asked to serve) as ``workload.parquet``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = requests.to_columns()
+    pq.write_table(pa.table({k: (np.asarray(v).astype(str) if k == "class" else np.asarray(v)) for k, v in cols.items()}),
+                   path)

@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
     "scenario": ("llmqueue.cli.scenario_cmd", "scenario", "Scenario files (workload + deployment + SLOs): check."),
     "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate one serving replica step by step: records, summary, verdict."),
+    "calibrate": ("llmqueue.cli.calibrate_cmd", "calibrate", "Measure M, b-bar and a step-time model from a run directory."),
+    "validate": ("llmqueue.cli.calibrate_cmd", "validate", "Theory and simulation with calibrated inputs against a measured run."),
 }
 
 

@@ -1,0 +1,201 @@
+"""Calibration: the simulator's and the theory's inputs, measured on a real (or simulated) run.
+
+Seed 004's recipe needs three measured inputs: the KV capacity ``M`` (tokens), a representative
+step time ``b`` and the joint (prompt, output) length distribution. From a run directory:
+
+- ``M``: the server's ``vllm:cache_config_info`` (``num_gpu_blocks x block_size``) recorded by the
+  benchmark in ``server.json``, or given by the user;
+- ``b``: seed 004 appendix C's estimators (median and alpha-trimmed means) over the decode
+  inter-token latencies of the run (one sample per decoded token, from ``tokens.parquet`` or
+  from step records), measured where the engine is busy;
+- a linear step-time model ``c0 + c_prefill P + c_decode D + c_ctx C`` by non-negative least
+  squares on the per-step composition, when step records exist (the server's
+  ``--enable-logging-iteration-details`` log, or a simulated run);
+- the workload: the measured (prompt, output) pairs.
+
+The result is written as YAML; ``step_time:`` holds the constant-b spec the simulator reads
+(``--step-time fitted:calibration.yaml``), ``step_time_linear:`` the fitted linear model when
+there was one, and ``capacity_tokens:`` the KV capacity.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llmqueue._result import Result
+from llmqueue.errors import InputError
+
+
+@dataclass(frozen=True)
+class Calibration(Result):
+    """Measured model inputs. ``b`` is the chosen estimator's value (seconds); ``b_estimators``
+    holds all of them; ``linear`` the fitted step-time coefficients (or None)."""
+
+    source: str
+    capacity_tokens: float | None
+    block_size: int | None
+    b: float
+    b_estimator: str
+    b_estimators: dict
+    itl_samples: int
+    itl_cv: float
+    linear: dict | None
+    step_time: str
+    step_time_linear: str | None = None
+    engine: dict = field(default_factory=dict)
+    notes: tuple = ()
+
+
+def _itl_from_tokens(path: Path) -> np.ndarray:
+    """Decode inter-token gaps (s) from per-token times: consecutive tokens of one request."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).to_pydict()
+    keys = [k for k in ("request_id", "attempt") if k in t]
+    order = np.lexsort([np.asarray(t["index"])] + [np.asarray(t[k]) for k in reversed(keys)])
+    ts = np.asarray(t["t_s"], dtype=np.float64)[order]
+    same = np.ones(len(ts) - 1, dtype=bool) if len(ts) > 1 else np.zeros(0, dtype=bool)
+    for k in keys:
+        v = np.asarray(t[k])[order]
+        same &= v[1:] == v[:-1]
+    gaps = np.diff(ts)[same]
+    return gaps[gaps > 0]
+
+
+def _itl_from_steps(steps) -> tuple[np.ndarray, np.ndarray]:
+    """(durations, weights): each step's duration, weighted by the sequences it decoded."""
+    d = np.asarray(steps["duration_s"], dtype=np.float64)
+    k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(len(d))
+    w = np.asarray(steps["decode_seqs"], dtype=np.float64) * k
+    per = d / np.maximum(k, 1)
+    m = w > 0
+    return per[m], w[m]
+
+
+def _weighted_quantile(x, w, q):
+    o = np.argsort(x)
+    x, w = x[o], w[o]
+    c = np.cumsum(w)
+    return float(np.interp(q * c[-1], c - w / 2, x))
+
+
+def _estimators(x: np.ndarray, w: np.ndarray | None, alphas=(0.05, 0.10)) -> dict:
+    if w is None:
+        w = np.ones(len(x))
+    o = np.argsort(x)
+    xs, ws = x[o], w[o]
+    c = np.cumsum(ws) / ws.sum()
+    out = {"mean": float(np.average(x, weights=w)), "median": _weighted_quantile(x, w, 0.5)}
+    for a in alphas:
+        keep = (c > a) & (c - ws / ws.sum() < 1 - a)
+        out[f"trimmed_{a:g}"] = float(np.average(xs[keep], weights=ws[keep])) if keep.any() else out["mean"]
+    return out
+
+
+def fit_linear(steps) -> dict | None:
+    """Non-negative least squares of step duration on (1, prefill tokens, decode seqs, context)."""
+    from scipy.optimize import nnls
+
+    n = len(steps["duration_s"])
+    if n < 20:
+        return None
+    k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(n)
+    y = np.asarray(steps["duration_s"], dtype=np.float64) / np.maximum(k, 1)
+    P = np.asarray(steps["prefill_tokens"], dtype=np.float64)
+    D = np.asarray(steps["decode_seqs"], dtype=np.float64)
+    C = np.asarray(steps["kv_tokens"], dtype=np.float64)
+    X = np.column_stack([np.ones(n), P, D, C])
+    sw = np.sqrt(k)
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-12)
+    coef, _ = nnls((X / scale) * sw[:, None], y * sw)
+    coef = coef / scale
+    pred = X @ coef
+    ss_res = float(np.sum(k * (y - pred) ** 2))
+    ss_tot = float(np.sum(k * (y - np.average(y, weights=k)) ** 2))
+    return {"c0": float(coef[0]), "prefill": float(coef[1]), "decode": float(coef[2]), "ctx": float(coef[3]),
+            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum())}
+
+
+def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "median",
+              busy_only: bool = True) -> Calibration:
+    """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory."""
+    from llmqueue.records import read_run
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("run", f"{run_dir} is not a run directory", "give the --out directory of bench or simulate")
+    run = read_run(run_dir)
+    notes = []
+    server = {}
+    sj = run_dir / "server.json"
+    if sj.exists():
+        server = json.loads(sj.read_text())
+    M = capacity_tokens
+    block = server.get("block_size")
+    if M is None:
+        if server.get("num_gpu_blocks") and server.get("block_size"):
+            M = float(server["num_gpu_blocks"]) * float(server["block_size"])
+            notes.append("M from the server's cache_config_info (num_gpu_blocks x block_size)")
+        elif run.summary and run.summary.get("kv_capacity_tokens"):
+            M = float(run.summary["kv_capacity_tokens"])
+            notes.append("M from the run summary")
+        else:
+            notes.append("M unknown: give --capacity-tokens")
+    tok = run_dir / "tokens.parquet"
+    steps = run.steps
+    if tok.exists():
+        x = _itl_from_tokens(tok)
+        w = None
+        src = "decode inter-token latencies (tokens.parquet)"
+    elif steps is not None and len(steps):
+        x, w = _itl_from_steps(steps)
+        src = "step durations weighted by decoded sequences (steps.parquet)"
+    else:
+        raise InputError("run", f"{run_dir} has neither tokens.parquet nor steps.parquet",
+                         "benchmark with per-token times, or simulate with --out")
+    if len(x) < 10:
+        raise InputError("run", f"only {len(x)} inter-token samples in {run_dir}", "run longer")
+    est = _estimators(x, w)
+    if estimator not in est:
+        raise InputError("estimator", f"unknown estimator {estimator!r}", f"choose one of {', '.join(est)}")
+    b = est[estimator]
+    mean = np.average(x, weights=w)
+    cv = float(np.sqrt(np.average((x - mean) ** 2, weights=w)) / mean)
+    notes.append(f"b from {src}")
+    lin = fit_linear(steps) if steps is not None and len(steps) and "prefill_tokens" in steps else None
+    known = {**((run.summary or {}).get("engine") or {}), **server}
+    engine = {k: known[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
+                                    "enable_chunked_prefill", "num_gpu_blocks") if known.get(k) is not None}
+    block = block or engine.get("block_size")
+    step_linear = None
+    if lin is not None:
+        step_linear = "linear:c0={c0:.6g}:prefill={prefill:.6g}:decode={decode:.6g}:ctx={ctx:.6g}".format(**lin)
+    return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
+                       b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=f"{b:.6g}",
+                       step_time_linear=step_linear, engine=engine, notes=tuple(notes))
+
+
+def write_calibration(cal: Calibration, path) -> Path:
+    import yaml
+
+    d = cal.to_dict()
+    d["notes"] = list(d["notes"])
+    p = Path(path)
+    p.write_text("# llmqueue calibration (seed 004's inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
+    return p
+
+
+def load_calibration(path) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError("calibration", f"file not found: {p}")
+    d = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(d, dict) or "step_time" not in d:
+        raise InputError("calibration", f"{p} is not a calibration file (no step_time)")
+    return d

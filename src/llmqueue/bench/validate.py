@@ -1,0 +1,103 @@
+"""Validation: theory and simulation, fed with calibrated inputs, against a measured run.
+
+The measured run's request stream (intended arrival times, prompt and requested output
+lengths; ``workload.parquet`` written by the benchmark, else rebuilt from the records) is
+replayed through the simulator with the calibration's ``M`` and step-time model and the
+server's engine knobs; seed 004's ``mu = M / (b E[g])`` is computed on the measured (prompt,
+output) pairs. Each quantity is reported predicted against measured with its relative error:
+throughput (and capacity ``mu`` when the measured run was saturated), TTFT and TPOT p50/p99, the
+stability verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from llmqueue.errors import InputError
+
+QUANTITIES = ("request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+              "mean_e2el_ms")
+
+
+def measured_stream(run_dir: Path, requests):
+    """The request stream the run intended to send, as a RequestArrays."""
+    from llmqueue.workload.generate import RequestArrays
+
+    wp = run_dir / "workload.parquet"
+    if wp.exists():
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(wp).to_pydict()
+        return RequestArrays(np.asarray(t["request_id"]), np.asarray(t["arrival_s"]),
+                             np.asarray(t["prompt_tokens"]), np.asarray(t["output_tokens"]),
+                             np.asarray(t.get("class", ["default"] * len(t["request_id"])), dtype=object))
+    first = requests["attempt"] == 1
+    ok = requests["status"] == "ok"
+    if not ok[first].all():
+        raise InputError("run", "the run has unfinished or failed requests and no workload.parquet",
+                         "benchmark with a version that writes workload.parquet")
+    return RequestArrays(requests["request_id"][first], requests["arrival_s"][first],
+                         requests["prompt_tokens"][first], requests["output_tokens"][first],
+                         requests["class"][first])
+
+
+def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
+             step_model: str = "constant") -> dict:
+    """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``."""
+    from llmqueue.engine.base import SimOptions
+    from llmqueue.engine.config import EngineConfig
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.records import read_run
+    from llmqueue.simulate import SimSpec, run_simulation
+    from llmqueue.theory.kv import kv_stability
+
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    measured = dict(run.summary or {})
+    if not measured:
+        raise InputError("run", f"{run_dir} has no summary.json")
+    warm = measured.get("warmup_s", 0.0) if warmup_s is None else warmup_s
+    stream = measured_stream(run_dir, run.requests)
+    M = calibration.get("capacity_tokens")
+    if not M:
+        raise InputError("calibration", "the calibration has no capacity_tokens (M)", "give --capacity-tokens to calibrate")
+    eng = calibration.get("engine", {})
+    cfg = EngineConfig.from_capacity(
+        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
+        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
+        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+    if step_model == "linear":
+        if not calibration.get("step_time_linear"):
+            raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
+        step = parse_step_time(calibration["step_time_linear"])
+    else:
+        step = parse_step_time(calibration["step_time"])
+    horizon = measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
+    spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
+                   options=SimOptions(seed=seed, horizon_s=horizon))
+    sim = run_simulation(spec).summary
+    s = np.asarray(stream.prompt_tokens, dtype=np.float64)
+    o = np.asarray(stream.output_tokens, dtype=np.float64)
+    b = float(calibration["b"])
+    lam = (len(s) - 1) / (stream.arrival_s[-1] - stream.arrival_s[0]) if len(s) > 1 else None
+    th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam)
+    rows = []
+    for q in QUANTITIES:
+        m, p = measured.get(q), sim.get(q)
+        rows.append({"quantity": q, "measured": m, "simulated": p,
+                     "rel_err_sim": (p - m) / m if (m and p is not None) else None})
+    sat = str(measured.get("verdict", "")).startswith("unstable")
+    cap = {"quantity": "capacity mu (req/s)", "theory": th.mu,
+           "simulated": sim.get("request_throughput") if sat else None,
+           "measured": measured.get("request_throughput") if sat else None}
+    if sat:
+        cap["rel_err_theory"] = (th.mu - cap["measured"]) / cap["measured"]
+        cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
+    verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": th.verdict}
+    return {"run": str(run_dir), "lam": lam, "saturated": sat, "capacity": cap, "rows": rows,
+            "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
+            "step_model": step.spec,
+            "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
+                                                            "step_time_linear")}}
