@@ -137,7 +137,10 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     M = capacity_tokens
     block = server.get("block_size")
     if M is None:
-        if server.get("num_gpu_blocks") and server.get("block_size"):
+        if server.get("M_usable"):
+            M = float(server["M_usable"])
+            notes.append("M from the server: usable KV blocks x block_size")
+        elif server.get("num_gpu_blocks") and server.get("block_size"):
             M = float(server["num_gpu_blocks"]) * float(server["block_size"])
             notes.append("M from the server's cache_config_info (num_gpu_blocks x block_size)")
         elif run.summary and run.summary.get("kv_capacity_tokens"):

@@ -44,7 +44,7 @@ def measured_stream(run_dir: Path, requests):
 
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
-             step_model: str = "constant") -> dict:
+             step_model: str = "constant", horizon_s: float | None = None) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``."""
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
@@ -59,6 +59,12 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     if not measured:
         raise InputError("run", f"{run_dir} has no summary.json")
     warm = measured.get("warmup_s", 0.0) if warmup_s is None else warmup_s
+    if horizon_s is not None:
+        # measure both sides over the same window [warm, horizon_s] (e.g. a saturation run's
+        # arrival period, leaving out the drain after the last arrival)
+        from llmqueue.metrics import summarize
+
+        measured = summarize(run.requests, warmup_s=warm, horizon_s=horizon_s)
     stream = measured_stream(run_dir, run.requests)
     M = calibration.get("capacity_tokens")
     if not M:
@@ -74,7 +80,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         step = parse_step_time(calibration["step_time_linear"])
     else:
         step = parse_step_time(calibration["step_time"])
-    horizon = measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
+    horizon = horizon_s or measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
     spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
                    options=SimOptions(seed=seed, horizon_s=horizon))
     sim = run_simulation(spec).summary

@@ -28,8 +28,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
     "scenario": ("llmqueue.cli.scenario_cmd", "scenario", "Scenario files (workload + deployment + SLOs): check."),
     "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate one serving replica step by step: records, summary, verdict."),
+    "bench": ("llmqueue.cli.bench_cmd", "bench", "Open-loop benchmark of an OpenAI-compatible server: records, summary, client checks."),
     "calibrate": ("llmqueue.cli.calibrate_cmd", "calibrate", "Measure M, b-bar and a step-time model from a run directory."),
     "validate": ("llmqueue.cli.calibrate_cmd", "validate", "Theory and simulation with calibrated inputs against a measured run."),
+    "sweep": ("llmqueue.cli.sweep_cmd", "sweep", "Sweep arrival rates and engine knobs: latency vs load, knee, stability boundary."),
+    "capacity": ("llmqueue.cli.sweep_cmd", "capacity", "Highest arrival rate meeting p99 TTFT/TPOT SLOs (bisection, confirmed)."),
+    "report": ("llmqueue.cli.report_cmd", "report", "One self-contained HTML report (plots inlined) of a run or sweep directory."),
 }
 
 

@@ -1,0 +1,146 @@
+"""Seed 004's methodology on a real engine: measure, calibrate, predict, compare.
+
+For each workload shape (balanced, prompt-heavy, decode-heavy, scaled to the tiny model's
+max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/vllm_cpu_env.sh):
+
+1. saturate the server (Poisson arrivals well above capacity) and measure the completion rate;
+2. calibrate from that run: M from the server's cache_config_info (usable blocks), b-bar as the
+   median decode inter-token latency, a linear step-time model from the iteration log;
+3. predict the capacity with seed 004's mu = M / (b E[g]) and with the simulator (replaying the
+   run's request stream), and compare with the measured rate;
+4. run at 0.5, 0.8, 0.9 and 1.3 x the measured capacity: stability verdicts (measured,
+   simulated, theory) and TTFT/TPOT p50/p99 (measured vs simulated) at 0.5 and 0.8.
+
+Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 80] [--run-s 90]
+       [--out runs/fidelity] [--json]
+Needs: bash scripts/vllm_cpu_env.sh (the vLLM CPU venv). Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+SHAPES = {  # (prompt, output): seed 004's 1:1, 2:1, 1:2 mixes scaled to max_model_len 512
+    "balanced": ("uniform:10:200", "uniform:10:200"),
+    "prompt": ("uniform:10:266", "uniform:10:133"),
+    "decode": ("uniform:10:133", "uniform:10:266"),
+}
+MODEL = dict(hidden_size=512, num_layers=4, heads=8, kv_heads=4, vocab_size=4096, max_position_embeddings=2048, seed=0)
+SERVER = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=256, max_model_len=512,
+              num_gpu_blocks_override=64)
+FACTORS = (0.5, 0.8, 0.9, 1.3)
+
+
+def write_steps(run_dir: Path, log_path: Path, offset: int, t0_wall: float, M: int) -> int:
+    """The server's iteration log lines written during the run, as steps.parquet."""
+    from llmqueue.bench.prom import iteration_steps, parse_iteration_log
+    from llmqueue.records import write_records
+
+    with open(log_path, errors="replace") as f:
+        f.seek(offset)
+        cols = parse_iteration_log(f.read())
+    steps = iteration_steps(cols, t0_wall=t0_wall, M=M)
+    write_records(run_dir / "steps.parquet", steps)
+    return len(steps)
+
+
+def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict) -> dict:
+    from llmqueue.bench.client import run_bench
+
+    offset = srv.log_path.stat().st_size if srv.log_path and srv.log_path.exists() else 0
+    t0_wall = time.time()
+    res = run_bench(srv.url, srv.model, reqs, out_dir=run_dir, metrics_url=srv.url, warmup_s=warmup_s,
+                    vocab_size=MODEL["vocab_size"])
+    sj = run_dir / "server.json"
+    server = json.loads(sj.read_text()) if sj.exists() else {}
+    nb = server.get("num_gpu_blocks") or knobs["num_gpu_blocks_override"]
+    server.update({k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len")})
+    server["enable_chunked_prefill"] = True
+    server["M_usable"] = (nb - 1) * knobs["block_size"]  # vLLM holds one null block back
+    sj.write_text(json.dumps(server, indent=2))
+    if srv.log_path:
+        write_steps(run_dir, srv.log_path, offset, t0_wall, server["M_usable"])
+    return res.summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shapes", default="balanced,prompt,decode")
+    ap.add_argument("--sat-s", type=float, default=80.0)
+    ap.add_argument("--run-s", type=float, default=90.0)
+    ap.add_argument("--warmup-s", type=float, default=15.0)
+    ap.add_argument("--out", default="runs/fidelity")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    from llmqueue.bench.calibrate import calibrate, write_calibration
+    from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
+    from llmqueue.bench.validate import validate
+    from llmqueue.theory.kv import kv_stability
+    from llmqueue.workload import Workload, parse_length
+
+    work = Path(".vllm-work").absolute()
+    model_dir = build_tiny_model(work / "models" / "tiny-llama-512x4-v4096", **MODEL)
+    out = Path(a.out)
+    results = {"vllm": vllm_version(), "model": MODEL, "server": SERVER, "shapes": {}}
+    for shape in a.shapes.split(","):
+        p, o = SHAPES[shape]
+        sd = out / shape
+        sd.mkdir(parents=True, exist_ok=True)
+        row: dict = {"prompt": p, "output": o}
+        with VllmServer(model_dir, work_dir=work, log_path=sd / "server.log", **SERVER) as srv:
+            row["server_startup_s"] = srv.startup_s
+            M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
+            mu_guess = kv_stability(M=M_guess, b=0.03, chunk=SERVER["max_num_batched_tokens"],
+                                    prompt=parse_length(p), output=parse_length(o)).mu
+            lam_sat = 2.0 * mu_guess
+            reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(a.seed, duration=a.sat_s)
+            sat = one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+            cal = calibrate(sd / "sat", capacity_tokens=None)
+            if cal.capacity_tokens is None:
+                raise SystemExit("no KV capacity recorded")
+            write_calibration(cal, sd / "calibration.yaml")
+            c = cal.to_dict()
+            c["capacity_tokens"] = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
+            v_sat = validate(sd / "sat", c, horizon_s=a.sat_s)  # the arrival period, not the drain
+            mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
+            row.update(lam_sat=lam_sat, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b, b_cv=cal.itl_cv,
+                       linear=cal.linear, mu_theory=v_sat["capacity"]["theory"],
+                       mu_sim=v_sat["capacity"].get("simulated") or v_sat["rows"][0]["simulated"],
+                       sat_verdict=v_sat["verdicts"]["measured"])
+            row["err_theory"] = (row["mu_theory"] - mu_meas) / mu_meas
+            row["err_sim"] = (row["mu_sim"] - mu_meas) / mu_meas if row["mu_sim"] else None
+            runs = {}
+            for f in FACTORS:
+                lam = f * mu_meas
+                reqs = Workload(f"poisson:{lam}", prompt=p, output=o).generate(a.seed + int(100 * f), duration=a.run_s)
+                meas = one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+                vc = validate(sd / f"x{f}", c)
+                vl = validate(sd / f"x{f}", c, step_model="linear") if c.get("step_time_linear") else None
+                rr = {"lam": lam, "measured_verdict": meas.get("verdict"), "sim_verdict": vc["verdicts"]["simulated"],
+                      "theory_verdict": vc["verdicts"]["theory"]}
+                for name, v in (("constant_b", vc), ("linear", vl)):
+                    if v is None:
+                        continue
+                    rr[name] = {r["quantity"]: {"measured": r["measured"], "simulated": r["simulated"],
+                                                "rel_err": r["rel_err_sim"]} for r in v["rows"]}
+                runs[str(f)] = rr
+            row["runs"] = runs
+        results["shapes"][shape] = row
+        (out / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
+        print(f"{shape}: measured {row['mu_measured']:.3f} req/s, theory {row['mu_theory']:.3f} "
+              f"({100 * row['err_theory']:+.1f}%), sim {row['mu_sim']:.3f} ({100 * (row['err_sim'] or 0):+.1f}%); "
+              + ", ".join(f"x{f}: {runs[str(f)]['measured_verdict'][:8]} / sim {runs[str(f)]['sim_verdict'][:8]}"
+                          f" / theory {runs[str(f)]['theory_verdict']}" for f in FACTORS), flush=True)
+    if a.json:
+        print(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

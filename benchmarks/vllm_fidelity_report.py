@@ -1,0 +1,107 @@
+"""Re-analyse the run directories of benchmarks/vllm_fidelity.py without touching the server.
+
+For each shape: calibrate with each b-bar estimator (median, mean, trimmed means), predict the
+saturated throughput by theory and by simulation (constant b, and the fitted linear step
+model), measured over the arrival period of the saturation run; stability verdicts at 0.5, 0.8,
+0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8.
+
+Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s 60] [--run-s 80] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ESTIMATORS = ("median", "trimmed_0.1", "trimmed_0.05", "mean")
+FACTORS = (0.5, 0.8, 0.9, 1.3)
+LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dir", default="runs/fidelity")
+    ap.add_argument("--sat-s", type=float, default=60.0)
+    ap.add_argument("--run-s", type=float, default=80.0)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    out = {}
+    for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat").is_dir()):
+        M = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
+        row = {"M": M, "estimators": {}}
+        for est in ESTIMATORS:
+            cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est).to_dict()
+            v = validate(sd / "sat", cal, horizon_s=a.sat_s)
+            cap = v["capacity"]
+            meas = cap["measured"] or v["rows"][0]["measured"]
+            simv = cap["simulated"] or v["rows"][0]["simulated"]
+            row["estimators"][est] = {"b": cal["b"], "mu_theory": cap["theory"], "mu_sim": simv,
+                                      "err_theory": (cap["theory"] - meas) / meas, "err_sim": (simv - meas) / meas}
+            row["mu_measured"] = meas
+            if est == "median":
+                row["itl_cv"] = cal["itl_cv"]
+                row["linear"] = cal["linear"]
+                lin_cal = cal
+        if lin_cal.get("step_time_linear"):
+            v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear")
+            simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
+            row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
+        mean_cal = calibrate(sd / "sat", capacity_tokens=M, estimator="mean").to_dict()
+        runs = {}
+        for f in FACTORS:
+            d = sd / f"x{f}"
+            if not d.is_dir():
+                continue
+            v = validate(d, mean_cal, horizon_s=a.run_s)
+            vl = validate(d, lin_cal, horizon_s=a.run_s, step_model="linear") if lin_cal.get("step_time_linear") else None
+            r = {"lam": v["lam"], "verdicts": v["verdicts"]}
+            if vl is not None:
+                r["verdict_sim_linear"] = vl["verdicts"]["simulated"]
+                r["latency_linear"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                                       for x in vl["rows"] if x["quantity"] in LAT}
+            r["latency_constant_mean_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                                            for x in v["rows"] if x["quantity"] in LAT}
+            runs[str(f)] = r
+        row["runs"] = runs
+        out[sd.name] = row
+    if a.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    for name, row in out.items():
+        print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s, M = {row['M']}, "
+              f"inter-token CV {row['itl_cv']:.2f}")
+        print("| b-bar estimator | b (ms) | theory mu | err | simulated mu (constant b) | err |")
+        print("|---|---|---|---|---|---|")
+        for est, e in row["estimators"].items():
+            print(f"| {est} | {1e3 * e['b']:.1f} | {e['mu_theory']:.3f} | {100 * e['err_theory']:+.1f}% | "
+                  f"{e['mu_sim']:.3f} | {100 * e['err_sim']:+.1f}% |")
+        if "linear_sim" in row:
+            ls = row["linear_sim"]
+            print(f"| linear step model (R2 {row['linear']['r2']:.2f}) | - | - | - | {ls['mu_sim']:.3f} | "
+                  f"{100 * ls['err_sim']:+.1f}% |")
+        print("\n| load | lam | measured | simulated (mean b) | simulated (linear) | theory (mean b) |")
+        print("|---|---|---|---|---|---|")
+        for f, r in row["runs"].items():
+            v = r["verdicts"]
+            print(f"| {f} | {r['lam']:.2f} | {v['measured']} | {v['simulated']} | {r.get('verdict_sim_linear', '-')} | {v['theory']} |")
+        print("\n| load | quantity | measured | simulated (linear) | err | simulated (mean b) | err |")
+        print("|---|---|---|---|---|---|---|")
+        for f, r in row["runs"].items():
+            if float(f) > 0.8:
+                continue
+            for q in LAT:
+                lm = r.get("latency_linear", {}).get(q, [None, None, None])
+                cm = r["latency_constant_mean_b"][q]
+                fmt = lambda x: "-" if x is None else f"{x:,.1f}"  # noqa: E731
+                pe = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
+                print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {fmt(cm[1])} | {pe(cm[2])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1767 @@
+"""Open-loop benchmark client for OpenAI-compatible servers (vLLM's ``/v1/completions`` and
+``/v1/chat/completions``), writing the same per-request records as the simulator.
+
+Open loop, on an absolute clock
+-------------------------------
+Request ``i`` is sent at ``t0 + arrival_s[i]``: ``t0`` is the run start on one monotonic clock
+(``time.perf_counter``), ``arrival_s`` the workload's intended arrival time. The sender sleeps
+until that instant and never waits for earlier responses, so a slow server cannot slow the
+arrivals (no coordinated omission) and sleeping errors do not accumulate (no drift: every send
+time is computed from ``t0``, never from the previous send). Each attempt's record keeps the
+intended ``arrival_s`` and the actual ``dispatched_s``; latencies in the records (and so in the
+summary) are measured from the intended time, which charges any client lateness to the latency
+rather than hiding it. With ``concurrency=N`` a semaphore caps the requests in flight: the run is
+then closed-loop (a request waits in the client for a free slot; its ``dispatched_s`` is when it
+got one), and the summary says so.
+
+Exact lengths
+-------------
+``endpoint="completions"`` sends the prompt as token ids (``prompt: [ids...]``), so the server sees
+exactly ``prompt_tokens`` tokens; the ids are drawn, seeded, from a range that is safe for every
+tokenizer (:func:`token_id_range`). ``endpoint="chat"`` sends text (common English words, about
+one token each); the chat template adds tokens, so the record keeps the server's own count from
+``usage``. The output length is fixed with ``max_tokens`` (chat: ``max_completion_tokens``) plus
+vLLM's ``ignore_eos: true`` and ``min_tokens`` (``exact_output=False`` leaves the two vLLM
+extensions out, for servers that refuse them). Every request streams (``stream: true``,
+``stream_options: {include_usage: true}``).
+
+What each record holds (``llmqueue.records`` schema, one row per attempt)
+--------------------------------------------------------------------------
+``arrival_s`` intended send time; ``dispatched_s`` actual send time; ``first_token_s`` the
+arrival of the first chunk carrying ``choices``; ``finish_s`` the arrival of the last such chunk
+(vLLM's ``latency``), or the time the attempt failed, or its deadline for a timeout. All are
+seconds from ``t0``. ``prompt_tokens``/``output_tokens``: the usage chunk's ``prompt_tokens``
+and ``completion_tokens`` (without one: the prompt sent and the chunks counted);
+``cached_prompt_tokens``: ``usage.prompt_tokens_details.cached_tokens`` or 0.
+``first_scheduled_s`` is NaN and ``preemptions`` 0: a client cannot observe when the engine first
+scheduled a request or whether it was preempted (the server's ``/metrics`` only give totals).
+``replica`` is 0. ``attempt`` numbers the tries of one request.
+
+Statuses (an attempt never raises; a failure is a status):
+
+==============================================================  ===========
+what happened                                                   status
+==============================================================  ===========
+HTTP 200, tokens streamed, ``[DONE]`` or a usage chunk seen     ``ok``
+HTTP 429 or 503 (overload, admission control)                   ``rejected``
+HTTP 400/413 saying the prompt is too long (vLLM: "maximum      ``rejected``
+context length")
+any other HTTP status (400 bad request, 404 model, 500, ...)    ``error``
+malformed JSON chunk, an ``error`` event in the stream, no      ``error``
+token, stream cut before ``[DONE]``, connection refused/reset
+client deadline passed (``timeout_s`` / ``ttft_timeout_s``)     ``timeout``
+still in flight when the run was stopped or interrupted         ``unfinished``
+==============================================================  ===========
+
+Per-token times go to ``tokens.parquet`` (``request_id, attempt, index, t_s``: one row per
+streamed chunk with ``choices``; vLLM streams one token per chunk unless several are ready at
+once, and ``vllm bench serve`` also takes chunk gaps as ITL). vLLM's chat stream opens with a
+role-only chunk (``delta: {"role": "assistant", "content": ""}``), sent in the same engine
+iteration as the first token: it is not a token and is skipped (``vllm bench serve`` counts it,
+which only adds one ~0 ms gap per request to its ITL). Summary latencies follow
+``vllm bench serve`` (``vllm/benchmarks/serve.py``, ``calculate_metrics``; the request functions in
+``vllm/benchmarks/lib/endpoint_request_func.py``): TTFT = first chunk - send, E2EL (``latency``) =
+last chunk - send, TPOT = (E2EL - TTFT) / (output_tokens - 1) for more than one output token,
+ITL = gaps between consecutive chunks. The main keys measure from the intended send time (the
+records' convention); ``summary["from_send"]`` gives TTFT and E2EL from the actual send, exactly
+as vLLM measures them (TPOT and ITL are the same either way).
+
+Failures of the run itself
+--------------------------
+Records are appended to ``requests.parquet`` in batches (every ``flush_interval_s``) and the
+file is closed on any exit, so a stopped or interrupted run keeps every finished attempt. If the
+server stops accepting connections (``abort_after`` consecutive connection failures and a
+refused probe connection), sending stops, attempts in flight get ``abort_grace_s`` to end
+(then ``unfinished``), and the result carries ``error`` (the reason); requests never sent are
+counted in ``summary["not_sent"]``. A server that cannot be reached at the start raises
+:class:`BenchConnectError`.
+
+Retries follow :mod:`llmqueue.workload.client`: after an attempt ends with a retryable status,
+``retry(request_id, attempt, status, finish_s)`` gives the next attempt's intended send time (or
+None); the next attempt is sent at that time, with the same prompt, as ``attempt + 1``.
+
+Client self-check (``summary["client"]``): scheduling lag (actual - intended send, before any
+concurrency wait) percentiles and its trend over the run (drift), and a two-sample
+Kolmogorov-Smirnov test of the realized against the intended inter-arrival gaps
+(:func:`arrival_check`).
+
+Transport
+---------
+One event loop (uvloop when installed) does everything: the sender, the HTTP/1.1 exchanges and
+the stream parsing. HTTP is a small client on asyncio protocols (:class:`_Pool`, :class:`_Exchange`):
+keep-alive connections opened on demand with no limit (a connection limit would queue requests
+in the client, which is closed-loop behaviour), Content-Length, chunked and close-delimited
+bodies, and server-sent events parsed in the protocol callback as bytes arrive, where each chunk
+is time-stamped. It costs about a third of a general client's CPU per request
+(aiohttp's ``ClientSession``, measured on the stub) and it is what lets one process send
+thousands of requests per second on time. Each attempt has one deadline timer. Finished attempts
+are written by a worker thread once a second, so writing never blocks sending.
+
+Files (``out_dir``): ``requests.parquet`` (records, in completion order, appended once a
+second), ``tokens.parquet`` (chunk times), ``workload.parquet`` (the intended stream: ids,
+classes, arrival times, requested lengths), ``summary.json``; with a metrics URL also
+``timeseries.parquet`` (the server's queue gauges) and ``server.json`` (its KV cache shape).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import math
+import sys
+import time
+from array import array
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from llmqueue.errors import InputError, LlmqueueError
+
+DEFAULT_TIMEOUT_S = 600.0
+#: Token ids used for prompts when the vocabulary size is unknown: above the special and
+#: control tokens of common tokenizers (Llama, GPT-2, OPT, Qwen, byte-level BPEs put them
+#: first or last) and below every vocabulary size of at least 512.
+DEFAULT_TOKEN_RANGE = (100, 500)
+TOKENS_FILE = "tokens.parquet"
+WORKLOAD_FILE = "workload.parquet"
+SERVER_FILE = "server.json"
+
+_pc = time.perf_counter
+
+# Common English words: about one token each (with their leading space) in BPE vocabularies.
+_WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or "
+    "one had by word but not what all were we when your can said there use an each which she do "
+    "how their if will up other about out many then them these so some her would make like him "
+    "into time has look two more write go see number no way could people my than first water been "
+    "call who oil its now find long down day did get come made may part over new sound take only "
+    "little work know place year live me back give most very after thing our just name good sentence "
+    "man think say great where help through much before line right too mean old any same tell boy "
+    "follow came want show also around form three small set put end does another well large must "
+    "big even such because turn here why ask went men read need land different home us move try "
+    "kind hand picture again change off play spell air away animal house point page letter mother "
+    "answer found study still learn should world high every near add food between own below country "
+    "plant last school father keep tree never start city earth eye light thought head under story "
+    "saw left few while along might close something seem next hard open example begin life always "
+    "those both paper together got group often run important until children side feet car mile night"
+).split()
+
+
+class BenchConnectError(LlmqueueError):
+    """The server could not be reached before the run started (nothing was sent)."""
+
+    def __init__(self, url: str, problem: str):
+        self.field = "url"
+        super().__init__(f"url: cannot connect to {url} ({problem}); start the server or fix --url")
+
+
+def token_id_range(vocab_size: int | None = None) -> tuple[int, int]:
+    """``[lo, hi)`` of the random prompt token ids.
+
+    Without a vocabulary size: :data:`DEFAULT_TOKEN_RANGE`. With one (``V``): the middle 90%,
+    ``[V // 20, V - V // 20)``, clear of the special tokens tokenizers put at either end.
+    """
+    if vocab_size is None:
+        return DEFAULT_TOKEN_RANGE
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 40:
+        raise InputError("vocab_size", f"must be an integer >= 40 (got {vocab_size!r})")
+    v = int(vocab_size)
+    return (max(1, v // 20), v - v // 20)
+
+
+def classify_http(status: int, body: bytes | str = b"") -> str:
+    """The record status of a non-200 HTTP answer (see the module docstring's table)."""
+    if status in (429, 503):
+        return "rejected"
+    if status in (400, 413):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+        t = text.lower()
+        if ("maximum context length" in t or "max_model_len" in t or "context length" in t
+                or "too long" in t or "exceeds" in t and "token" in t):
+            return "rejected"
+    return "error"
+
+
+def endpoint_url(url: str, endpoint: str) -> str:
+    """The request URL: ``url`` as given if it names an endpoint, else ``url/v1/<endpoint path>``."""
+    if endpoint not in ("completions", "chat"):
+        raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
+    u = url.rstrip("/")
+    if u.endswith("/completions"):
+        return u
+    path = "completions" if endpoint == "completions" else "chat/completions"
+    return f"{u}/{path}" if u.endswith("/v1") else f"{u}/v1/{path}"
+
+
+def _base_url(url: str) -> str:
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.netloc}"
+
+
+@dataclass
+class BenchResult:
+    """What :func:`run_bench` returns.
+
+    ``records``: :class:`~llmqueue.records.RequestRecords` (one row per attempt); ``summary``:
+    :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_send`` and ``bench``;
+    ``tokens``: per-chunk arrival times (``request_id, attempt, index, t_s`` arrays);
+    ``error``: why the run stopped early (None if it ran to the end); ``out_dir``: where the
+    files are (None if not written).
+    """
+
+    records: object
+    summary: dict
+    tokens: dict
+    error: str | None = None
+    interrupted: bool = False
+    out_dir: Path | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt construction
+# ---------------------------------------------------------------------------------------------
+
+class _Prompts:
+    """Request bodies, built just before sending: seeded, the same for every attempt.
+
+    Token ids come from one random pool; request ``i`` takes ``prompt_tokens[i]`` consecutive
+    ids from a random offset, so prompts differ (no shared prefix blocks across requests) and the
+    JSON text is a join of pre-formatted ids.
+    """
+
+    def __init__(self, requests, *, model: str, endpoint: str, seed: int, token_range, exact_output: bool,
+                 extra_body: Mapping | None):
+        s = np.asarray(requests.prompt_tokens, dtype=np.int64)
+        lo, hi = token_range
+        if not (isinstance(lo, (int, np.integer)) and isinstance(hi, (int, np.integer)) and 0 <= lo < hi):
+            raise InputError("token_range", f"need integers 0 <= lo < hi (got {token_range!r})")
+        smax = int(s.max()) if len(s) else 1
+        pool_n = smax + (1 << 16)
+        rng = np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(0x7B,)))
+        self.chat = endpoint == "chat"
+        if self.chat:
+            idx = rng.integers(0, len(_WORDS), pool_n)
+            self.pool = [_WORDS[k] for k in idx.tolist()]
+        else:
+            self.pool = [str(x) for x in rng.integers(int(lo), int(hi), pool_n).tolist()]
+        self.offsets = rng.integers(0, pool_n - np.maximum(s, 0) + 1).tolist()
+        self.s = s.tolist()
+        self.o = np.asarray(requests.output_tokens, dtype=np.int64).tolist()
+        m = json.dumps(model).replace("%", "%%")  # the templates below are %-formatted
+        tail = ',"stream":true,"stream_options":{"include_usage":true}'
+        if extra_body:  # appended last: a key given here overrides ours
+            tail += "," + json.dumps(dict(extra_body))[1:-1].replace("%", "%%")
+        tail += "}"
+        if self.chat:
+            head = '{"model":' + m + ',"messages":[{"role":"user","content":'
+            self._fmt = head + '%s}],"max_completion_tokens":%d' + (
+                ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
+        else:
+            self._fmt = '{"model":' + m + ',"prompt":[%s],"max_tokens":%d' + (
+                ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
+        self.exact = exact_output
+
+    def body(self, i: int) -> bytes:
+        a = self.offsets[i]
+        s = self.s[i]
+        o = self.o[i]
+        if self.chat:
+            prompt = json.dumps(" ".join(self.pool[a:a + s]))
+        else:
+            prompt = ",".join(self.pool[a:a + s])
+        return (self._fmt % ((prompt, o, o) if self.exact else (prompt, o))).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+class _StreamError(Exception):
+    pass
+
+
+class _Expired(Exception):
+    """The attempt's client deadline passed."""
+
+
+class _Lost(ConnectionResetError):
+    """The connection closed before any byte of the response (a stale keep-alive connection or
+    a server that died): retried once on a fresh connection when the connection was reused."""
+
+
+_HEAD, _BODY_LEN, _BODY_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _DONE = range(8)
+_MAX_HEAD = 64 * 1024
+
+
+class _Exchange:
+    """One HTTP request/response on a connection, parsed as bytes arrive (no task per chunk).
+
+    HTTP/1.1 framing (Content-Length, chunked, or until close) and, for a 200 answer,
+    server-sent events: each ``data:`` event is decoded as JSON when it arrives and a chunk with
+    ``choices`` is time-stamped then (``time.perf_counter() - t0``), as ``vllm bench serve``
+    time-stamps its chunks.
+    """
+
+    __slots__ = ("t0", "pt", "ot", "cached", "first", "fin", "toks", "http_status", "usage", "done",
+                 "timer", "task", "expired", "later", "fut", "conn", "state", "buf", "sbuf", "remaining", "keep_alive", "errbody",
+                 "nbytes", "done_t", "complete")
+
+    def __init__(self, t0: float, prompt_tokens: int):
+        self.t0 = t0
+        self.pt = prompt_tokens
+        self.ot = None
+        self.cached = 0
+        self.first = math.nan
+        self.fin = math.nan
+        self.toks = array("d")
+        self.http_status = None
+        self.usage = None
+        self.done = False
+        self.timer = None
+        self.task = None
+        self.expired = False
+        self.later = None
+        self.fut = None
+        self.conn = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget a response (before resending on a fresh connection)."""
+        self.state = _HEAD
+        self.buf = b""
+        self.sbuf = b""
+        self.remaining = 0
+        self.keep_alive = False
+        self.errbody = b""
+        self.nbytes = 0
+        self.done_t = math.nan
+        self.complete = False
+
+    # -- called by the connection ------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        self.nbytes += len(data)
+        if self.state != _HEAD:
+            self.body(data)
+            return
+        buf = self.buf + data if self.buf else data
+        j = buf.find(b"\r\n\r\n")
+        if j < 0:
+            if len(buf) > _MAX_HEAD:
+                self.fail(_StreamError("response head too large"))
+            self.buf = buf
+            return
+        self.buf = b""
+        lines = buf[:j].split(b"\r\n")
+        parts = lines[0].split(None, 2)
+        try:
+            code = int(parts[1])
+        except (IndexError, ValueError):
+            self.fail(_StreamError("not an HTTP response"))
+            return
+        clen = None
+        chunked = False
+        conn_hdr = b""
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                try:
+                    clen = int(value)
+                except ValueError:
+                    self.fail(_StreamError("bad Content-Length"))
+                    return
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                conn_hdr = value.strip().lower()
+        if 100 <= code < 200:  # interim answer: the real one follows
+            rest = buf[j + 4:]
+            if rest:
+                self.feed(rest)
+            return
+        self.http_status = code
+        if parts[0] == b"HTTP/1.0":
+            self.keep_alive = conn_hdr == b"keep-alive"
+        else:
+            self.keep_alive = conn_hdr != b"close"
+        if chunked:
+            self.state = _CHUNK_SIZE
+        elif clen is not None:
+            self.state = _BODY_LEN
+            self.remaining = clen
+        else:
+            self.state = _BODY_CLOSE
+            self.keep_alive = False
+        rest = buf[j + 4:]
+        if self.state == _BODY_LEN and clen == 0:
+            self.finish()
+        elif rest:
+            self.body(rest)
+
+    def body(self, data: bytes) -> None:
+        """Framing: hand the payload bytes to :meth:`payload`; finish at the end of the body."""
+        st = self.state
+        if st == _BODY_LEN:
+            n = self.remaining
+            if len(data) >= n:
+                self.payload(data[:n])
+                self.remaining = 0
+                self.finish()
+            else:
+                self.remaining = n - len(data)
+                self.payload(data)
+            return
+        if st == _BODY_CLOSE:
+            self.payload(data)
+            return
+        if st == _DONE:
+            return
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        n = len(buf)
+        while pos < n and self.state != _DONE:
+            st = self.state
+            if st == _CHUNK_DATA:
+                k = self.remaining
+                take = buf[pos:pos + k]
+                pos += len(take)
+                self.remaining = k - len(take)
+                if self.remaining == 0:
+                    self.state = _CHUNK_CRLF
+                self.payload(take)
+            elif st == _CHUNK_CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.state = _CHUNK_SIZE
+            elif st == _CHUNK_SIZE:
+                e = buf.find(b"\r\n", pos)
+                if e < 0:
+                    break
+                try:
+                    size = int(buf[pos:e].split(b";", 1)[0], 16)
+                except ValueError:
+                    self.fail(_StreamError("bad chunked encoding"))
+                    return
+                pos = e + 2
+                if size == 0:
+                    self.state = _TRAILER
+                else:
+                    self.remaining = size
+                    self.state = _CHUNK_DATA
+            elif st == _TRAILER:
+                if buf.startswith(b"\r\n", pos):
+                    pos += 2
+                    self.finish()
+                    break
+                e = buf.find(b"\r\n\r\n", pos)
+                if e < 0:
+                    break
+                pos = e + 4
+                self.finish()
+                break
+            else:  # _DONE or _HEAD cannot happen here
+                break
+        self.buf = buf[pos:] if pos < n else b""
+
+    def payload(self, data: bytes) -> None:
+        """Response body bytes: server-sent events for a 200, else kept (1 MiB at most) for the status."""
+        if self.fut is None or self.fut.done():
+            return
+        if self.http_status != 200:
+            if len(self.errbody) < (1 << 20):
+                self.errbody += data
+            return
+        buf = self.sbuf + data if self.sbuf else data
+        if b"\r" in buf:  # CRLF line ends (a CR at the end waits for its LF in sbuf)
+            buf = buf.replace(b"\r\n", b"\n")
+        t0 = self.t0
+        while True:
+            j = buf.find(b"\n\n")
+            if j < 0:
+                break
+            ev = buf[:j]
+            buf = buf[j + 2:]
+            if ev.startswith(b"data:"):
+                ev = ev[5:].strip()
+            else:
+                ev = _sse_data(ev)
+                if ev is None:
+                    continue
+            if ev == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                d = json.loads(ev)
+            except ValueError:
+                self.fail(_StreamError("malformed JSON chunk"))
+                return
+            if type(d) is not dict:
+                self.fail(_StreamError("malformed JSON chunk"))
+                return
+            ch = d.get("choices")
+            if ch:
+                if not self.toks and _role_only(ch):
+                    continue  # vLLM's chat stream opens with {"role": "assistant", "content": ""}
+                now = _pc() - t0
+                if self.first != self.first:
+                    self.first = now
+                    if self.later is not None:  # the TTFT deadline is met: the total one applies
+                        deadline, loop = self.later
+                        if self.timer is not None:
+                            self.timer.cancel()
+                        self.timer = loop.call_at(loop.time() + (t0 + deadline - _pc()), self.expire)
+                self.toks.append(now)
+            elif "error" in d or d.get("object") == "error":
+                e = d.get("error") if isinstance(d.get("error"), dict) else d
+                msg = str(e.get("message", "") if isinstance(e, dict) else e)[:80]
+                self.fail(_StreamError("error event in stream" + (f": {msg}" if msg else "")))
+                return
+            u = d.get("usage")
+            if u:
+                self.usage = u
+        self.sbuf = buf
+
+    def finish(self) -> None:
+        self.state = _DONE
+        self.complete = True
+        self.done_t = _pc() - self.t0
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        self.keep_alive = False
+        if self.fin != self.fin:
+            self.fin = _pc() - self.t0
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_exception(exc)
+
+    def expire(self) -> None:
+        """The attempt's deadline passed (a timer callback)."""
+        self.timer = None
+        f = self.fut
+        if f is not None:
+            if f.done():  # the answer came first
+                return
+            self.expired = True
+            self.keep_alive = False
+            f.set_exception(_Expired())
+            self.abandon()
+        else:  # waiting for a concurrency slot or a connection
+            self.expired = True
+            self.task.cancel()
+
+    def lost(self, exc) -> None:
+        """The connection closed under this exchange."""
+        if self.complete:
+            return
+        if self.state == _BODY_CLOSE and exc is None:
+            self.finish()
+        elif self.nbytes == 0:
+            self.fail(_Lost("server disconnected"))
+        else:
+            self.fail(_StreamError("response cut short"))
+
+    def abandon(self) -> None:
+        """The client gives up (timeout, cancel): close the connection under it."""
+        c = self.conn
+        if c is not None and not self.complete:
+            c.ex = None
+            c.close()
+
+    # -- called by the attempt -----------------------------------------------------------------
+    def outcome(self) -> tuple[str, str | None]:
+        code = self.http_status
+        if code != 200:
+            self.fin = self.done_t
+            return classify_http(code, self.errbody), f"HTTP {code}"
+        if not self.toks:
+            self.fin = self.done_t
+            return "error", "no token in the stream"
+        if not (self.done or self.usage):
+            self.fin = self.done_t
+            return "error", "stream ended before [DONE]"
+        self.fin = self.toks[-1]
+        u = self.usage
+        if u:
+            c = u.get("completion_tokens")
+            self.ot = int(c) if c is not None else len(self.toks)
+            p = u.get("prompt_tokens")
+            if p is not None:
+                self.pt = int(p)
+            det = u.get("prompt_tokens_details")
+            if isinstance(det, dict) and det.get("cached_tokens"):
+                self.cached = int(det["cached_tokens"])
+        return "ok", None
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; feeds the bytes to its current exchange."""
+
+    __slots__ = ("transport", "ex", "closed")
+
+    def __init__(self):
+        self.transport = None
+        self.ex = None
+        self.closed = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.ex
+        if ex is None:  # bytes nobody asked for: the connection is not reusable
+            self.close()
+            return
+        ex.feed(data)
+
+    def eof_received(self):
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        ex = self.ex
+        if ex is not None:
+            self.ex = None
+            ex.lost(exc)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+
+class _Pool:
+    """Keep-alive connections to one server, created on demand (no limit: open loop)."""
+
+    def __init__(self, loop, url: str, headers: Mapping[str, str]):
+        import ssl
+
+        p = urlsplit(url)
+        self.loop = loop
+        self.host = p.hostname
+        self.port = p.port or (443 if p.scheme == "https" else 80)
+        self.ssl = ssl.create_default_context() if p.scheme == "https" else None
+        path = p.path or "/"
+        if p.query:
+            path += "?" + p.query
+        host_hdr = p.netloc.rsplit("@", 1)[-1]
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "content-type")
+        self.head = (f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\nUser-Agent: llmqueue-bench\r\n"
+                     f"Accept: text/event-stream\r\nContent-Type: application/json\r\n{extra}"
+                     "Content-Length: ").encode()
+        self.idle: list[_Conn] = []
+        self.addr = None
+        self.opened = 0
+
+    async def resolve(self) -> None:
+        import socket
+
+        infos = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        self.addr = infos[0][4][:2]
+
+    async def acquire(self) -> tuple[_Conn, bool]:
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if not c.closed and not c.transport.is_closing():
+                return c, True
+        host, port = self.addr
+        _, c = await self.loop.create_connection(_Conn, host, port, ssl=self.ssl,
+                                                 server_hostname=self.host if self.ssl else None)
+        self.opened += 1
+        return c, False
+
+    async def exchange(self, ex: _Exchange, body: bytes) -> None:
+        """Send ``body`` and wait for the whole response (fed to ``ex`` as it arrives)."""
+        msg = self.head + str(len(body)).encode() + b"\r\n\r\n" + body
+        for tries in (0, 1):
+            c, reused = await self.acquire()
+            ex.conn = c
+            ex.fut = self.loop.create_future()
+            c.ex = ex
+            c.transport.write(msg)
+            try:
+                await ex.fut
+            except _Lost:
+                if reused and tries == 0:
+                    ex.reset()
+                    ex.fut = None
+                    continue
+                raise
+            finally:
+                if c.ex is ex:
+                    c.ex = None
+            if ex.keep_alive and ex.complete and not c.closed:
+                self.idle.append(c)
+            else:
+                c.close()
+            return
+
+    def close(self) -> None:
+        for c in self.idle:
+            c.close()
+        self.idle.clear()
+
+
+
+
+def _per_class(value, name: str, classes: tuple[str, ...]) -> list[float]:
+    """A float, None or a {class: value} mapping -> one value (inf: none) per class index."""
+    if value is None:
+        return [math.inf] * len(classes)
+    if isinstance(value, Mapping):
+        out = []
+        for c in classes:
+            v = value.get(c)
+            out.append(math.inf if v is None else _positive(name, v))
+        return out
+    v = _positive(name, value)
+    return [v] * len(classes)
+
+
+def _positive(name, v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise InputError(name, f"must be a number (got {v!r})") from None
+    if not x > 0:
+        raise InputError(name, f"must be > 0 (got {v!r})")
+    return x
+
+
+def _retry_function(retry, seed: int, requests):
+    """Normalise ``retry``: None, a callable, a ClientBehavior / BoundClient, or a ClassMix."""
+    if retry is None:
+        return None
+    if hasattr(retry, "retry_function"):  # ClassMix
+        return retry.retry_function(seed, requests)
+    if hasattr(retry, "bind") and hasattr(retry, "retry"):  # ClientBehavior
+        return retry.bind(seed).decide
+    if hasattr(retry, "decide"):  # BoundClient
+        return retry.decide
+    if callable(retry):
+        return retry
+    raise InputError("retry", f"expected a ClassMix, ClientBehavior or decide function (got {type(retry).__name__})")
+
+
+class _Run:
+    """One benchmark run's state (the event loop's side)."""
+
+    def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
+                 seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
+                 flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, api_key,
+                 slos, metrics_interval_s):
+        self.url = url
+        self.model = model
+        self.requests = requests
+        self.endpoint = endpoint
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.concurrency = concurrency
+        self.seed = seed
+        self.warmup_s = warmup_s
+        self.warmup_requests = warmup_requests
+        self.progress = progress
+        self.metrics_url = metrics_url
+        self.metrics_interval_s = metrics_interval_s
+        self.flush_interval_s = flush_interval_s
+        self.abort_after = abort_after
+        self.abort_grace_s = abort_grace_s
+        self.spin_s = spin_s
+        self.slos = slos
+        classes = tuple(requests.classes)
+        self.classes = classes
+        self.cls_idx = requests.class_index.tolist()
+        self.ids = requests.request_id.tolist()
+        self.arrivals = np.asarray(requests.arrival_s, dtype=np.float64).tolist()
+        self.timeouts = _per_class(timeout_s, "timeout_s", classes)
+        self.ttft_timeouts = _per_class(ttft_timeout_s, "ttft_timeout_s", classes)
+        self.retry = _retry_function(retry, seed, requests)
+        self.prompts = _Prompts(requests, model=model, endpoint=endpoint, seed=seed, token_range=token_range,
+                                exact_output=exact_output, extra_body=extra_body)
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        # columns of the records, one entry per finished attempt (arrays: 8 bytes a value)
+        self.c_rid = array("q")
+        self.c_cls = array("q")
+        self.c_arr = array("d")
+        self.c_disp = array("d")
+        self.c_first = array("d")
+        self.c_fin = array("d")
+        self.c_pt = array("q")
+        self.c_ot = array("q")
+        self.c_cached = array("q")
+        self.c_status: list[str] = []
+        self.c_att = array("q")
+        self.c_sched = array("d")          # when the send path started (before any concurrency wait)
+        self.c_ntok = array("q")           # chunks with choices, per attempt
+        self.tok_t = array("d")            # their arrival times, attempt after attempt
+        self.tok_flushed = 0
+        self.errors: Counter = Counter()
+        self.flushed = 0
+        self.sent_first = 0                # first attempts sent
+        self.retries_dropped = 0           # retries decided but not sent (run stopped)
+        self.inflight: set = set()
+        self.max_inflight = 0
+        self.n_inflight = 0
+        self.stopping = False
+        self.cancel_inflight = False
+        self.error: str | None = None
+        self.interrupted = False
+        self.conn_fail_streak = 0
+        self.probing = False
+        self.t0 = 0.0
+        self.sched_task = None
+        self.sem = asyncio.Semaphore(concurrency) if concurrency else None
+        self.writer = None
+        self.tok_writer = None
+        self.flush_lock = None
+        self._finished = 0                 # requests whose last attempt ended
+        self.loop = None
+        self.pool = None
+        self._tick_pad = 0.0
+        self.post_url = endpoint_url(url, endpoint)
+        parts = urlsplit(self.post_url)
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.notes: list[str] = []
+
+    # -- records ---------------------------------------------------------------------------------
+    def record(self, i, attempt, arrival, sched, disp, first, fin, pt, ot, cached, status, toks):
+        self.c_rid.append(self.ids[i])
+        self.c_cls.append(self.cls_idx[i])
+        self.c_arr.append(arrival)
+        self.c_sched.append(sched)
+        self.c_disp.append(disp)
+        self.c_first.append(first)
+        self.c_fin.append(fin)
+        self.c_pt.append(pt)
+        self.c_ot.append(ot)
+        self.c_cached.append(cached)
+        self.c_status.append(status)
+        self.c_att.append(attempt)
+        self.c_ntok.append(len(toks))
+        self.tok_t.extend(toks)
+
+    def columns(self, a: int = 0, b: int | None = None) -> dict:
+        """The records of attempts [a, b) as schema columns (slices are copies: safe in a thread)."""
+        b = len(self.c_status) if b is None else b
+        names = np.asarray(self.classes)
+        n = b - a
+
+        def f(col):
+            return np.frombuffer(col[a:b], dtype=np.float64) if n else np.zeros(0)
+
+        def i(col):
+            return np.frombuffer(col[a:b], dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+
+        return {
+            "request_id": i(self.c_rid),
+            "class": names[i(self.c_cls)] if n else np.zeros(0, dtype="<U1"),
+            "arrival_s": f(self.c_arr),
+            "dispatched_s": f(self.c_disp),
+            "first_scheduled_s": np.full(n, np.nan),
+            "first_token_s": f(self.c_first),
+            "finish_s": f(self.c_fin),
+            "prompt_tokens": i(self.c_pt),
+            "output_tokens": i(self.c_ot),
+            "cached_prompt_tokens": i(self.c_cached),
+            "status": np.asarray(self.c_status[a:b], dtype=str) if n else np.zeros(0, dtype="<U1"),
+            "preemptions": np.zeros(n, dtype=np.int64),
+            "replica": np.zeros(n, dtype=np.int64),
+            "attempt": i(self.c_att),
+        }
+
+    def token_columns(self, a: int = 0, b: int | None = None, t=None) -> dict:
+        """``tokens.parquet`` rows of attempts [a, b); ``t``: their chunk times (default: all)."""
+        b = len(self.c_status) if b is None else b
+        counts = np.frombuffer(self.c_ntok[a:b], dtype=np.int64) if b > a else np.zeros(0, dtype=np.int64)
+        total = int(counts.sum())
+        t = np.frombuffer(self.tok_t, dtype=np.float64).copy() if t is None else np.frombuffer(t, dtype=np.float64)
+        if len(t) != total:
+            raise AssertionError("token times out of step with the records")
+        rid = np.repeat(np.frombuffer(self.c_rid[a:b], dtype=np.int64) if b > a else counts, counts)
+        att = np.repeat(np.frombuffer(self.c_att[a:b], dtype=np.int64) if b > a else counts, counts)
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        index = np.arange(total, dtype=np.int64) - starts
+        return {"request_id": rid, "attempt": att, "index": index, "t_s": t}
+
+    def _write_batch(self, a: int, b: int, t) -> None:
+        """Append attempts [a, b) to the Parquet files (runs in a worker thread)."""
+        self.writer.write("requests", self.columns(a, b))
+        tc = self.token_columns(a, b, t)
+        if len(tc["t_s"]):
+            import pyarrow as pa
+
+            self.tok_writer.write_table(pa.table(tc, schema=_TOKEN_SCHEMA()))
+
+    async def flush(self) -> None:
+        """Write the attempts finished since the last flush (in a thread: the loop keeps sending)."""
+        if self.writer is None:
+            return
+        async with self.flush_lock:
+            a, b = self.flushed, len(self.c_status)
+            if b > a:
+                ta, tb = self.tok_flushed, len(self.tok_t)
+                t = self.tok_t[ta:tb]  # a copy taken on the loop's thread (the array keeps growing)
+                await self.loop.run_in_executor(None, self._write_batch, a, b, t)
+                self.flushed, self.tok_flushed = b, tb
+
+    async def flusher(self, bar) -> None:
+        done_shown = 0
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
+            if bar is not None:
+                done = self.finished_requests()
+                bar.update(done - done_shown)
+                done_shown = done
+                bar.set_postfix(in_flight=self.n_inflight, refresh=False)
+
+    def finished_requests(self) -> int:
+        return self._finished
+
+    # -- sending ---------------------------------------------------------------------------------
+    async def sleep_until(self, t_rel: float) -> None:
+        """Return at (never before) ``t0 + t_rel``.
+
+        The loop's timers tick in milliseconds (uvloop rounds a delay to the nearest tick), which
+        sets how the wait ends (``spin_s``):
+
+        - ``None`` (default): sleep to the nearest tick; if that is before the intended time,
+          poll the clock for the rest (under half a millisecond), one loop pass at a time, so
+          answers are still read and time-stamped meanwhile. Late by a few tenths of a ms.
+        - ``0``: sleep to the first tick at or after the intended time: late by up to ~1 ms, no
+          CPU spent waiting (the better choice when the client shares few cores with a server
+          under heavy load).
+        - ``> 0``: sleep to ``spin_s`` before the intended time, then poll.
+        """
+        target = self.t0 + t_rel
+        spin = self.spin_s
+        if spin is None:
+            while True:
+                d = target - _pc()
+                if d <= 0:
+                    return
+                await asyncio.sleep(d)
+        elif spin <= 0:
+            pad = self._tick_pad
+            while True:
+                d = target - _pc()
+                if d <= 0:
+                    return
+                await asyncio.sleep(d + pad)
+        else:
+            while True:
+                d = target - _pc()
+                if d <= 0:
+                    return
+                await asyncio.sleep(d - spin if d > spin else 0)
+
+    async def schedule(self) -> None:
+        arr = self.arrivals
+        t0 = self.t0
+        body = self.prompts.body
+        create = asyncio.get_running_loop().create_task
+        inflight = self.inflight
+        discard = inflight.discard
+        for i in range(len(arr)):
+            if self.stopping:
+                return
+            b = body(i)
+            if t0 + arr[i] > _pc():
+                await self.sleep_until(arr[i])
+                if self.stopping:
+                    return
+            task = create(self.request(i, b))
+            inflight.add(task)
+            task.add_done_callback(discard)
+            self.sent_first += 1
+
+    async def request(self, i: int, body: bytes) -> None:
+        attempt = 1
+        t_int = self.arrivals[i]
+        rid = self.ids[i]
+        self.n_inflight += 1
+        if self.n_inflight > self.max_inflight:
+            self.max_inflight = self.n_inflight
+        try:
+            while True:
+                status, fin = await self.attempt(i, attempt, t_int, body)
+                if status in ("ok", "unfinished") or self.retry is None:
+                    return
+                try:
+                    t_next = self.retry(rid, attempt, status, fin)
+                except Exception as e:  # noqa: BLE001 - a bad retry function must not end the run
+                    note = f"retry function failed ({type(e).__name__}: {e}); no retries after it"
+                    if note not in self.notes:
+                        self.notes.append(note)
+                    return
+                if t_next is None:
+                    return
+                if self.stopping:
+                    self.retries_dropped += 1
+                    return
+                attempt += 1
+                t_int = float(t_next)
+                try:
+                    await self.sleep_until(t_int)
+                except asyncio.CancelledError:
+                    if not self.cancel_inflight:
+                        raise
+                    self.retries_dropped += 1
+                    return
+                if self.stopping:
+                    self.retries_dropped += 1
+                    return
+        finally:
+            self.n_inflight -= 1
+            self._finished += 1
+
+    async def attempt(self, i: int, attempt: int, t_int: float, body: bytes):
+        """Send one attempt and record it; returns ``(status, finish_s)``."""
+        t0 = self.t0
+        sched = _pc() - t0
+        k = self.cls_idx[i]
+        deadline = t_int + self.timeouts[k]
+        ttft_deadline = t_int + self.ttft_timeouts[k]
+        first_deadline = deadline if deadline <= ttft_deadline else ttft_deadline
+        ex = _Exchange(t0, self.prompts.s[i])
+        disp = math.nan
+        status = "error"
+        err = None
+        loop = self.loop
+        task = None
+        if first_deadline != math.inf:
+            # one timer per attempt (cheaper than asyncio.timeout); it fails the exchange, or
+            # cancels the task while it waits for a slot or a connection
+            task = ex.task = asyncio.current_task()
+            ex.timer = loop.call_at(loop.time() + (t0 + first_deadline - _pc()), ex.expire)
+            if ttft_deadline < deadline and deadline != math.inf:
+                ex.later = (deadline, loop)
+        acquired = False
+        try:
+            if self.sem is not None:
+                await self.sem.acquire()
+                acquired = True
+            disp = _pc() - t0
+            await self.pool.exchange(ex, body)
+            status, err = ex.outcome()
+        except _Expired:
+            status = "timeout"
+        except asyncio.CancelledError:
+            ex.abandon()
+            if ex.expired:
+                task.uncancel()
+                status = "timeout"
+            elif self.cancel_inflight:
+                status = "unfinished"
+                ex.fin = math.nan
+                err = "in flight when the run stopped"
+            else:
+                raise
+        except _StreamError as e:
+            status = "error"
+            if ex.fin != ex.fin:
+                ex.fin = _pc() - t0
+            err = str(e)
+            if err == "response cut short":
+                self.connection_failed()
+        except OSError as e:  # connect failures, resets
+            status = "error"
+            if ex.fin != ex.fin:
+                ex.fin = _pc() - t0
+            err = _conn_message(e)
+            self.connection_failed()
+        except Exception as e:  # noqa: BLE001 - anything else is this attempt's error, not the run's
+            ex.abandon()
+            status = "error"
+            if ex.fin != ex.fin:
+                ex.fin = _pc() - t0
+            err = f"{type(e).__name__}: {str(e)[:80]}"
+        finally:
+            if ex.timer is not None:
+                ex.timer.cancel()
+            if acquired:
+                self.sem.release()
+        if status == "timeout":
+            first = ex.first
+            ex.fin = deadline if (first == first or deadline <= ttft_deadline) else ttft_deadline
+            err = "client timeout" if ex.fin == deadline else "client TTFT timeout"
+        if ex.http_status is not None and err != "response cut short":
+            self.conn_fail_streak = 0
+        fin = ex.fin
+        if fin == fin and fin < t_int:  # only a clock oddity could do this; keep the schema's order
+            fin = t_int
+        if err is not None:
+            self.errors[err] += 1
+        ot = ex.ot if ex.ot is not None else len(ex.toks)
+        self.record(i, attempt, t_int, sched, disp, ex.first, fin, ex.pt, ot, ex.cached, status, ex.toks)
+        return status, fin
+
+    def connection_failed(self) -> None:
+        self.conn_fail_streak += 1
+        if self.conn_fail_streak >= self.abort_after and not self.probing and not self.stopping:
+            self.probing = True
+            self.loop.create_task(self.probe())
+
+    async def probe(self) -> None:
+        """After repeated connection failures: is anything listening? If nothing is (connection
+        refused, host unreachable), stop the run. A connect that only times out is an overloaded
+        server, and a client out of file descriptors is the client's problem: neither stops it."""
+        import errno
+
+        host, port = self.pool.addr if self.pool.addr else (self.host, self.port)
+        try:
+            r, w = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
+            w.close()
+            self.conn_fail_streak = 0
+        except (ConnectionRefusedError, ConnectionResetError) as e:
+            self._abort_unreachable(e)
+        except OSError as e:
+            if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNREFUSED):
+                self._abort_unreachable(e)
+            elif e.errno in (errno.EMFILE, errno.ENFILE):
+                note = ("the client ran out of file descriptors (open connections); raise `ulimit -n` "
+                        "or lower the rate")
+                if note not in self.notes:
+                    self.notes.append(note)
+            self.conn_fail_streak = 0
+        except asyncio.TimeoutError:
+            self.conn_fail_streak = 0
+        finally:
+            self.probing = False
+
+    def _abort_unreachable(self, e: BaseException) -> None:
+        t = _pc() - self.t0
+        self.abort(f"server {_base_url(self.post_url)} stopped accepting connections at t = {t:.3f} s "
+                   f"({_conn_message(e)})")
+
+    def abort(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.error = reason
+        if self.sched_task is not None and not self.sched_task.done():
+            self.sched_task.cancel()
+
+    # -- the whole run ----------------------------------------------------------------------------
+    async def main(self) -> BenchResult:
+        self.loop = asyncio.get_running_loop()
+        # uvloop rounds timer delays to the nearest millisecond: half a tick more makes a sleep
+        # end at or after its target (asyncio's own loop already rounds up)
+        self._tick_pad = 0.0005 if type(self.loop).__module__.startswith("uvloop") else 0.0
+        self.pool = _Pool(self.loop, self.post_url, self.headers)
+        await self.preflight()
+        self.flush_lock = asyncio.Lock()
+        bar = sampler = flusher = None
+        frozen = False
+        try:
+            if self.warmup_requests:
+                await self.warm_up()
+            self.open_files()
+            bar = self.progress_bar()
+            if self.metrics_url:  # import the sampler's modules now, not in its thread during the run
+                try:
+                    import httpx  # noqa: F401
+
+                    import llmqueue.bench.prom  # noqa: F401
+                except ImportError:
+                    pass
+            # Objects alive now (modules, the request stream) never become garbage during the
+            # run: freezing them keeps the collector's full passes short (tens of ms otherwise,
+            # each a pause of every send).
+            gc.collect()
+            gc.freeze()
+            frozen = True
+            # The writer thread holds the GIL in short stretches; hand it back to the sender
+            # within 0.5 ms instead of Python's default 5 ms.
+            switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(switch, 0.0005))
+            self.t0 = _pc()
+            sampler = self.start_sampler()
+            flusher = asyncio.get_running_loop().create_task(self.flusher(bar))
+            self.sched_task = asyncio.get_running_loop().create_task(self.schedule())
+            try:
+                await asyncio.shield(self.sched_task)
+            except asyncio.CancelledError:
+                if not self.sched_task.cancelled() and not self.sched_task.done():
+                    raise  # we were cancelled (interrupt), not the scheduler
+            await self.wait_inflight()
+        except asyncio.CancelledError:
+            # SIGINT/SIGTERM: stop sending, end what is in flight as unfinished, keep the records.
+            self.interrupted = True
+            self.stopping = True
+            if self.error is None:
+                self.error = "interrupted"
+            if self.sched_task is not None:
+                self.sched_task.cancel()
+            await self.cancel_all()
+        finally:
+            t_end = _pc() - self.t0 if self.t0 else 0.0
+            if flusher is not None:
+                flusher.cancel()
+                try:
+                    await flusher
+                except asyncio.CancelledError:
+                    pass
+            await self.flush()
+            if bar is not None:
+                bar.update(self.finished_requests() - bar.n)
+                bar.close()
+            self.pool.close()
+            ts = server = None
+            if sampler is not None:
+                ts, server = self.stop_sampler(sampler)
+            self.close_files(complete=not self.interrupted and self.error is None)
+            if frozen:
+                gc.unfreeze()
+                sys.setswitchinterval(switch)
+        return self.result(t_end, ts, server)
+
+    async def wait_inflight(self) -> None:
+        while self.inflight:
+            if self.stopping:
+                done, pending = await asyncio.wait(set(self.inflight), timeout=self.abort_grace_s)
+                if pending:
+                    await self.cancel_all()
+                return
+            await asyncio.wait(set(self.inflight), timeout=0.5)  # wake up to notice an abort
+
+    async def cancel_all(self) -> None:
+        self.cancel_inflight = True
+        tasks = set(self.inflight)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def preflight(self) -> None:
+        try:
+            await asyncio.wait_for(self.pool.resolve(), 10.0)
+            c, _ = await asyncio.wait_for(self.pool.acquire(), 10.0)
+            self.pool.idle.append(c)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise BenchConnectError(_base_url(self.post_url), _conn_message(e)) from None
+
+    async def warm_up(self) -> None:
+        """Send ``warmup_requests`` requests one after another before the run (not recorded)."""
+        n = len(self.arrivals)
+        t0 = _pc()
+        for j in range(self.warmup_requests):
+            ex = _Exchange(t0, 0)
+            try:
+                await asyncio.wait_for(self.pool.exchange(ex, self.prompts.body(j % n)), 600)
+                status, err = ex.outcome()
+            except Exception as e:  # noqa: BLE001 - the run itself will say what is wrong
+                ex.abandon()
+                status, err = "error", _conn_message(e)
+            if status != "ok":
+                self.notes.append(f"warm-up request {j}: {status} ({err})")
+
+    def progress_bar(self):
+        if not self.progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=len(self.arrivals), unit="req", mininterval=0.5, leave=False, dynamic_ncols=True,
+                    desc="bench")
+
+    # -- files ---------------------------------------------------------------------------------
+    def open_files(self) -> None:
+        if self.out_dir is None:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from llmqueue.records import RunWriter
+
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / ".llmqueue-write-test").touch()
+            (self.out_dir / ".llmqueue-write-test").unlink()
+        except OSError as e:
+            raise InputError("out_dir", f"cannot write to {self.out_dir} ({e.strerror or e})") from None
+        r = self.requests
+        wl = pa.table({"request_id": pa.array(r.request_id, pa.int64()),
+                       "class": pa.array(r.class_name.astype(str), pa.string()),
+                       "arrival_s": pa.array(r.arrival_s, pa.float64()),
+                       "prompt_tokens": pa.array(r.prompt_tokens, pa.int64()),
+                       "output_tokens": pa.array(r.output_tokens, pa.int64())})
+        pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
+        self.writer = RunWriter(self.out_dir)
+        self.writer.writer("requests")
+        self.tok_writer = pq.ParquetWriter(str(self.out_dir / TOKENS_FILE), _TOKEN_SCHEMA(), compression="zstd")
+        self._prewarm_writers()
+
+    def _prewarm_writers(self) -> None:
+        """Run the write path once on a throwaway buffer, so that the first flush of the run does
+        not pay for lazy imports and codec set-up (tens of ms holding the GIL)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from llmqueue.records import RequestRecords, arrow_schema
+
+        row = {"request_id": [0], "class": ["x"], "arrival_s": [0.0], "dispatched_s": [0.0],
+               "first_scheduled_s": [math.nan], "first_token_s": [0.0], "finish_s": [0.0], "prompt_tokens": [1],
+               "output_tokens": [1], "cached_prompt_tokens": [0], "status": ["ok"], "preemptions": [0],
+               "replica": [0], "attempt": [1]}
+        recs = RequestRecords.from_columns(row)
+        sink = pa.BufferOutputStream()
+        w = pq.ParquetWriter(sink, arrow_schema("requests"), compression="zstd")
+        w.write_table(recs.to_arrow())
+        w.close()
+        sink = pa.BufferOutputStream()
+        w = pq.ParquetWriter(sink, _TOKEN_SCHEMA(), compression="zstd")
+        w.write_table(pa.table({"request_id": [0], "attempt": [1], "index": [0], "t_s": [0.0]}, schema=_TOKEN_SCHEMA()))
+        w.close()
+
+    def close_files(self, complete: bool) -> None:
+        if self.writer is not None:
+            self.writer.close(complete=complete)
+        if self.tok_writer is not None:
+            self.tok_writer.close()
+
+    def start_sampler(self):
+        """The /metrics hook: :class:`llmqueue.bench.prom.MetricsSampler` (a thread scraping the
+        server's Prometheus metrics every ``metrics_interval_s``), on the run's clock (``t0``)."""
+        if not self.metrics_url:
+            return None
+        try:
+            from llmqueue.bench.prom import MetricsSampler
+        except ImportError:
+            self.notes.append("--metrics-url given but llmqueue.bench.prom.MetricsSampler is not available: "
+                              "no server time series")
+            return None
+        try:
+            return MetricsSampler(self.metrics_url, interval_s=self.metrics_interval_s, t0=self.t0,
+                                  clock=_pc).start()
+        except Exception as e:  # noqa: BLE001 - the sampler is optional
+            self.notes.append(f"metrics sampler did not start: {e}")
+            return None
+
+    def stop_sampler(self, s):
+        """Stop the sampler: its time series, and what the server said about itself (server.json)."""
+        ts = server = None
+        try:
+            s.stop()
+            if len(getattr(s, "rows", ())):
+                ts = s.to_timeseries()
+            cc = getattr(s, "cache_config", None)
+            if cc is not None:
+                server = {"metrics_url": self.metrics_url, "num_gpu_blocks": cc.num_gpu_blocks,
+                          "block_size": cc.block_size, "M": cc.M, "cache_config_info": dict(cc.labels)}
+            if getattr(s, "errors", 0):
+                self.notes.append(f"metrics sampler: {s.errors} failed scrape(s) ({s.last_error})")
+        except Exception as e:  # noqa: BLE001
+            self.notes.append(f"metrics sampler failed: {e}")
+        return ts, server
+
+    # -- the result ----------------------------------------------------------------------------
+    def result(self, t_end: float, ts=None, server=None) -> BenchResult:
+        from llmqueue.records import RequestRecords, TimeSeries
+
+        cols = self.columns()
+        order = np.lexsort((cols["attempt"], cols["request_id"]))  # the file keeps completion order
+        recs = RequestRecords.from_columns({k: v[order] for k, v in cols.items()})
+        self.s_sched = np.frombuffer(self.c_sched, dtype=np.float64)[order] if len(order) else np.zeros(0)
+        n_tok = np.frombuffer(self.c_ntok, dtype=np.int64) if len(order) else np.zeros(0, dtype=np.int64)
+        self.s_ntok = n_tok[order]
+        self.s_tokoff = (np.cumsum(n_tok) - n_tok)[order]
+        tokens = self.token_columns()
+        if ts is not None and not isinstance(ts, TimeSeries):
+            try:
+                ts = TimeSeries.from_columns(ts)
+            except LlmqueueError as e:
+                self.notes.append(f"metrics time series unusable: {e}")
+                ts = None
+        if ts is not None and len(ts) == 0:
+            ts = None
+        summary = self.summarize(recs, t_end, ts)
+        if self.out_dir is not None:
+            from llmqueue.records import dump_summary, write_records
+
+            if ts is not None:
+                write_records(self.out_dir / "timeseries.parquet", ts)
+            if server:
+                (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
+            dump_summary(self.out_dir / "summary.json", summary)
+        return BenchResult(records=recs, summary=summary, tokens=tokens, error=self.error,
+                           interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes))
+
+    def summarize(self, recs, t_end: float, ts) -> dict:
+        from llmqueue.metrics import summarize
+
+        n = len(recs)
+        arr = recs["arrival_s"]
+        status = recs["status"]
+        horizon = max(t_end, float(np.nanmax(recs["finish_s"])) if n and np.isfinite(recs["finish_s"]).any()
+                      else t_end, float(arr.max()) if n else 0.0)
+        warm = self.warmup_s
+        if not horizon > warm:
+            self.notes.append(f"warm-up {warm:g} s is not shorter than the run ({horizon:.3g} s): ignored")
+            warm = 0.0
+        if not horizon > 0:
+            horizon = 1e-9
+        # ITL: vLLM's inter-chunk gaps of the ok attempts arriving in the window, in time order
+        ok = (status == "ok") & (arr >= warm) & (arr < horizon)
+        counts = self.s_ntok
+        offs = self.s_tokoff
+        tt = np.frombuffer(self.tok_t, dtype=np.float64)
+        gaps_t, gaps = [], []
+        for r in np.flatnonzero(ok & (counts > 1)).tolist():
+            t = tt[offs[r]:offs[r] + counts[r]]
+            gaps_t.append(t[1:])
+            gaps.append(np.diff(t))
+        if gaps:
+            gt = np.concatenate(gaps_t)
+            itl = np.concatenate(gaps)[np.argsort(gt, kind="stable")]
+        else:
+            itl = np.zeros(0)
+        s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=self.slos, itl_s=itl)
+        s["itl_source"] = "client: gaps between streamed chunks (vllm bench serve's ITL)"
+        s["from_send"] = _from_send(recs, warm, horizon, s.get("percentiles") or (50, 90, 95, 99, 99.9))
+        s["client"] = self.client_checks(recs)
+        load = ("open-loop" if not self.concurrency else
+                f"closed-loop: at most {self.concurrency} requests in flight (a request waits in the client "
+                "for a slot; latencies from the intended send time include that wait)")
+        a1 = np.asarray(self.requests.arrival_s)
+        s["max_concurrency"] = self.concurrency
+        s["request_rate"] = (len(a1) / float(a1[-1]) if len(a1) > 1 and a1[-1] > 0 else None)
+        s["max_concurrent_requests"] = self.max_inflight
+        s["not_sent"] = len(self.arrivals) - self.sent_first
+        s["retries_not_sent"] = self.retries_dropped
+        s["attempts"] = n
+        s["errors"] = dict(self.errors.most_common(20))
+        s["bench"] = {
+            "url": self.post_url, "model": self.model, "endpoint": self.endpoint, "load": load,
+            "closed_loop": bool(self.concurrency), "concurrency": self.concurrency, "requests": len(self.arrivals),
+            "seed": self.seed, "prompt": "token ids" if self.endpoint == "completions" else "text (usage counts)",
+            "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
+            "metrics_url": self.metrics_url,
+        }
+        if self.notes:
+            s["notes"] = list(self.notes)
+        return s
+
+    def client_checks(self, recs) -> dict:
+        """Scheduling lag and whether the realized arrivals follow the intended ones."""
+        arr = recs["arrival_s"]
+        sched = self.s_sched
+        first = recs["attempt"] == 1
+        out = arrival_check(arr[first], sched[first])
+        out["attempts"] = int(len(arr))
+        if (~first).any():
+            lag = sched[~first] - arr[~first]
+            out["retry_lag_ms"] = {"p50": 1e3 * float(np.percentile(lag, 50)),
+                                   "p99": 1e3 * float(np.percentile(lag, 99)), "max": 1e3 * float(lag.max())}
+        wait = recs["dispatched_s"] - sched
+        if self.concurrency and np.isfinite(wait).any():
+            w = wait[np.isfinite(wait)]
+            out["client_queue_ms"] = {"mean": 1e3 * float(w.mean()), "p50": 1e3 * float(np.percentile(w, 50)),
+                                      "p99": 1e3 * float(np.percentile(w, 99)), "max": 1e3 * float(w.max())}
+        return out
+
+
+def arrival_check(intended, realized, *, lag_tolerance_ms: float | None = None, alpha: float = 0.01) -> dict:
+    """Did the client send on schedule? ``intended`` and ``realized`` send times (s) of the same requests.
+
+    - ``lag_ms``: percentiles of the scheduling lag ``realized - intended`` (mean, p50, p90, p99,
+      p99.9, max); ``late_over_1ms`` / ``late_over_10ms``: fractions; ``lag_trend_ms_per_s``: the
+      least-squares slope of the lag against the intended time (a client falling behind drifts);
+    - ``ks_gaps``: two-sample Kolmogorov-Smirnov test of the realized inter-arrival gaps against
+      the intended ones (``statistic`` D, ``pvalue``), and the p99 of the per-gap error
+      ``|realized gap - intended gap|``.
+
+    ``arrivals_ok`` is true when the p99 lag is at most ``lag_tolerance_ms`` (default 2 ms) and
+    the gaps pass the KS test at level ``alpha``, or fail it only by sub-tolerance jitter (p99 gap
+    error <= the tolerance: a KS test on many gaps detects any jitter at all, e.g. on
+    deterministic arrivals, whose intended gaps are all equal).
+    """
+    tol = LAG_TOLERANCE_MS if lag_tolerance_ms is None else float(lag_tolerance_ms)
+    a = np.asarray(intended, dtype=np.float64)
+    r = np.asarray(realized, dtype=np.float64)
+    if a.shape != r.shape:
+        raise InputError("realized", f"needs one time per intended time ({r.shape} vs {a.shape})")
+    out: dict = {"requests": int(len(a))}
+    order = np.argsort(a, kind="stable")
+    a, r = a[order], r[order]
+    lag = r - a
+    if len(lag):
+        out["lag_ms"] = {"mean": 1e3 * float(lag.mean()),
+                         **{f"p{_pw(q)}": 1e3 * float(np.percentile(lag, q)) for q in (50, 90, 99, 99.9)},
+                         "max": 1e3 * float(lag.max())}
+        out["late_over_1ms"] = float(np.mean(lag > 1e-3))
+        out["late_over_10ms"] = float(np.mean(lag > 1e-2))
+        out["lag_trend_ms_per_s"] = (1e3 * float(np.polyfit(a, lag, 1)[0])
+                                     if len(a) > 2 and np.ptp(a) > 0 else None)
+    else:
+        out["lag_ms"] = None
+    ks = None
+    if len(a) >= 3:
+        ga = np.diff(a)
+        gr = np.diff(np.sort(r))
+        stat, pvalue = ks_2samp(ga, gr)
+        err = np.abs(np.diff(r) - ga)
+        ks = {"statistic": stat, "pvalue": pvalue, "n": int(len(ga)),
+              "mean_gap_intended_ms": 1e3 * float(ga.mean()), "mean_gap_realized_ms": 1e3 * float(gr.mean()),
+              "p99_gap_error_ms": 1e3 * float(np.percentile(err, 99))}
+    out["ks_gaps"] = ks
+    problems = []
+    p99 = out["lag_ms"]["p99"] if out["lag_ms"] else None
+    if p99 is not None and p99 > tol:
+        problems.append(f"p99 scheduling lag {p99:.2f} ms > {tol:g} ms")
+    if ks is not None and ks["pvalue"] < alpha and ks["p99_gap_error_ms"] > tol:
+        problems.append(f"realized inter-arrival gaps differ from the intended ones (KS D = "
+                        f"{ks['statistic']:.3f}, p = {ks['pvalue']:.2g})")
+    out["arrivals_ok"] = not problems
+    out["verdict"] = "ok: sent on schedule" if not problems else "client fell behind: " + "; ".join(problems)
+    out["rule"] = (f"ok when p99 lag <= {tol:g} ms and the realized gaps pass a KS two-sample test against the "
+                   f"intended ones at {alpha:g} (or differ from them by <= {tol:g} ms at p99: a KS test on many "
+                   "gaps flags any jitter, e.g. on deterministic arrivals)")
+    return out
+
+
+LAG_TOLERANCE_MS = 2.0
+
+
+def ks_2samp(x, y) -> tuple[float, float]:
+    """Two-sample Kolmogorov-Smirnov test of realized against intended gaps: ``(D, p)``,
+    two-sided, asymptotic p-value (``scipy.stats.ks_2samp``, imported when a run ends)."""
+    from scipy.stats import ks_2samp as _ks
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.size == 0 or y.size == 0:
+        return math.nan, math.nan
+    r = _ks(x, y, method="asymp")
+    return float(r.statistic), float(r.pvalue)
+
+
+def _pw(q) -> str:
+    return str(int(q)) if int(q) == q else str(q)
+
+
+def _from_send(recs, t0: float, t1: float, percentiles) -> dict:
+    """TTFT and E2EL measured from the actual send time, as vLLM bench serve measures them."""
+    a = recs["arrival_s"]
+    ok = (recs["status"] == "ok") & (a >= t0) & (a < t1)
+    d = recs["dispatched_s"][ok]
+    out: dict = {"note": "vllm bench serve's definitions: from the actual send; the main keys measure from "
+                         "the intended send time (identical when the client is on time)"}
+    for name, x in (("ttft", recs["first_token_s"][ok] - d), ("e2el", recs["finish_s"][ok] - d)):
+        x = x[np.isfinite(x)]
+        if not len(x):
+            for k in ("mean", "median", "std"):
+                out[f"{k}_{name}_ms"] = None
+            for p in percentiles:
+                out[f"p{_pw(p)}_{name}_ms"] = None
+            continue
+        out[f"mean_{name}_ms"] = 1e3 * float(x.mean())
+        out[f"median_{name}_ms"] = 1e3 * float(np.median(x))
+        out[f"std_{name}_ms"] = 1e3 * float(x.std())
+        for p in percentiles:
+            out[f"p{_pw(p)}_{name}_ms"] = 1e3 * float(np.percentile(x, p))
+    return out
+
+
+def _role_only(choices) -> bool:
+    """A chat chunk that only announces the role (no content, reasoning or tool call): not a token."""
+    c = choices[0]
+    delta = c.get("delta") if type(c) is dict else None
+    if type(delta) is not dict or "role" not in delta or c.get("finish_reason"):
+        return False
+    return not any(delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls"))
+
+
+def _sse_data(ev: bytes):
+    """The data of an SSE event with several lines or none (comments give None)."""
+    data = [line[5:].strip() for line in ev.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(data) if data else None
+
+
+def _conn_message(e: BaseException) -> str:
+    name = type(e).__name__
+    s = str(e)
+    if isinstance(e, _Lost):
+        return "server disconnected"
+    if isinstance(e, ConnectionRefusedError) or "Connect call failed" in s or "Connection refused" in s:
+        return "connection refused"
+    if name == "ServerDisconnectedError":
+        return "server disconnected"
+    if isinstance(e, ConnectionResetError) or "reset by peer" in s:
+        return "connection reset"
+    if isinstance(e, asyncio.TimeoutError):
+        return "connect timeout"
+    if name == "ClientPayloadError":
+        return "response cut short"
+    return f"{name}: {s[:80]}" if s else name
+
+
+def _TOKEN_SCHEMA():
+    import pyarrow as pa
+
+    return pa.schema([pa.field("request_id", pa.int64()), pa.field("attempt", pa.int64()),
+                      pa.field("index", pa.int64()), pa.field("t_s", pa.float64())],
+                     metadata={b"llmqueue.kind": b"tokens"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+# ---------------------------------------------------------------------------------------------
+
+async def run_bench_async(url: str, model: str, requests, **kwargs) -> BenchResult:
+    """:func:`run_bench` inside a running event loop."""
+    run = _Run(url=url, model=model, requests=requests, **_options(**kwargs))
+    return await run.main()
+
+
+def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | None = None,
+             timeout_s=DEFAULT_TIMEOUT_S, ttft_timeout_s=None, seed: int = 0, vocab_size: int | None = None,
+             token_range: tuple[int, int] | None = None, retry=None, warmup_s: float = 0.0,
+             warmup_requests: int = 0, progress: bool = False, metrics_url: str | None = None,
+             metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0, abort_after: int = 3,
+             abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
+             extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None) -> dict:
+    if endpoint not in ("completions", "chat"):
+        raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
+    if concurrency is not None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
+            raise InputError("concurrency", f"must be a positive integer (got {concurrency!r})")
+        concurrency = int(concurrency)
+    if token_range is None:
+        token_range = token_id_range(vocab_size)
+    elif vocab_size is not None:
+        raise InputError("token_range", "give vocab_size or token_range, not both")
+    for name, v in (("warmup_s", warmup_s), ("flush_interval_s", flush_interval_s), ("spin_s", spin_s or 0.0),
+                    ("abort_grace_s", abort_grace_s), ("metrics_interval_s", metrics_interval_s)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise InputError(name, f"must be a finite number >= 0 (got {v!r})")
+    if flush_interval_s <= 0:
+        raise InputError("flush_interval_s", "must be > 0")
+    if not isinstance(warmup_requests, (int, np.integer)) or warmup_requests < 0:
+        raise InputError("warmup_requests", f"must be an integer >= 0 (got {warmup_requests!r})")
+    if not isinstance(abort_after, int) or abort_after < 1:
+        raise InputError("abort_after", f"must be a positive integer (got {abort_after!r})")
+    return dict(endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
+                ttft_timeout_s=ttft_timeout_s, seed=seed, token_range=token_range, retry=retry,
+                warmup_s=float(warmup_s), warmup_requests=int(warmup_requests), progress=progress,
+                metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
+                abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
+                extra_body=extra_body, api_key=api_key, slos=slos)
+
+
+def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
+              concurrency: int | None = None, timeout_s=DEFAULT_TIMEOUT_S, ttft_timeout_s=None, seed: int = 0,
+              vocab_size: int | None = None, token_range: tuple[int, int] | None = None, retry=None,
+              warmup_s: float = 0.0, warmup_requests: int = 0, progress: bool = False,
+              metrics_url: str | None = None, metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0,
+              abort_after: int = 3, abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
+              extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
+              use_uvloop: bool = True) -> BenchResult:
+    """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
+    OpenAI-compatible server on their open-loop schedule; return records and summary.
+
+    ``url``: the server (``http://127.0.0.1:8000``; ``.../v1`` or a full endpoint URL also work).
+    ``endpoint``: ``"completions"`` (token-id prompts, exact lengths) or ``"chat"`` (text).
+    ``out_dir``: write ``requests.parquet`` (incrementally), ``tokens.parquet``,
+    ``workload.parquet`` (the intended stream), ``summary.json`` (and ``timeseries.parquet`` /
+    ``server.json`` from the metrics sampler). ``concurrency``: cap on requests in flight (makes
+    the run closed-loop). ``timeout_s`` / ``ttft_timeout_s``: client deadlines from each attempt's
+    intended send time (a number, None, or ``{class: seconds}``); status ``timeout``. ``seed``:
+    prompt token draws and retry jitter. ``vocab_size`` or ``token_range``: where prompt ids come
+    from (:func:`token_id_range`). ``retry``: a ``ClassMix``, ``ClientBehavior`` or
+    ``decide(request_id, attempt, status, t_end)`` function (:mod:`llmqueue.workload.client`).
+    ``warmup_s``: seconds left out of the statistics; ``warmup_requests``: requests sent one by
+    one before the run, not recorded. ``slos``: targets for goodput (``summarize``'s ``slos``).
+    ``spin_s``: how a wait for a send time ends (the loop's timers tick in milliseconds):
+    ``None`` (default) sleeps to the nearest tick and polls the clock for any rest (a few tenths
+    of a ms late); ``0`` never polls (up to ~1 ms late, no CPU spent waiting: better when the
+    client shares few cores with a busy server); ``> 0`` polls for the last ``spin_s`` seconds.
+    See the module docstring for the rest.
+    """
+    opts = _options(endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
+                    ttft_timeout_s=ttft_timeout_s, seed=seed, vocab_size=vocab_size, token_range=token_range,
+                    retry=retry, warmup_s=warmup_s, warmup_requests=warmup_requests, progress=progress,
+                    metrics_url=metrics_url, metrics_interval_s=metrics_interval_s,
+                    flush_interval_s=flush_interval_s, abort_after=abort_after, abort_grace_s=abort_grace_s,
+                    spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos)
+    if not isinstance(model, str) or not model:
+        raise InputError("model", f"must be a non-empty model name (got {model!r})")
+    if len(requests) == 0:
+        raise InputError("requests", "the workload has no requests", "give --num-requests or a longer --duration")
+    endpoint_url(url, endpoint)  # validate before starting anything
+
+    async def main():
+        import signal
+
+        run = _Run(url=url, model=model, requests=requests, **opts)
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+        try:
+            return await run.main()
+        finally:
+            try:
+                loop.remove_signal_handler(signal.SIGTERM)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    _raise_fd_limit()
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            uvloop = None
+        if uvloop is not None:
+            return uvloop.run(main())
+    return asyncio.run(main())
+
+
+def _raise_fd_limit() -> None:
+    """Open loop means one connection per request in flight: lift the soft limit on open files
+    to the hard one, as load generators do (best effort)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def load_requests_parquet(path):
+    """Read a ``workload.parquet`` written by :func:`run_bench` back into a RequestArrays."""
+    import pyarrow.parquet as pq
+
+    from llmqueue.workload.generate import RequestArrays
+
+    t = pq.read_table(path).to_pydict()
+    return RequestArrays(np.asarray(t["request_id"]), np.asarray(t["arrival_s"]), np.asarray(t["prompt_tokens"]),
+                         np.asarray(t["output_tokens"]), np.asarray(t["class"], dtype=str))
+
+
+__all__ = ["BenchConnectError", "BenchResult", "DEFAULT_TIMEOUT_S", "DEFAULT_TOKEN_RANGE", "arrival_check", "classify_http",
+           "ks_2samp",
+           "endpoint_url", "load_requests_parquet", "run_bench", "run_bench_async", "token_id_range"]

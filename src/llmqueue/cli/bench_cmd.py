@@ -1,0 +1,261 @@
+"""``llmqueue bench``: open-loop benchmark of an OpenAI-compatible server (records, summary, checks).
+
+Exit codes: 0 the run completed (whatever the requests' statuses); 2 bad input, or the server
+could not be reached before anything was sent (``llmqueue: error: --url: cannot connect ...``);
+1 the run stopped early because the server stopped accepting connections (the report is printed,
+every finished attempt is on disk); 130 interrupted (Ctrl-C / SIGTERM; the same holds).
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.simulate_cmd import workload_options
+
+
+def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, duration, seed):
+    """The request stream from the workload flags (the same flags and rules as ``simulate``)."""
+    from llmqueue._validate import positive, positive_int
+    from llmqueue.errors import InputError
+    from llmqueue.workload import Workload
+
+    if num_requests is not None and duration is not None:
+        raise InputError("num_requests", "give --num-requests or --duration, not both")
+    if num_requests is not None:
+        positive_int("num_requests", num_requests)
+    if duration is not None:
+        positive("duration", duration)
+    if trace is not None:
+        if arrival is not None or prompt is not None or output is not None or lengths is not None:
+            raise InputError("trace", "a trace brings its own arrivals and lengths",
+                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+        from llmqueue.workload.traces import load_trace, trace_to_requests, window
+
+        tr = load_trace(trace)
+        if duration is not None:
+            tr = window(tr, 0.0, duration)
+        if num_requests is not None and len(tr):
+            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9)
+        return trace_to_requests(tr)
+    if arrival is None:
+        raise InputError("arrival", "missing arrival process",
+                         "give --arrival, e.g. poisson:3.5, or --trace FILE, or --scenario NAME")
+    if lengths is not None:
+        if prompt is not None or output is not None:
+            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+        wl = Workload(arrival, joint=lengths)
+    else:
+        if prompt is None or output is None:
+            raise InputError("prompt" if prompt is None else "output", "missing length distribution",
+                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
+        wl = Workload(arrival, prompt=prompt, output=output)
+    if num_requests is None and duration is None:
+        raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
+    return wl.generate(seed, n=num_requests, duration=duration)
+
+
+def server_model(url: str, api_key: str | None = None) -> str:
+    """The first model the server lists at ``/v1/models``."""
+    import json
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from llmqueue.bench.client import BenchConnectError
+    from llmqueue.errors import InputError
+
+    p = urlsplit(url)
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
+    base = f"{p.scheme}://{p.netloc}"
+    req = urllib.request.Request(base + "/v1/models")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            data = json.loads(r.read())
+        return str(data["data"][0]["id"])
+    except urllib.error.URLError as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, ConnectionRefusedError):
+            raise BenchConnectError(base, "connection refused") from None
+        if isinstance(reason, OSError) and not isinstance(e, urllib.error.HTTPError):
+            raise BenchConnectError(base, str(reason)) from None
+        raise InputError("model", f"not given, and {base}/v1/models answered {e}", "give --model") from None
+    except (ValueError, KeyError, IndexError, TypeError, OSError) as e:
+        raise InputError("model", f"not given, and {base}/v1/models did not list a model ({e})",
+                         "give --model") from None
+
+
+@command("bench")
+@click.option("--url", required=True, help="The server, e.g. http://127.0.0.1:8000 (or a full .../v1/completions URL).")
+@click.option("--model", help="Model name to request [default: the first one the server lists at /v1/models].")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
+              help="completions: token-id prompts, exact lengths; chat: text prompts, the server's token counts.")
+@click.option("--scenario", help="Take the workload (classes, timeouts, retries, SLOs) from a scenario file or example.")
+@workload_options
+@click.option("--concurrency", type=int, help="Cap on requests in flight (makes the run closed-loop).")
+@click.option("--timeout", type=float, help="Client deadline per attempt, from its intended send time (s) [default: 600, "
+              "or the scenario's].")
+@click.option("--ttft-timeout", type=float, help="Deadline for the first token (s) [default: none, or the scenario's].")
+@click.option("--max-attempts", type=int, help="Retry failed attempts (rejected/timeout/error) up to this many tries, "
+              "OpenAI SDK backoff [default: 1, or the scenario's].")
+@click.option("--vocab-size", type=int, help="Tokenizer vocabulary size: prompt ids come from its middle 90% "
+              "[default: ids 100-499].")
+@click.option("--exact-output/--no-exact-output", default=True, show_default=True,
+              help="Send vLLM's ignore_eos and min_tokens so every request yields exactly its output length.")
+@click.option("--warmup", type=float, help="Seconds left out of the statistics [default: 0, or the scenario's].")
+@click.option("--warmup-requests", type=int, default=0, show_default=True,
+              help="Requests sent one by one before the run, not recorded.")
+@click.option("--metrics-url", help="Sample the server's Prometheus /metrics into timeseries.parquet "
+              "(needs llmqueue.bench.prom).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@json_option
+def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
+          exact_output, warmup, warmup_requests, metrics_url, api_key, out_dir, progress, as_json, **flags):
+    """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
+
+    Sends each request at its intended arrival time (never waiting for earlier answers),
+    streams the answers, and writes one record per attempt in the simulator's schema
+    (requests.parquet, tokens.parquet, workload.parquet, summary.json), so a measured run and a
+    simulated one compare by a join. The summary carries vLLM bench serve's metric names
+    (TTFT, TPOT, ITL, E2EL) plus the client's own checks (send lag, KS test of the gaps).
+
+    Examples:
+
+      llmqueue bench --url http://127.0.0.1:8000 --arrival poisson:5 --prompt uniform:100:1000
+      --output fixed:128 --duration 120 --out runs/p5
+
+      llmqueue bench --url http://127.0.0.1:8000 --scenario chat --duration 300 --json
+    """
+    import sys
+    import time
+    from pathlib import Path
+
+    from llmqueue.bench.client import DEFAULT_TIMEOUT_S, run_bench
+    from llmqueue.errors import InputError
+
+    for name, v in (("concurrency", concurrency), ("max_attempts", max_attempts)):
+        if v is not None and v < 1:
+            raise InputError(name, f"must be a positive integer (got {v})")
+    for name, v in (("timeout", timeout), ("ttft_timeout", ttft_timeout)):
+        if v is not None and not v > 0:
+            raise InputError(name, f"must be > 0 seconds (got {v:g})")
+    if warmup is not None and not warmup >= 0:
+        raise InputError("warmup", f"must be >= 0 seconds (got {warmup:g})")
+    if warmup_requests < 0:
+        raise InputError("warmup_requests", f"must be >= 0 (got {warmup_requests})")
+    if vocab_size is not None and vocab_size < 40:
+        raise InputError("vocab_size", f"must be at least 40 (got {vocab_size})")
+    retry = None
+    slos = None
+    timeouts = timeout if timeout is not None else DEFAULT_TIMEOUT_S
+    ttft_timeouts = ttft_timeout
+    seed = flags["seed"]
+    if scenario is not None:
+        given = [f"--{k}" for k in ("trace", "arrival", "prompt", "output", "lengths") if flags.get(k) is not None]
+        if given:
+            raise InputError("scenario", f"the scenario brings its own workload; drop {', '.join(given)}")
+        from llmqueue.scenario import load_scenario
+        from llmqueue.simulate import _slo_targets
+
+        sc = load_scenario(scenario)
+        run = sc.run
+        if flags["duration"] is not None or flags["num_requests"] is not None:
+            if flags["duration"] is not None and flags["num_requests"] is not None:
+                raise InputError("num_requests", "give --num-requests or --duration, not both")
+            run = run.model_copy(update={"duration_s": flags["duration"], "num_requests": flags["num_requests"]})
+            sc = sc.model_copy(update={"run": run})
+        seed = seed if seed else run.seed
+        requests = sc.requests(seed)
+        mix = sc.mix
+        retry = mix
+        slos = _slo_targets(mix.slos)
+        if timeout is None:
+            timeouts = {c.name: (c.client.timeout_s if c.client.timeout_s is not None else DEFAULT_TIMEOUT_S)
+                        for c in mix.classes}
+        if ttft_timeout is None:
+            ttft_timeouts = {c.name: c.client.ttft_timeout_s for c in mix.classes}
+        if max_attempts is not None:
+            retry = _retry_behavior(max_attempts)
+        if warmup is None:
+            warmup = run.warmup_s
+    else:
+        requests = build_requests(**flags)
+        if max_attempts is not None and max_attempts > 1:
+            retry = _retry_behavior(max_attempts)
+    if len(requests) == 0:
+        raise InputError("duration", "the workload has no request in that window", "give a longer --duration")
+    if model is None:
+        model = server_model(url, api_key)
+    if out_dir is None:
+        out_dir = str(Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    if progress is None:
+        progress = sys.stderr.isatty()
+    res = run_bench(url, model, requests, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency,
+                    timeout_s=timeouts, ttft_timeout_s=ttft_timeouts, seed=seed, vocab_size=vocab_size, retry=retry,
+                    warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
+                    metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos)
+    if as_json:
+        print_json(res.summary)
+    else:
+        print_report(res.summary, out_dir)
+    if res.error is not None:
+        n = len(res.records)
+        click.echo(f"llmqueue: error: {res.error}; {n} attempt record(s) written to {out_dir}/", err=True)
+        raise click.exceptions.Exit(130 if res.interrupted else 1)
+
+
+def _retry_behavior(max_attempts: int):
+    from llmqueue.workload.client import ClientBehavior, RetryPolicy
+
+    return ClientBehavior(retry=RetryPolicy(max_attempts=max_attempts))
+
+
+def print_report(s: dict, out_dir=None) -> None:
+    """The readable summary of a measured run."""
+
+    def ms(key, d=s):
+        v = d.get(key)
+        return "-" if v is None else f"{v:,.1f}"
+
+    b = s.get("bench", {})
+    c = s.get("client", {})
+    lag = c.get("lag_ms") or {}
+    ks = c.get("ks_gaps") or {}
+    fs = s.get("from_send", {})
+    rows = [
+        ("server", f"{b.get('url')}  model {b.get('model')}"),
+        ("load", b.get("load")),
+        ("completed / arrived (in window)", f"{s.get('completed')} / {s.get('arrivals')}"),
+        ("status counts", ", ".join(f"{k} {v}" for k, v in (s.get("status_counts") or {}).items() if v) or "-"),
+        ("duration (s)", s.get("duration_s")),
+        ("request throughput (req/s)", s.get("request_throughput")),
+        ("output throughput (tok/s)", s.get("output_throughput")),
+        ("mean / p99 TTFT (ms)", f"{ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}"),
+        ("  from the actual send (vLLM)", f"{ms('mean_ttft_ms', fs)} / {ms('p99_ttft_ms', fs)}"),
+        ("mean / p99 TPOT (ms)", f"{ms('mean_tpot_ms')} / {ms('p99_tpot_ms')}"),
+        ("mean / p99 ITL (ms)", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}"),
+        ("mean / p99 E2EL (ms)", f"{ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}"),
+        ("peak requests in flight", s.get("max_concurrent_requests")),
+        ("verdict (queue trend)", s.get("verdict")),
+        ("send lag p50 / p99 / max (ms)",
+         f"{lag.get('p50', 0):.3f} / {lag.get('p99', 0):.3f} / {lag.get('max', 0):.3f}" if lag else "-"),
+        ("gaps KS test (D, p)", f"{ks['statistic']:.3f}, {ks['pvalue']:.3g}" if ks else "-"),
+        ("client check", c.get("verdict")),
+    ]
+    if s.get("request_goodput") is not None:
+        rows.append(("request goodput (req/s)", s.get("request_goodput")))
+    if s.get("not_sent"):
+        rows.append(("requests not sent (run stopped)", s.get("not_sent")))
+    if s.get("errors"):
+        rows.append(("errors", ", ".join(f"{k} x{v}" for k, v in s["errors"].items())))
+    for note in s.get("notes") or ():
+        rows.append(("note", note))
+    print_kv(rows, title="Benchmark")
+    if out_dir:
+        click.echo(f"\nrecords written to {out_dir}/ (requests, tokens, workload .parquet; summary.json)")

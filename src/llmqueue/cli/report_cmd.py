@@ -1,0 +1,70 @@
+"""``llmqueue report``: one self-contained HTML report of a run or sweep directory, or a seed's figure."""
+
+from __future__ import annotations
+
+import click
+
+from llmqueue.cli.common import command, json_option, print_json, print_kv
+
+
+@command("report")
+@click.argument("run_or_sweep_dir", required=False, type=click.Path())
+@click.option("-o", "--output", default="report.html", show_default=True, help="The HTML file to write.")
+@click.option("--png-dir", type=click.Path(), help="Where each figure is also written as PNG [default: <report>_png/].")
+@click.option("--compare", type=click.Path(),
+              help="A run directory (e.g. the simulated twin of a measured run) drawn dashed over the run.")
+@click.option("--title", help="The report's title.")
+@click.option("--seed004-figure2", "seed004", is_flag=True,
+              help="Seed 004's Figure 2: the 1:1 setting simulated at lam = 1, 3, 5, 20, 50; queue length over time.")
+@click.option("--seed002-figure2", "seed002", is_flag=True,
+              help="Seed 002's Figure 2: throughput against latency over batch size (lam 100, T_fixed 50 ms, t_req 0.5 ms).")
+@click.option("--duration", type=float, default=3600.0, show_default=True,
+              help="--seed004-figure2: simulated seconds per rate.")
+@click.option("--seed", type=int, default=1, show_default=True, help="--seed004-figure2: random seed.")
+@click.option("--slo-ms", type=float, default=300.0, show_default=True,
+              help="--seed002-figure2: the P99 latency target drawn as the SLO line.")
+@json_option
+def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, duration, seed, slo_ms, as_json):
+    """Write one self-contained HTML report (figures inlined, no network) of RUN_OR_SWEEP_DIR.
+
+    A run directory (llmqueue simulate/bench --out DIR) gets its summary table, queue length and
+    KV cache over time, latency CDFs and the latency decomposition; a sweep directory (sweep.json)
+    gets latency against throughput and throughput against offered load with the SLO, the
+    theory's mu and the knee. Each figure is also written as PNG to --png-dir.
+    """
+    from llmqueue._validate import positive
+    from llmqueue.errors import InputError
+
+    seeds = [flag for flag, on in (("--seed004-figure2", seed004), ("--seed002-figure2", seed002)) if on]
+    if len(seeds) > 1:
+        raise InputError("seed004", "give one of --seed004-figure2 and --seed002-figure2",
+                         "write each to its own file with -o")
+    if seeds and run_or_sweep_dir is not None:
+        raise InputError("RUN_OR_SWEEP_DIR", f"{seeds[0]} makes its own data; it takes no directory",
+                         f"drop {run_or_sweep_dir} or {seeds[0]}")
+    if seeds and compare is not None:
+        raise InputError("compare", f"{seeds[0]} takes no --compare")
+    if seed004:
+        from llmqueue.report.seeds import seed004_figure2
+
+        res = seed004_figure2(output, png_dir=png_dir, duration_s=positive("duration", duration), seed=seed)
+    elif seed002:
+        from llmqueue.report.seeds import seed002_figure2
+
+        res = seed002_figure2(output, png_dir=png_dir, slo_ms=positive("slo_ms", slo_ms))
+    elif run_or_sweep_dir is None:
+        raise InputError("RUN_OR_SWEEP_DIR", "missing directory",
+                         "give a run or sweep directory, or --seed004-figure2 / --seed002-figure2")
+    else:
+        from llmqueue.report.build import build_report
+
+        res = build_report(run_or_sweep_dir, output, png_dir=png_dir, compare=compare, title=title)
+    if as_json:
+        print_json(res.to_dict())
+        return
+    rows = [("report", str(res.html_path)), ("kind", res.kind)]
+    if res.source:
+        rows.append(("source", res.source))
+    rows += [("figure", str(p)) for p in res.png_paths]
+    rows += [("note", n) for n in res.notes]
+    print_kv(rows, title="Report written")

@@ -1,0 +1,366 @@
+"""``llmqueue sweep`` and ``llmqueue capacity``: load sweeps and the SLO-bounded capacity search.
+
+Both take the simulate command's flags (or ``--scenario``) for the base point; see
+:mod:`llmqueue.plan.sweep` and :mod:`llmqueue.plan.capacity` for what they compute.
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.simulate_cmd import build_spec, engine_options, workload_options
+from llmqueue.errors import InputError
+
+_BACKENDS = ("local", "serial", "ray")
+
+
+def simulate_flags(**overrides) -> dict:
+    """The ``llmqueue simulate`` flags with their defaults, as ``build_spec``'s keywords, updated
+    with ``overrides`` (``simulate_flags(arrival="poisson:3", ...)``): the base of a flags sweep."""
+    import inspect
+
+    from llmqueue.cli.simulate_cmd import simulate
+
+    names = set(inspect.signature(build_spec).parameters)
+    flags = {}
+    for p in simulate.params:
+        if p.name in names:
+            d = p.default
+            flags[p.name] = None if (d is None or type(d).__name__ == "Sentinel" or callable(d)) else d
+    unknown = set(overrides) - names
+    if unknown:
+        raise InputError(sorted(unknown)[0], "is not a flag of llmqueue simulate")
+    flags.update(overrides)
+    return flags
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    src = ctx.get_parameter_source(name)
+    return src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _base(ctx: click.Context, scenario, flags: dict):
+    """``(factory, base)`` from the command's flags: a scenario with overrides, or the simulate flags."""
+    from llmqueue.plan.points import SCENARIO_KNOBS, scenario_spec
+
+    if scenario is None:
+        return build_spec, {k: v for k, v in flags.items()}
+    from pathlib import Path
+
+    p = Path(scenario).expanduser()
+    base = {"scenario": str(p.resolve()) if p.is_file() else scenario}
+    for name in ("trace", "arrival", "prompt", "output", "lengths"):
+        if flags.get(name) is not None:
+            raise InputError(name, "a scenario brings its own workload", f"drop --{name.replace('_', '-')}, "
+                             "or drop --scenario")
+    for name in ("duration", "num_requests"):
+        if flags.get(name) is not None:
+            base[name] = flags[name]
+    if _given(ctx, "seed"):
+        base["seed"] = flags["seed"]
+    if _given(ctx, "warmup"):
+        base["warmup"] = flags["warmup"]
+    for name, v in flags.items():
+        if name in SCENARIO_KNOBS and _given(ctx, name):
+            base[name] = v
+    ignored = [n for n in ("preemption", "srpt_predictor_cv", "prefix_block_tokens", "sample_dt")
+               if _given(ctx, n)]
+    if ignored:
+        raise InputError(ignored[0], "cannot be set on a scenario", "put it in the scenario file, or drop it")
+    return scenario_spec, base
+
+
+def _convert(ctx: click.Context, name: str, text: str):
+    """A --param value converted by the simulate flag of that name (ints, floats, booleans...)."""
+    from llmqueue.cli.simulate_cmd import simulate
+
+    for p in simulate.params:
+        if p.name == name:
+            try:
+                return p.type.convert(text.strip(), p, ctx)
+            except click.BadParameter as e:
+                raise InputError("param", f"{name}={text}: {e.message}") from None
+    t = text.strip()
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t
+
+
+def _params(ctx, items) -> dict:
+    out: dict = {}
+    for item in items or ():
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise InputError("param", f"{item!r} is not NAME=V1,V2,...", "e.g. --param max_num_seqs=8,16,32")
+        key = name.strip().replace("-", "_")
+        if key in out:
+            raise InputError("param", f"{key} is given twice", "list all its values in one --param")
+        out[key] = [_convert(ctx, key, v) for v in values.split(",") if v.strip()]
+    return out
+
+
+def _rates(text):
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError("rates", f"{text!r} is not a comma-separated list of numbers", "e.g. --rates 1,3,5,20,50") \
+            from None
+
+
+def _slos(ctx, scenario, flags, percentile) -> dict:
+    from llmqueue.plan.capacity import scenario_slos, slo_targets
+
+    slos = slo_targets(ttft_ms=flags.get("slo_ttft_ms"), tpot_ms=flags.get("slo_tpot_ms"),
+                       e2el_ms=flags.get("slo_e2el_ms"), percentile=percentile)
+    if not slos and scenario is not None:
+        slos = scenario_slos(scenario)
+    return slos
+
+
+def run_options(f):
+    """Backend, output and progress flags shared by sweep and capacity."""
+    opts = [
+        click.option("--backend", type=click.Choice(_BACKENDS), default="local", show_default=True,
+                     help="local: a process pool; serial: one at a time in this process; ray: Ray tasks."),
+        click.option("--workers", type=int, help="Parallel simulations (default: every core; the Ray cluster's CPUs)."),
+        click.option("--address", help="Ray cluster to join (with --backend ray), e.g. auto or ray://host:10001."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False),
+                     help="Output directory: cached points (resumable), the table and the JSON."),
+        click.option("--progress/--no-progress", default=None, help="Progress bar over points (default: on a terminal)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _progress(progress):
+    import sys
+
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def _short_verdict(v):
+    if not v or v == "stable":
+        return v or "-"
+    import re
+
+    m = re.search(r"grows ([0-9.eE+-]+) req/s", v)
+    return f"unstable +{m.group(1)}/s" if m else v.split("(")[0].strip()
+
+
+def _ms_ci(row, key):
+    v = row.get(key)
+    if v is None:
+        return "-"
+    lo, hi = row.get(key + "_ci_lo"), row.get(key + "_ci_hi")
+    return f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else fmt(v)
+
+
+@command("sweep")
+@click.option("--scenario", help="Base point: a scenario file or shipped example (llmqueue scenario list).")
+@click.option("--rates", help="Arrival rates (req/s), comma-separated: rescales the arrival process, keeping its shape.")
+@click.option("--param", "param_items", multiple=True, metavar="NAME=V1,V2,...",
+              help="Sweep another simulate flag, e.g. max_num_seqs=8,16,32 (repeatable; the grid is the product).")
+@engine_options
+@workload_options
+@click.option("--warmup", type=float, default=0.0, show_default=True, help="Seconds left out of the statistics.")
+@click.option("--sample-dt", type=float, default=1.0, show_default=True, help="Time-series sampling interval (s).")
+@click.option("--slo-ttft-ms", type=float, help="SLO line: TTFT target (ms) at --percentile.")
+@click.option("--slo-tpot-ms", type=float, help="SLO line: TPOT target (ms) at --percentile.")
+@click.option("--slo-e2el-ms", type=float, help="SLO line: end-to-end latency target (ms) at --percentile.")
+@click.option("--percentile", type=float, default=99, show_default=True, help="Percentile the SLOs apply to.")
+@click.option("--seeds", type=click.Choice(["derived", "common"]), default="derived", show_default=True,
+              help="derived: each point its own seed from --seed and its coordinates; common: --seed everywhere.")
+@click.option("--knee-metric", default="p99_ttft_ms", show_default=True, help="Latency whose curve gives the knee.")
+@click.option("--knee-factor", type=float, default=2.0, show_default=True,
+              help="Knee: where the latency first reaches this multiple of its lowest-rate value.")
+@click.option("--keep-runs", is_flag=True, help="Also write each point's records to OUT/runs/KEY/.")
+@click.option("--csv", "as_csv", is_flag=True, help="Write OUT/sweep.csv instead of OUT/sweep.parquet.")
+@run_options
+@json_option
+@click.pass_context
+def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, knee_factor, keep_runs, as_csv,
+          backend, workers, address, out_dir, progress, as_json, **flags):
+    """Simulate a grid of arrival rates and engine knobs; tabulate latency versus load.
+
+    Each point is one `llmqueue simulate` run with its own seed (derived from --seed and the
+    point, so the numbers do not depend on the order or the backend). With --out, finished
+    points are cached in OUT/points/ and a rerun simulates only the missing ones; the table goes
+    to OUT/sweep.parquet (or .csv) and everything to OUT/sweep.json. Per curve: the knee (where
+    the latency first reaches --knee-factor x its lowest-rate value), the theory's capacity mu,
+    the simulated stability bracket and, with SLOs, the highest rate meeting them.
+
+    Examples:
+
+      llmqueue sweep --rates 1,3,5,20,50 --capacity-tokens 131000 --step-time 0.0372 --chunk 512
+      --prompt uniform:10:1600 --output uniform:10:1600 --duration 1800 --out runs/seed004
+
+      llmqueue sweep --scenario chat --rates 5,10,15,20 --param max_num_seqs=64,256 --duration 900
+    """
+    from llmqueue.plan.sweep import sweep as run_sweep
+
+    factory, base = _base(ctx, scenario, flags)
+    slos = _slos(ctx, scenario, flags, percentile)
+    metric = knee_metric.strip()
+    from llmqueue.plan.sweep import LATENCIES
+
+    valid = {f"{s}_{m}_ms" for m in LATENCIES for s in ("mean", "median", "p50", "p90", "p95", "p99")}
+    if metric not in valid:
+        raise InputError("knee_metric", f"unknown latency {metric!r}", "e.g. p99_ttft_ms, p99_e2el_ms, mean_ttft_ms")
+    res = run_sweep(factory, base, rates=_rates(rates), params=_params(ctx, param_items), seeds=seeds,
+                    backend=backend, workers=workers, address=address, out_dir=out_dir, keep_runs=keep_runs,
+                    slos=slos or None, knee_metric=metric, knee_factor=knee_factor, progress=_progress(progress))
+    written = res.write(out_dir, csv=as_csv) if out_dir else []
+    if as_json:
+        print_json(res.to_dict())
+        return
+    print_sweep(res, written, out_dir)
+
+
+def print_sweep(res, written=(), out_dir=None) -> None:
+    coords = list(res.grid)
+    headers = [*coords] if coords else ["rate"]
+    headers += ["throughput (req/s)", "p99 TTFT ms [CI]", "p99 TPOT ms [CI]", "p99 E2EL ms", "verdict",
+                "Little gap", "theory mu"]
+    slo = bool(res.meta.get("slos"))
+    if slo:
+        headers.append("SLO")
+    rows = []
+    for r in res.rows:
+        row = [r.get(c) for c in coords] if coords else [r.get("rate")]
+        row += [r.get("request_throughput"), _ms_ci(r, "p99_ttft_ms"), _ms_ci(r, "p99_tpot_ms"), r.get("p99_e2el_ms"),
+                _short_verdict(r.get("verdict")), r.get("little_gap"), r.get("theory_mu")]
+        if slo:
+            row.append(("meets" if r.get("slo_met") else "fails") + (" (est.)" if r.get("slo_basis") == "estimate" else ""))
+        rows.append(row)
+    print_table(headers, rows, title=f"Sweep: {len(res.rows)} points on {res.meta.get('backend')}")
+    for c in res.curves:
+        g = ", ".join(f"{k}={v}" for k, v in c["group"].items())
+        click.echo(f"\nCurve{' ' + g if g else ''} ({c['metric']} vs rate)")
+        k = c["knee"]
+        pairs = [("knee (rate, req/s)",
+                  f"{fmt(k['rate'])} in [{fmt(k['bracket'][0])}, {fmt(k['bracket'][1])}] (throughput {fmt(k['throughput'])};"
+                  f" {c['metric']} reaches {fmt(k['threshold'])} = {fmt(k['factor'])} x {fmt(k['low_load_latency'])})"
+                  if k else "not reached")]
+        pairs.append((f"theory mu (binding: {c.get('theory_binding')})", c.get("theory_mu")))
+        pairs.append(("simulated: stable up to / unstable from", f"{fmt(c['stable_up_to'])} / {fmt(c['unstable_from'])}"))
+        if "slo" in c:
+            pairs.append(("highest rate meeting the SLO (all below too)", c.get("max_rate_meeting_slo")))
+        print_kv(pairs)
+    click.echo(f"\n{res.ran} simulated, {res.cached} from the cache" + (f" ({out_dir}/points)" if out_dir else "")
+               + f"; {fmt(res.meta.get('wall_s'))} s wall")
+    if written:
+        click.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+@command("capacity")
+@click.option("--scenario", help="Base point: a scenario file or shipped example (its slos: are the default targets).")
+@click.option("--slo-ttft-ms", type=float, help="TTFT target (ms) at --percentile.")
+@click.option("--slo-tpot-ms", type=float, help="TPOT target (ms) at --percentile.")
+@click.option("--slo-e2el-ms", type=float, help="End-to-end latency target (ms) at --percentile.")
+@click.option("--percentile", type=float, default=99, show_default=True, help="Percentile the targets apply to.")
+@engine_options
+@workload_options
+@click.option("--warmup", type=float, default=0.0, show_default=True, help="Seconds left out of the statistics.")
+@click.option("--sample-dt", type=float, default=1.0, show_default=True, help="Time-series sampling interval (s).")
+@click.option("--rel-tol", type=float, default=0.02, show_default=True,
+              help="Stop when the bracket [lo, hi] is narrower than this fraction of lo.")
+@click.option("--confirm-factor", type=float, default=1.1, show_default=True,
+              help="The second confirming simulation runs at this multiple of the answer; it must fail.")
+@click.option("--lo", type=float, help="First rate to simulate (default: the base arrival rate).")
+@click.option("--hi", type=float, help="A rate expected to fail (default: the theory's mu, then doubling).")
+@click.option("--max-evals", type=int, default=60, show_default=True, help="At most this many simulations.")
+@click.option("--replications", type=int, default=0, show_default=True,
+              help="Extra runs at the answer with fresh seeds (how much the answer depends on the sample).")
+@run_options
+@json_option
+@click.pass_context
+def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_evals, replications, backend, workers,
+             address, out_dir, progress, as_json, **flags):
+    """The highest arrival rate whose simulated percentiles meet the SLO targets.
+
+    A run meets the targets when the upper bound of each percentile's 95% confidence interval
+    is within its target (the estimate when the run is too short for an interval), at most
+    1 - p/100 of the requests failed, and the queue does not grow. The rate is searched between
+    the base rate and the theory's capacity mu (doubling when mu meets), every rate with the same
+    seed; the answer is confirmed by a run that meets and one at --confirm-factor x the rate that
+    does not.
+
+    Examples:
+
+      llmqueue capacity --scenario chat --duration 900
+
+      llmqueue capacity --slo-ttft-ms 2000 --slo-tpot-ms 100 --capacity-tokens 131000 --step-time 0.0372
+      --chunk 512 --prompt uniform:10:1600 --output uniform:10:1600 --arrival poisson:1 --duration 1800
+    """
+    import json
+    from pathlib import Path
+
+    from llmqueue.plan.capacity import capacity_search
+
+    factory, base = _base(ctx, scenario, flags)
+    slos = _slos(ctx, scenario, flags, percentile)
+    if not slos:
+        raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-ms and/or --slo-tpot-ms (or a scenario "
+                         "with slos:)")
+    res = capacity_search(factory, base, slos=slos, rel_tol=rel_tol, confirm_factor=confirm_factor, lo=lo, hi=hi,
+                          max_evals=max_evals, replications=replications, backend=backend, workers=workers,
+                          address=address, out_dir=out_dir, progress=_progress(progress))
+    d = res.to_dict()
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "capacity.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
+    if as_json:
+        print_json(d)
+        return
+    print_capacity(res, d, out_dir)
+
+
+def print_capacity(res, d, out_dir=None) -> None:
+    targets = ", ".join(f"{k} <= {fmt(v)}" for k, v in res.slos.items())
+    rows = [("SLO targets", targets)]
+    if res.rate is None:
+        rows.append(("capacity (req/s)", "no rate meets the SLO"))
+    else:
+        width = d.get("bracket_rel_width")
+        rows.append(("capacity (req/s)", res.rate))
+        rows.append(("bracket [lo, hi] (req/s)", f"[{fmt(res.lo)}, {fmt(res.hi)}]"
+                     + (f"  width {width:.1%} of lo" if width is not None else "")))
+        at = res.confirm.get("at_rate") if res.confirm else None
+        if at:
+            rows.append(("throughput at the answer (req/s)", at.get("request_throughput")))
+            for k in res.slos:
+                ci = at.get(k + "_ci")
+                rows.append((f"{k} at the answer [95% CI]",
+                             f"{fmt(at.get(k))}" + (f"  [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "  (no CI: run too short)")))
+            rows.append(("verdict at the answer", at.get("verdict")))
+        if res.confirm:
+            ab = res.confirm["above"]
+            rows.append(("confirm: at the answer", "meets" if res.confirm["at_rate"]["meets"] else "FAILS"))
+            rows.append((f"confirm: at {fmt(res.confirm['factor'])} x ({fmt(ab['rate'])} req/s)",
+                         ("fails: " + "; ".join(ab["reasons"])) if not ab["meets"] else "MEETS"))
+        if res.replications:
+            rows.append(("fresh-seed replications meeting", f"{d['replications_meeting']} / {len(res.replications)}"))
+            for r in res.replications:
+                vals = ", ".join(f"{k} {fmt(r.get(k))}" for k in res.slos)
+                why = "meets" if r["meets"] else "fails (" + "; ".join(r["reasons"]) + ")"
+                rows.append((f"replication, seed {r['seed']}", f"{why}: {vals}"))
+    rows.append(("theory mu (at the base rate)", res.theory_mu))
+    rows.append(("converged", res.converged))
+    rows.append(("simulations", f"{d['simulations']} run, {d['cached']} from the cache, {fmt(d['wall_s'])} s wall on "
+                 f"{d['backend']}"))
+    print_kv(rows, title="Capacity (SLO-bounded)")
+    ev = d["evaluations"]
+    keys = list(res.slos)
+    print_table(["rate", "meets", *keys, "failed share", "verdict", "why not"],
+                [[e["rate"], "yes" if e["meets"] else "no", *[e.get(k) for k in keys], e["failed_share"],
+                  _short_verdict(e.get("verdict")), "; ".join(e["reasons"]) or "-"] for e in ev],
+                title="\nSimulated rates")
+    if out_dir:
+        click.echo(f"\nwrote {out_dir}/capacity.json (points cached in {out_dir}/points)")

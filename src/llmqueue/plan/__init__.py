@@ -1,0 +1,45 @@
+"""Plan: load sweeps and SLO-bounded capacity search over simulated deployments.
+
+- :func:`sweep` (:mod:`llmqueue.plan.sweep`): a grid of arrival rates x engine knobs, each point
+  one simulation with its own seed, cached on disk; per-point summaries, latency-versus-load
+  curves with their knee, the theory's capacity ``mu``, the simulated stability bracket and the
+  SLO line.
+- :func:`capacity_search` (:mod:`llmqueue.plan.capacity`): the highest arrival rate whose
+  simulated percentiles meet SLO targets (:func:`judge`), confirmed at the answer and at +10%.
+- Backends (:mod:`llmqueue.plan.backends`): ``serial``, ``local`` (process pool), ``ray``.
+- Points (:mod:`llmqueue.plan.points`): spec factories (:func:`scenario_spec`; the simulate
+  flags through ``llmqueue.cli.simulate_cmd.build_spec``), rate rescaling, keys and seeds.
+
+Names are imported lazily.
+"""
+
+from __future__ import annotations
+
+from llmqueue._lazy import lazy_exports
+
+_EXPORTS = {
+    "sweep": "sweep",
+    "SweepResult": "sweep",
+    "PointResult": "sweep",
+    "run_points": "sweep",
+    "make_grid": "sweep",
+    "knee": "sweep",
+    "capacity_search": "capacity",
+    "CapacityResult": "capacity",
+    "judge": "capacity",
+    "slo_targets": "capacity",
+    "scenario_slos": "capacity",
+    "get_backend": "backends",
+    "Backend": "backends",
+    "SerialBackend": "backends",
+    "LocalBackend": "backends",
+    "RayBackend": "backends",
+    "scenario_spec": "points",
+    "scale_arrival": "points",
+    "point_key": "points",
+    "derive_seed": "points",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())

@@ -1,0 +1,319 @@
+"""SLO-bounded capacity: the highest arrival rate at which one deployment meets latency targets.
+
+**The SLO judgement** (:func:`judge`), for targets such as ``{"p99_ttft_ms": 2000, "p99_tpot_ms": 50}``,
+says a simulated run *meets* them when all of these hold:
+
+1. for every target, the **upper bound of the 95% confidence interval** of the simulated
+   percentile (``p99_ttft_ms_ci``, batch means, :mod:`llmqueue.metrics.ci`) is at most the target:
+   the run shows with 97.5% one-sided confidence that the percentile meets it. When the run has
+   too few requests for an interval (a p99 interval needs about 10,000 requests in the window),
+   the point estimate is judged instead and the judgement's ``basis`` says ``estimate``;
+2. the share of arrived requests that ended rejected, timed out, cancelled or in error is at
+   most ``1 - p/100`` (1% for p99 targets): those requests never got a latency, and counting only
+   the survivors would let an overloaded run that sheds load pass;
+3. the queue does not grow (the summary's stability verdict is ``stable``): the percentiles of
+   an unstable run depend on its length and have no steady-state meaning.
+
+**The search** (:func:`capacity_search`) simulates the base point at its own rate (the probe),
+takes the closed-form capacity ``mu`` of that run as the first upper bracket (the theory's
+stability boundary; ``mu`` is checked, not trusted: if it meets the SLO the bracket doubles
+until a rate fails) and narrows the bracket ``[lo, hi]`` (``lo`` the highest rate found to meet
+the SLO, ``hi`` the lowest rate above it found to fail; ``lo = 0`` until a rate meets) by
+k-section: each round simulates ``workers`` rates evenly spaced inside the bracket at once, on
+the backend (bisection with one worker). It stops when ``hi - lo <= rel_tol * lo``. Every rate
+is simulated with the same seed (common random numbers: the same arrival uniforms rescaled in
+time, the same lengths), which makes the judgement close to monotone in the rate, as bisection
+needs.
+
+**The answer** is ``lo``, with two confirming simulations, judged the same way: at the answer
+(the search's own run there) and at ``confirm_factor`` (1.1) times it. If the latter meets the
+SLO after all (a non-monotone judgement), it becomes the new ``lo`` and the search goes on, so
+the returned rate meets the SLO and 10% more does not. Uncertainty: the bracket ``[lo, hi]``
+and its relative width, and the percentiles with their confidence intervals at the answer;
+``replications`` further runs at the answer with fresh seeds show how much the answer depends
+on the sampled workload (a bursty workload such as the ``chat`` scenario's on/off arrivals,
+which vary over minutes, needs runs many times longer than its periods for a seed-independent
+answer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmqueue.errors import InputError
+
+SLO_RULE = ("a run meets the SLOs when (1) for each target the upper bound of the 95% CI of the simulated "
+            "percentile is at most the target (the point estimate when the run is too short for an interval: "
+            "basis 'estimate'), (2) at most 1 - p/100 of the arrived requests were rejected, timed out, "
+            "cancelled or in error, and (3) the queue does not grow (verdict stable)")
+
+_FAILED = ("rejected", "timeout", "cancelled", "error")
+
+
+def slo_targets(*, ttft_ms: float | None = None, tpot_ms: float | None = None, e2el_ms: float | None = None,
+                itl_ms: float | None = None, percentile: float = 99) -> dict:
+    """``{"p99_ttft_ms": ttft_ms, ...}`` for the targets given."""
+    from llmqueue._validate import positive
+    from llmqueue.metrics.summary import DEFAULT_PERCENTILES, percentile_word
+
+    if percentile not in DEFAULT_PERCENTILES:
+        raise InputError("percentile", f"{percentile:g} is not a percentile the summary reports",
+                         f"choose one of {', '.join(f'{p:g}' for p in DEFAULT_PERCENTILES)}")
+    word = percentile_word(percentile)
+    out = {}
+    for name, v in (("ttft", ttft_ms), ("tpot", tpot_ms), ("itl", itl_ms), ("e2el", e2el_ms)):
+        if v is not None:
+            out[f"p{word}_{name}_ms"] = positive(f"slo_{name}_ms", v)
+    return out
+
+
+def scenario_slos(scenario: str) -> dict:
+    """A scenario's SLO targets (the global ``slos:`` section) as ``{"p99_ttft_ms": ms, ...}``."""
+    from llmqueue.plan.points import scenario_with
+    from llmqueue.metrics.summary import percentile_word
+
+    sc = scenario_with(scenario)
+    if sc.slos is None:
+        return {}
+    out = {}
+    for metric, items in sc.slos.slos().items():
+        for slo in items:
+            out[f"p{percentile_word(slo.percentile)}_{metric}_ms"] = slo.max_s * 1e3
+    return out
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _percentile_of(key: str) -> float:
+    word = key.split("_", 1)[0][1:]
+    return float(word)
+
+
+def judge(summary: dict, slos: dict) -> dict:
+    """Whether a run's summary meets the SLO targets (the rule in the module docstring).
+
+    Returns ``{"meets", "basis" ("ci" | "estimate" | "mixed"), "checks": {target: {...}},
+    "failed_share", "stable", "reasons": [...]}``.
+    """
+    if not slos:
+        raise InputError("slo", "no SLO targets given", "give --slo-ttft-ms and/or --slo-tpot-ms")
+    checks, reasons, bases = {}, [], set()
+    for key, target in slos.items():
+        v = summary.get(key)
+        ci = summary.get(key + "_ci")
+        if v is None:
+            checks[key] = {"target": target, "value": None, "ci": None, "bound": None, "basis": None, "ok": False}
+            reasons.append(f"{key}: no completed request")
+            continue
+        if isinstance(ci, (list, tuple)) and len(ci) == 2 and ci[1] is not None:
+            bound, basis = float(ci[1]), "ci"
+        else:
+            bound, basis = float(v), "estimate"
+        bases.add(basis)
+        ok = bound <= target
+        checks[key] = {"target": target, "value": v, "ci": ci, "bound": bound, "basis": basis, "ok": ok}
+        if not ok:
+            what = "CI upper bound" if basis == "ci" else "estimate"
+            reasons.append(f"{key} {what} {_num(bound)} > {_num(target)}")
+    p = min(_percentile_of(k) for k in slos)
+    counts = summary.get("status_counts") or {}
+    arrived = summary.get("arrivals") or sum(counts.values())
+    failed = sum(int(counts.get(s, 0)) for s in _FAILED)
+    share = failed / arrived if arrived else 0.0
+    allowed = 1 - p / 100
+    if share > allowed + 1e-12:
+        reasons.append(f"{share:.1%} of requests failed (> {allowed * 100:.3g}%)")
+    stable = summary.get("stable")
+    if stable is False:
+        g = summary.get("queue_growth_per_s")
+        reasons.append(f"queue grows {_num(g)} req/s" if isinstance(g, (int, float)) else "queue grows")
+    basis = bases.pop() if len(bases) == 1 else ("mixed" if bases else None)
+    return {"meets": not reasons, "basis": basis, "checks": checks, "failed_share": share,
+            "allowed_failed_share": allowed, "stable": stable, "reasons": reasons}
+
+
+@dataclass
+class Evaluation:
+    """One simulated rate of the search: the judgement and the point behind it."""
+
+    rate: float
+    meets: bool
+    judgement: dict
+    point: object  # PointResult
+
+    def brief(self) -> dict:
+        s = self.point.summary
+        out = {"rate": self.rate, "meets": self.meets, "reasons": self.judgement["reasons"],
+               "basis": self.judgement["basis"], "request_throughput": s.get("request_throughput"),
+               "verdict": s.get("verdict"), "failed_share": self.judgement["failed_share"],
+               "theory_mu": self.point.theory.get("mu"), "key": self.point.key}
+        for k, c in self.judgement["checks"].items():
+            out[k] = c["value"]
+            out[k + "_ci"] = c["ci"]
+        return out
+
+
+@dataclass
+class CapacityResult:
+    """What :func:`capacity_search` returns (``rate`` None when no rate meets the SLO)."""
+
+    rate: float | None
+    lo: float
+    hi: float | None
+    slos: dict
+    converged: bool
+    confirm: dict
+    evaluations: list[Evaluation]
+    theory_mu: float | None
+    replications: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        """The acceptance: the answer meets the SLO and ``confirm_factor`` x the answer does not."""
+        c = self.confirm
+        return bool(c) and c["at_rate"]["meets"] and not c["above"]["meets"]
+
+    def to_dict(self) -> dict:
+        from llmqueue.plan.points import jsonable
+
+        width = (self.hi - self.lo) if self.hi is not None else None
+        return jsonable({
+            "rate": self.rate, "bracket": [self.lo, self.hi], "bracket_width": width,
+            "bracket_rel_width": width / self.lo if width is not None and self.lo > 0 else None,
+            "converged": self.converged, "accepted": self.accepted, "slos": self.slos, "slo_rule": SLO_RULE,
+            "theory_mu": self.theory_mu, "confirm": self.confirm,
+            "replications": self.replications,
+            "evaluations": [e.brief() for e in sorted(self.evaluations, key=lambda e: e.rate)],
+            **self.meta})
+
+
+def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, confirm_factor: float = 1.1,
+                    lo: float | None = None, hi: float | None = None, max_evals: int = 60,
+                    replications: int = 0, backend="local", workers: int | None = None,
+                    address: str | None = None, out_dir=None, progress: bool = False) -> CapacityResult:
+    """The highest arrival rate whose simulation meets ``slos`` (see the module docstring).
+
+    ``factory``/``base``: as for :func:`llmqueue.plan.sweep.sweep`; every rate uses ``base``'s
+    seed. ``lo``/``hi``: an initial bracket (``lo`` must meet and ``hi`` fail; otherwise the
+    search moves them). ``out_dir``: the point cache (``points/``), shared with sweeps.
+    """
+    from llmqueue._validate import positive, positive_int
+    from llmqueue.plan.backends import get_backend
+    from llmqueue.plan.points import base_rate, derive_seed, factory_name, jsonable
+    from llmqueue.plan.sweep import RunStats, base_seed, run_points
+
+    if not slos:
+        raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-ms and/or --slo-tpot-ms (or a scenario "
+                         "with slos:)")
+    positive("rel_tol", rel_tol)
+    if confirm_factor <= 1 + rel_tol:
+        raise InputError("confirm_factor", f"must exceed 1 + rel_tol = {1 + rel_tol:g} (got {confirm_factor:g})",
+                         "the bracket must be narrower than the confirmation step")
+    positive_int("max_evals", max_evals)
+    positive_int("replications", replications, minimum=0)
+    stats = RunStats()
+    own = not hasattr(backend, "map")
+    be = get_backend(backend, workers=workers, address=address)
+    evals: dict[float, Evaluation] = {}
+    base = {k: v for k, v in base.items() if k != "rate"}
+    seed = base.get("seed")
+    if seed is None:
+        seed = base_seed(factory, base)
+    base = {**base, "seed": seed}
+
+    def run(rates) -> int:
+        rates = list(dict.fromkeys(float(r) for r in rates if float(r) not in evals))
+        if not rates:
+            return 0
+        if len(evals) + len(rates) > max_evals + 2:
+            raise _Budget()
+        pts = run_points(factory, base, [{"rate": r} for r in rates], seeds="common", backend=be, cache_dir=out_dir,
+                         progress=progress, desc="capacity", stats=stats)
+        for r, p in zip(rates, pts):
+            j = judge(p.summary, slos)
+            evals[r] = Evaluation(r, j["meets"], j, p)
+        return len(rates)
+
+    def bracket():
+        meet = [r for r, e in evals.items() if e.meets]
+        lo_ = max(meet) if meet else 0.0
+        fail = [r for r, e in evals.items() if not e.meets and r > lo_]
+        return lo_, (min(fail) if fail else None)
+
+    converged = False
+    mu = None
+    confirm: dict = {}
+    reps: list = []
+    try:
+        r0 = float(lo) if lo is not None else base_rate(factory, base)
+        try:
+            run([r0] + ([float(hi)] if hi is not None else []))
+            mu = evals[r0].point.theory.get("mu")
+            converged = _search(run, bracket, evals, mu=mu, r0=r0, width=max(1, be.workers), rel_tol=rel_tol,
+                                confirm_factor=confirm_factor)
+        except _Budget:
+            pass
+        lo_, hi_ = bracket()
+        if lo_ > 0:
+            try:
+                run([lo_ * confirm_factor])
+            except _Budget:
+                pass
+            lo_, hi_ = bracket()
+            up = lo_ * confirm_factor
+            if up in evals:
+                confirm = {"at_rate": evals[lo_].brief(), "above": evals[up].brief(), "factor": confirm_factor}
+            if replications:
+                pts = run_points(factory, base, [{"rate": lo_, "seed": derive_seed(seed, {"replication": i})}
+                                                 for i in range(1, replications + 1)],
+                                 backend=be, cache_dir=out_dir, progress=progress, desc="replications", stats=stats)
+                for p in pts:
+                    j = judge(p.summary, slos)
+                    reps.append(Evaluation(lo_, j["meets"], j, p).brief() | {"seed": p.seed})
+        described = be.describe()
+    finally:
+        if own:
+            be.close()
+    non_mono = sorted(r for r, e in evals.items() if not e.meets and r < lo_)
+    meta = {"factory": factory_name(factory), "base": jsonable(base), "seed": seed, "rel_tol": rel_tol,
+            "backend": described, "simulations": stats.ran, "cached": stats.cached, "wall_s": stats.wall_s,
+            "non_monotone_failures_below": non_mono,
+            "replications_meeting": sum(r["meets"] for r in reps) if reps else None,
+            "search": "k-section on the rate, common random numbers (the base seed at every rate)"}
+    return CapacityResult(rate=lo_ if lo_ > 0 else None, lo=lo_, hi=hi_, slos=dict(slos), converged=converged,
+                          confirm=confirm, evaluations=list(evals.values()), theory_mu=mu, replications=reps,
+                          meta=meta)
+
+
+def _search(run, bracket, evals, *, mu, r0, width, rel_tol, confirm_factor) -> bool:
+    """Narrow the bracket until it is within ``rel_tol`` and ``confirm_factor`` x lo fails."""
+    while True:
+        lo_, hi_ = bracket()
+        if hi_ is None:
+            # no failing rate above lo yet: the theory's mu when doubling would reach it, else doubling
+            top = max(evals)
+            cands = [top * 2 ** (j + 1) for j in range(width)]
+            if mu and top * (1 + rel_tol) < mu <= cands[-1] and mu not in evals:
+                cands = [mu] + [top + (mu - top) * (j + 1) / width for j in range(width - 1)]
+        elif lo_ > 0 and hi_ - lo_ <= rel_tol * lo_:
+            up = lo_ * confirm_factor
+            if up in evals and not evals[up].meets:
+                return True
+            cands = [up]  # if it meets, it is the new lo and the search goes on above it
+        elif lo_ == 0 and hi_ <= r0 * 1e-3:
+            return False  # nothing meets, even at a thousandth of the first rate
+        else:
+            # k-section; the theory's mu (an upper bound on the stable rates) goes in first
+            cands = [mu] if mu and lo_ < mu < hi_ and mu not in evals else []
+            top = cands[0] if cands else hi_
+            k = width - len(cands)
+            cands += [lo_ + (top - lo_) * (j + 1) / (k + 1) for j in range(k)]
+        if not run(cands):
+            return False
+
+
+class _Budget(Exception):
+    """The search used up ``max_evals`` simulations."""

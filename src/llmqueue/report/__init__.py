@@ -1,0 +1,41 @@
+"""Plots and a single-file HTML report of a run directory, a sweep directory or a seed's figure.
+
+- ``build``: :func:`build_report` (``llmqueue report DIR -o report.html``), :class:`Report`.
+- ``sources``: what a report reads: run directories (and ``validate.json`` / a simulated twin),
+  sweep directories and the ``sweep.json`` interface (:func:`load`, :func:`kind_of`).
+- ``series``: the numbers behind the plots (queue and KV series, latencies, the latency
+  decomposition, the verdict note, :func:`knee_index`).
+- ``figures``: the matplotlib figures (Agg canvas, no pyplot), :func:`png_bytes`.
+- ``html``: the page (inline CSS, base64 PNG figures, no script, no network).
+- ``seeds``: seed 004's Figure 2 (:func:`seed004_figure2`) and seed 002's (:func:`seed002_figure2`).
+
+Names are imported lazily so ``import llmqueue.report`` does not import matplotlib.
+"""
+
+from __future__ import annotations
+
+from llmqueue._lazy import lazy_exports
+
+_EXPORTS = {
+    "build_report": "build",
+    "run_report": "build",
+    "sweep_report": "build",
+    "default_png_dir": "build",
+    "Report": "build",
+    "load": "sources",
+    "load_run": "sources",
+    "load_sweep": "sources",
+    "kind_of": "sources",
+    "RunData": "sources",
+    "SweepData": "sources",
+    "SweepPoint": "sources",
+    "knee_index": "series",
+    "verdict_note": "series",
+    "png_bytes": "figures",
+    "seed004_figure2": "seeds",
+    "seed002_figure2": "seeds",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, tuple(__all__))

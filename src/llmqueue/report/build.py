@@ -1,0 +1,316 @@
+"""Build the report of a run or a sweep directory: one HTML file plus each figure as a PNG.
+
+:func:`build_report` is what ``llmqueue report DIR -o report.html`` calls:
+
+- a **run**: the summary table (with confidence intervals; the simulated twin's numbers beside
+  it when there is one), the closed-form capacity, ``validate.json``'s predicted-versus-measured
+  rows, then the figures: queue length over time (``queue.png``, titled "bounded" or "growing"
+  from the verdict), KV cache in use against capacity (``kv.png``), TTFT/TPOT/E2EL CDFs
+  (``cdf.png``) and the latency decomposition (``decomposition.png``). A twin (``compare``, or
+  ``validate.json``'s ``sim_dir``) is drawn dashed over the time series and the CDFs.
+- a **sweep**: the table of points, latency against throughput (``sweep_latency.png``) and
+  throughput against offered load (``sweep_throughput.png``) with the SLO, the theory's mu and the
+  knee (see :mod:`llmqueue.report.sources` for the ``sweep.json`` interface).
+
+The PNGs go to ``png_dir`` (default: ``<report stem>_png/`` beside the HTML).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmqueue.errors import InputError
+from llmqueue.report import html as H
+from llmqueue.report import series, sources
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` wrote."""
+
+    kind: str  # "run", "sweep", "seed004-figure2", "seed002-figure2"
+    html_path: Path
+    png_paths: list = field(default_factory=list)
+    source: str | None = None
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "html": str(self.html_path), "png": [str(p) for p in self.png_paths],
+                "source": self.source, "notes": list(self.notes)}
+
+
+_FIG = re.compile(r"<!--figure:(\w+)-->")
+
+
+def fig(name: str) -> str:
+    """A placeholder in the body that :func:`write` replaces with the rendered figure ``name``."""
+    return f"<!--figure:{name}-->"
+
+
+def default_png_dir(out) -> Path:
+    out = Path(out)
+    return out.with_name(f"{out.stem}_png")
+
+
+def _version() -> str:
+    from llmqueue import __version__
+
+    return __version__
+
+
+def _check_output(out) -> Path:
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise InputError("output", f"{out} does not end in .html", "name the report e.g. report.html")
+    if out.is_dir():
+        raise InputError("output", f"{out} is a directory", "give a file name such as report.html")
+    return out
+
+
+def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, figures: list, *,
+          source: str | None = None, notes=()) -> Report:
+    """Render ``figures`` (``[(name, Figure, alt, caption)]``), write the PNGs and the page."""
+    from llmqueue.report.figures import png_bytes
+
+    out = _check_output(out)
+    png_dir = Path(png_dir) if png_dir is not None else default_png_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rendered = {}
+    for name, fig, alt, caption in figures:
+        data = png_bytes(fig)
+        p = png_dir / f"{name}.png"
+        p.write_bytes(data)
+        paths.append(p)
+        rendered[name] = H.figure_html(data, alt, caption)
+    parts = [_FIG.sub(lambda m: rendered.get(m.group(1), ""), b) for b in body]
+    footer = (f"Made by llmqueue {H.esc(_version())} <code>llmqueue report</code>. The page is self-contained; "
+              f"the figures are also in {H.esc(str(png_dir))}/.")
+    out.write_text(H.page(title=title, subtitle=subtitle, body=parts, footer=footer), encoding="utf-8")
+    return Report(kind=kind, html_path=out, png_paths=paths, source=source, notes=list(notes))
+
+
+def build_report(source, out, *, png_dir=None, compare=None, title: str | None = None) -> Report:
+    """Write the report of a run or sweep directory ``source`` to ``out`` (an ``.html`` path).
+
+    ``compare``: a run directory to overlay on a run (its simulated twin); without it, the twin
+    named by the run's ``validate.json`` (``"sim_dir"``) is used when present.
+    """
+    _check_output(out)
+    kind = sources.kind_of(source)
+    if kind == "sweep":
+        if compare is not None:
+            raise InputError("compare", "--compare overlays one run on another; a sweep has no twin",
+                             "drop --compare, or report a run directory")
+        return sweep_report(sources.load_sweep(source), out, png_dir=png_dir, title=title)
+    run = sources.load_run(source)
+    twin = None
+    notes = []
+    if compare is not None:
+        if sources.kind_of(compare, arg="compare") != "run":
+            raise InputError("compare", f"{compare} is a sweep directory, not a run directory")
+        twin = sources.load_run(compare, arg="compare")
+    elif (td := sources.twin_dir(run)) is not None:
+        if (td / "requests.parquet").exists():
+            twin = sources.load_run(td)
+            notes.append(f"overlaid the simulated twin {td} named by validate.json")
+        else:
+            notes.append(f"validate.json names {td} as its simulated twin, but it holds no run; not overlaid")
+    if twin is not None and run.label == twin.label:  # two simulated runs: name them by directory
+        names = (run.path.resolve().name, twin.path.resolve().name)
+        run.label, twin.label = names if names[0] != names[1] else ("run", "compare")
+    return run_report(run, out, png_dir=png_dir, twin=twin, title=title, notes=notes)
+
+
+# -- a run -----------------------------------------------------------------------------------------
+
+def _ms_row(t: H.Table, label: str, key: str, summaries: list):
+    t.add(label, *[H.Raw(H.with_ci(s.get(key), s.get(f"{key}_ci"))) for s in summaries])
+
+
+def summary_table(summaries: list, labels: list) -> H.Table:
+    """Key figures of one or more run summaries side by side."""
+    t = H.Table(["", *labels])
+    g = lambda k: [s.get(k) for s in summaries]  # noqa: E731
+    t.group("Load and throughput")
+    t.add("measurement window (s)", *[H.Raw(H.esc(f"{H.num(s.get('warmup_s'))} to {H.num(s.get('horizon_s'))}"))
+                                      for s in summaries])
+    t.add("arrivals / completed / in flight",
+          *[H.Raw(H.esc(f"{H.num(s.get('arrivals'))} / {H.num(s.get('completed'))} / {H.num(s.get('in_flight'))}"))
+            for s in summaries])
+    t.add("arrival rate (req/s)", *g("arrival_rate"))
+    t.add("request throughput (req/s)", *g("request_throughput"))
+    if any(s.get("request_goodput") is not None for s in summaries):
+        t.add("request goodput (req/s)", *g("request_goodput"))
+    t.add("output throughput (tok/s)", *g("output_throughput"))
+    for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"), ("queue", "queue time")):
+        if not any(s.get(f"mean_{metric}_ms") is not None for s in summaries):
+            continue
+        t.group(f"{name} (ms), 95% CI in brackets")
+        _ms_row(t, "mean", f"mean_{metric}_ms", summaries)
+        _ms_row(t, "median", f"p50_{metric}_ms", summaries)
+        _ms_row(t, "p99", f"p99_{metric}_ms", summaries)
+    t.group("Engine and queue")
+    t.add("busy fraction", *g("utilization"))
+    t.add("mean batch size (running)", *g("mean_batch_size"))
+    t.add("mean waiting / running", *[H.Raw(H.esc(f"{H.num(s.get('mean_num_waiting'))} / "
+                                                  f"{H.num(s.get('mean_num_running'))}")) for s in summaries])
+    t.add("KV utilization (mean)", *g("kv_utilization"))
+    t.add("Little's law gap |L - lam W| / L", *g("little_gap"))
+    t.add("queue growth (req/s)", *[H.Raw(H.with_ci(s.get("queue_growth_per_s"), s.get("queue_growth_per_s_ci")))
+                                    for s in summaries])
+    t.add("verdict", *[str(s.get("verdict", "-")) for s in summaries])
+    return t
+
+
+def theory_table(theory: dict) -> H.Table | None:
+    if not theory or "mu" not in theory:
+        return None
+    t = H.Table(["closed form (simulate's theory)", "value"])
+    names = [("mu_kv", "mu, KV memory M / (b E[g]) (seed 004), req/s"), ("mu_seqs", "mu, max_num_seqs slots, req/s"),
+             ("mu_tokens", "mu, token budget, req/s"), ("mu", "capacity mu (min), req/s"), ("binding", "binding bound"),
+             ("b", "step time b (s)"), ("lam", "arrival rate lam (req/s)"), ("rho", "rho = lam / mu"),
+             ("verdict", "theory verdict")]
+    for k, name in names:
+        if k in theory:
+            t.add(name, theory[k])
+    return t
+
+
+def validate_table(val: dict) -> H.Table | None:
+    rows = val.get("rows")
+    if not isinstance(rows, list):
+        return None
+    t = H.Table(["quantity", "theory", "simulated", "measured", "error (sim)"])
+    pct = lambda x: "-" if not isinstance(x, (int, float)) else f"{100 * x:+.1f}%"  # noqa: E731
+    cap = val.get("capacity") or {}
+    if cap:
+        t.add(cap.get("quantity", "capacity mu"), cap.get("theory"), cap.get("simulated"), cap.get("measured"),
+              pct(cap.get("rel_err_sim")))
+    for r in rows:
+        if isinstance(r, dict):
+            t.add(r.get("quantity", "?"), "-", r.get("simulated"), r.get("measured"), pct(r.get("rel_err_sim")))
+    v = val.get("verdicts") or {}
+    if v:
+        t.add("verdict", str(v.get("theory", "-")), str(v.get("simulated", "-")), str(v.get("measured", "-")), "")
+    return t
+
+
+def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Report:
+    """The report of one :class:`~llmqueue.report.sources.RunData` (and its optional twin)."""
+    from llmqueue.report import figures as F
+
+    s = run.summary or {}
+    word, detail = series.verdict_note(s)
+    body = [f'<p class="verdict">{H.badge(word)}{H.esc(detail)}</p>']
+    notes = list(notes)
+    if not s:
+        notes.append("this run has no summary.json: the tables are empty; the figures use the records")
+    for n in notes:
+        body.append(H.para(n))
+    summaries, labels = [s], [run.label]
+    if twin is not None:
+        summaries.append(twin.summary or {})
+        labels.append(twin.label)
+    tables = [summary_table(summaries, labels).html()]
+    th = theory_table(s.get("theory") or {})
+    if th is not None:
+        tables.append(th.html())
+    body.append(H.section("Summary", f'<div class="cols">{"".join(tables)}</div>', anchor="summary"))
+    if run.validate:
+        vt = validate_table(run.validate)
+        if vt is not None:
+            body.append(H.section("Predicted versus measured (validate.json)", vt.html(), anchor="validate"))
+    twin_note = f" Dashed: {twin.label} ({twin.path})." if twin is not None else ""
+    figs = [
+        ("queue", F.queue_figure(run, twin), "Queue length over time",
+         f"Waiting and running requests over time ({word}: {detail}). Shaded: warm-up, left out of the "
+         f"statistics.{twin_note}"),
+        ("kv", F.kv_figure(run, twin), "KV cache in use against capacity",
+         "KV tokens held per replica (block-rounded) against the capacity M; a queue that grows while the cache "
+         f"stays near M is memory-bound (seed 004).{twin_note}"),
+        ("cdf", F.cdf_figure(run, twin), "Latency CDFs",
+         "Empirical CDFs of TTFT, TPOT and E2EL of the finished requests arriving in the window; dotted: p99. "
+         f"In an overloaded run these describe the survivors.{twin_note}"),
+        ("decomposition", F.decomposition_figure(run, twin), "Latency decomposition",
+         "Each finished request's end-to-end latency split into queue (arrival to first scheduled step), prefill "
+         "(to the first token) and decode (to the last token): the mean, and the mean by arrival time. A "
+         "measured run whose records do not say when the server first scheduled a request is split into TTFT "
+         "and decode."),
+    ]
+    body.append(H.section("Queue length", fig("queue"), anchor="queue"))
+    body.append(H.section("KV cache", fig("kv"), anchor="kv"))
+    body.append(H.section("Latency distributions", fig("cdf"), anchor="cdf"))
+    body.append(H.section("Where the time goes", fig("decomposition"), anchor="decomposition"))
+    files = H.Table(["file", "rows"])
+    for name, tab in (("requests.parquet", run.requests), ("steps.parquet", run.steps),
+                      ("timeseries.parquet", run.timeseries)):
+        files.add(name, len(tab) if tab is not None else "absent")
+    body.append(H.section("Run directory", H.para(str(run.path)), files.html(), anchor="files"))
+    return write("run", out, png_dir, title or f"llmqueue report: {run.path.name}",
+                 f"run directory {run.path} ({run.label})", body, figs, source=str(run.path), notes=notes)
+
+
+# -- a sweep ---------------------------------------------------------------------------------------
+
+def sweep_table(sweep) -> H.Table:
+    from llmqueue.report.figures import sweep_knees
+
+    from llmqueue.report.figures import meets_slo, sweep_best_within_slo
+
+    knees = {id(k.point) for k in sweep_knees(sweep).values() if k.point is not None}
+    best = {id(p) for p in sweep_best_within_slo(sweep).values()}
+    params = [k for k in sweep.swept if k not in sources.RATE_KEYS]
+    t = H.Table([*params, "rate (req/s)", "throughput (req/s)", "p99 TTFT (ms)", "p99 TPOT (ms)", "p99 E2EL (ms)",
+                 "theory mu", "verdict", "SLO met", "mark"])
+    for p in sweep.points:
+        marks = [w for w, ids in (("knee", knees), ("best within SLO", best)) if id(p) in ids]
+        met = meets_slo(sweep, p)
+        t.add(*[p.params.get(k, "-") for k in params], p.rate, p.throughput,
+              *[H.Raw(H.with_ci(*p.p99[m])) for m in ("ttft", "tpot", "e2el")], p.mu,
+              p.verdict or "-", "-" if met is None else ("yes" if met else "no"), ", ".join(marks))
+    return t
+
+
+def sweep_report(sweep, out, *, png_dir=None, title=None) -> Report:
+    from llmqueue.report import figures as F
+
+    n = len(sweep.points)
+    unstable = sum(p.stable is False for p in sweep.points)
+    knees = F.sweep_knees(sweep)
+    best = F.sweep_best_within_slo(sweep)
+    body = []
+    info = H.Table(["sweep", ""])
+    info.add("points", n)
+    info.add("swept parameters", ", ".join(sweep.swept) or "-")
+    info.add("unstable points", unstable)
+    info.add("SLO targets", ", ".join(f"{k} = {v:g}" for k, v in sweep.slo.items()) or "none given")
+    for label, k in knees.items():
+        where = f"rate {H.num(k.rate)} req/s"
+        if k.bracket:
+            where += f" (between {H.num(k.bracket[0])} and {H.num(k.bracket[1])})"
+        info.add(f"knee ({label})", f"{where}, throughput {H.num(k.throughput)} req/s")
+    if knees:
+        info.add("knee rule", next(iter(knees.values())).rule)
+    if sweep.meta.get("slo_rule"):
+        info.add("SLO rule", str(sweep.meta["slo_rule"]))
+    for label, p in best.items():
+        info.add(f"best within SLO ({label})", f"rate {H.num(p.rate)} req/s, throughput {H.num(p.throughput)} req/s")
+    body.append(H.section("Sweep", info.html(), anchor="sweep"))
+    figs = [
+        ("sweep_latency", F.sweep_latency_figure(sweep), "Latency against throughput",
+         "p99 TTFT, TPOT and E2EL against completed throughput, one point per sweep point (bars: 95% CI; hollow: "
+         "the queue grew), with the SLO (dashed), the theory's capacity mu (dash-dot), the knee (star; its rule "
+         "is in the table above) and the highest-throughput point that meets the SLO (diamond)."),
+        ("sweep_throughput", F.sweep_throughput_figure(sweep), "Throughput against offered load",
+         "Completed throughput against offered load: it follows the diagonal while the queue is stable and "
+         "flattens at the capacity; dash-dot: the theory's mu."),
+    ]
+    body.append(H.section("Latency against throughput", fig("sweep_latency"), anchor="latency"))
+    body.append(H.section("Throughput against offered load", fig("sweep_throughput"), anchor="throughput"))
+    body.append(H.section("Points", sweep_table(sweep).html(), anchor="points"))
+    return write("sweep", out, png_dir, title or f"llmqueue sweep report: {sweep.path.name}",
+                 f"sweep {sweep.path} ({n} points)", body, figs, source=str(sweep.path))

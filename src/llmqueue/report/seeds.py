@@ -1,0 +1,132 @@
+"""The seeds' figures as reports.
+
+- :func:`seed004_figure2`: seed 004's Figure 2. The 1:1 P/D setting (M = 131,000 tokens, step
+  time b = 0.0372 s, chunk 512, prompt and output uniform on 10..1600) simulated at
+  lam = 1, 3, 5, 20, 50 req/s for 3600 s; the waiting queue over time, one line per rate. The
+  closed form puts capacity at mu = M / (b E[g]) = 3.26 req/s, so the queue stays bounded at
+  1 and 3 and grows roughly linearly (at about lam - mu) at 5, 20 and 50.
+- :func:`seed002_figure2`: seed 002's Figure 2. The batch-service model
+  ``T_svc(B) = T_fixed + t_req B`` at lam = 100 req/s, T_fixed = 50 ms, t_req = 0.5 ms
+  (:func:`llmqueue.theory.batch.batch_table`): throughput capacity against latency as the batch
+  size grows, with the SLO line and the knee.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from llmqueue.report import html as H
+from llmqueue.report.build import Report, fig, write
+
+SEED004_RATES = (1.0, 3.0, 5.0, 20.0, 50.0)
+SEED004_SETTING = {"capacity_tokens": 131000, "step_time": 0.0372, "chunk": 512,
+                   "prompt": "uniform:10:1600", "output": "uniform:10:1600"}
+SEED002_SETTING = {"lam": 100.0, "T_fixed": 0.050, "t_req": 0.0005}
+SEED002_SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1, warmup_s: float = 300.0):
+    """Simulate the 1:1 setting at each rate: ``[(lam, t_s, num_waiting, summary, theory)]``."""
+    from llmqueue.engine.config import EngineConfig
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.simulate import SimSpec, run_simulation
+    from llmqueue.workload import Workload
+
+    st = SEED004_SETTING
+    out = []
+    for lam in rates:
+        spec = SimSpec(engine=EngineConfig.from_capacity(st["capacity_tokens"], max_num_batched_tokens=st["chunk"]),
+                       step_time=parse_step_time(st["step_time"]),
+                       workload=Workload(f"poisson:{lam:g}", prompt=st["prompt"], output=st["output"]),
+                       duration_s=duration_s, seed=seed, warmup_s=min(warmup_s, duration_s / 4))
+        o = run_simulation(spec)
+        ts = o.result.timeseries
+        t = np.asarray(ts["t_s"], dtype=np.float64)
+        w = np.asarray(ts["num_waiting"], dtype=np.float64)
+        out.append((float(lam), t, w, o.summary, o.theory))
+    return out
+
+
+def seed004_figure2(out, *, png_dir=None, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1) -> Report:
+    """Write seed 004's Figure 2 as a report (one figure, ``seed004_figure2.png``)."""
+    from llmqueue.report.figures import seed004_queue_figure
+    from llmqueue.report.series import verdict_note
+
+    runs = simulate_seed004(rates=rates, duration_s=duration_s, seed=seed)
+    lines = [(lam, t, w, verdict_note(s)[0]) for lam, t, w, s, _ in runs]
+    mu = runs[0][4].get("mu_kv") if runs else None
+    t = H.Table(["lam (req/s)", "theory rho = lam / mu", "queue", "verdict (simulated)", "throughput (req/s)",
+                 "waiting at end", "p99 TTFT (ms)"])
+    for lam, tt, w, s, th in runs:
+        t.add(lam, th.get("rho"), verdict_note(s)[0], str(s.get("verdict", "-")), s.get("request_throughput"),
+              int(w[-1]) if len(w) else None, H.Raw(H.with_ci(s.get("p99_ttft_ms"), s.get("p99_ttft_ms_ci"))))
+    st = SEED004_SETTING
+    setting = (f"M = {st['capacity_tokens']:,} tokens, b = {st['step_time']} s, chunk {st['chunk']}, prompt "
+               f"{st['prompt']}, output {st['output']}, Poisson arrivals, {duration_s:g} s per rate, seed {seed}")
+    body = [
+        H.para(f"Seed 004 (Nie, Si and Zhou), Figure 2: waiting queue length under different arrival rates, 1:1 P/D "
+               f"setting, in simulation. {setting}. Closed-form capacity mu = M / (b E[g]) = "
+               f"{H.num(mu)} req/s: the queue should stay bounded below it and grow above it.", cls="verdict"),
+        H.section("Waiting queue over time", fig("seed004_figure2"), anchor="figure"),
+        H.section("Per rate", t.html(), anchor="rates"),
+    ]
+    figs = [("seed004_figure2", seed004_queue_figure(lines), "Seed 004 Figure 2: waiting queue over time",
+             "Left: linear axis, as in the paper (the bounded queues at lam = 1 and 3 lie on the floor). Right: the "
+             "same on a symmetric-log axis (linear below 10), where they show.")]
+    return write("seed004-figure2", out, png_dir, "Seed 004, Figure 2: queue length against time",
+                 setting, body, figs, source="simulation")
+
+
+def seed002_figure2(out, *, png_dir=None, lam: float = SEED002_SETTING["lam"],
+                    T_fixed: float = SEED002_SETTING["T_fixed"], t_req: float = SEED002_SETTING["t_req"],
+                    slo_ms: float | None = 300.0, sizes=SEED002_SIZES) -> Report:
+    """Write seed 002's Figure 2 as a report (one figure, ``seed002_figure2.png``).
+
+    The knee: on the frontier (the stable sizes at or above the mean-latency optimum, where a
+    larger batch buys throughput with latency), the last size before 1% more capacity costs more
+    than 1% more mean latency (:func:`llmqueue.report.series.elasticity_knee` on (mu_eff, E[T])):
+    seed 002's "throughput gains diminish while latency continues to increase". With ``slo_ms``,
+    the SLO-constrained optimum (seed 002, step 5: the largest B with P99 within the SLO) is
+    reported beside it.
+    """
+    from llmqueue.report.figures import seed002_tradeoff_figure
+    from llmqueue.report.series import elasticity_knee
+    from llmqueue.theory.batch import batch_table
+
+    table = batch_table(lam=lam, T_fixed=T_fixed, t_req=t_req, sizes=sizes,
+                        slo=None if slo_ms is None else slo_ms / 1000.0)
+    rows = [r for r in table.rows if r.stable and math.isfinite(r.W)]
+    best = table.B_mean_opt
+    tail = [r for r in rows if best is None or r.B >= best]
+    k = elasticity_knee([r.mu_eff for r in tail], [r.W for r in tail])
+    knee_B = tail[k].B if k is not None else None
+    t = H.Table(["B", "T_svc (ms)", "mu_eff (req/s)", "rho", "E[T] (ms)", "P99 (ms)", "action (seed 002 Table 2)"])
+    for r in table.rows:
+        t.add(r.B, 1000 * r.T_svc, r.mu_eff, r.rho, 1000 * r.W if math.isfinite(r.W) else None,
+              1000 * r.P99_normal if math.isfinite(r.P99_normal) else None, r.action)
+    dec = table.decision
+    facts = H.Table(["", ""])
+    facts.add("B_min (stability, mu_eff > lam)", f"{table.b_min_stability.B_min:.3g} -> {table.b_min_stability.B_min_int}")
+    facts.add("B_min (rho <= 0.75)", f"{table.b_min_target.B_min:.3g} -> {table.b_min_target.B_min_int}")
+    facts.add("lowest mean latency at B", best if best is not None else "-")
+    facts.add("knee at B (1% throughput costs 1% latency)", knee_B if knee_B is not None else "-")
+    if dec is not None:
+        facts.add(f"largest B with P99 <= {slo_ms:g} ms", dec.B_slo if dec.B_slo is not None else "none")
+    setting = f"lam = {lam:g} req/s, T_fixed = {1000 * T_fixed:g} ms, t_req = {1000 * t_req:g} ms"
+    body = [
+        H.para("Seed 002, Figure 2: the operating region of batching. A larger batch raises the throughput capacity "
+               "mu_eff(B) = B / (T_fixed + t_req B) towards 1/t_req, but each request waits for its batch to fill "
+               "(B / (2 lam)) and for a longer pass, so latency has a knee rather than a floor. "
+               f"{setting}; M/D/1 on batches (seed 002's model).", cls="verdict"),
+        H.section("Throughput against latency", fig("seed002_figure2"), anchor="figure"),
+        H.section("Batch sizes", f'<div class="cols">{t.html()}{facts.html()}</div>', anchor="table"),
+    ]
+    figs = [("seed002_figure2", seed002_tradeoff_figure(table, slo_ms=slo_ms, knee_B=knee_B,
+                                                     best_B=dec.B_slo if dec is not None else None),
+             "Seed 002 Figure 2: throughput against latency over batch size",
+             "Each point is one batch size B: x its capacity mu_eff(B), y the mean response time E[T] and the P99 "
+             "estimate. Sizes below B_min cannot keep up with lam and are left out.")]
+    return write("seed002-figure2", out, png_dir, "Seed 002, Figure 2: throughput against latency",
+                 setting, body, figs, source="llmqueue.theory.batch")

@@ -1,0 +1,230 @@
+"""The numbers behind the plots, computed from records (no plotting here).
+
+- :func:`queue_series`: waiting and running requests over time (the time series, else steps).
+- :func:`kv_series`: KV tokens in use over time, and the capacity ``M`` when the run says it.
+- :func:`latencies`: TTFT, TPOT, E2EL and queue time of finished requests (vLLM definitions).
+- :func:`decomposition`: each finished request's time split into queue (arrival to first
+  scheduled step), prefill (first scheduled step to first token: TTFT minus queue) and decode
+  (first token to the last: E2EL minus TTFT); means overall and by arrival-time bin.
+- :func:`verdict_note`: "bounded" or "growing" from the stability verdict.
+- :func:`knee_index`: the knee of a rising curve (Kneedle), :func:`elasticity_knee` (log-log slope 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MAX_POINTS = 4000  # time series longer than this are resampled (sample-and-hold) for plotting
+
+
+def _sum_over_replicas(t, cols, replica):
+    """Sample-and-hold totals over replicas on the union of the sample times."""
+    t = np.asarray(t, dtype=np.float64)
+    reps = np.unique(replica)
+    if len(reps) <= 1:
+        o = np.argsort(t, kind="stable")
+        return t[o], [np.asarray(c, dtype=np.float64)[o] for c in cols]
+    grid = np.unique(t)
+    totals = [np.zeros(len(grid)) for _ in cols]
+    for r in reps:
+        m = replica == r
+        o = np.argsort(t[m], kind="stable")
+        tr = t[m][o]
+        idx = np.searchsorted(tr, grid, side="right") - 1
+        ok = idx >= 0
+        for tot, c in zip(totals, cols):
+            tot[ok] += np.asarray(c, dtype=np.float64)[m][o][idx[ok]]
+    return grid, totals
+
+
+def _resample(t, cols, n: int = MAX_POINTS):
+    """At most ``n`` points: the held value at a uniform grid (keeps the shape of long series)."""
+    if len(t) <= n:
+        return t, cols
+    grid = np.linspace(t[0], t[-1], n)
+    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
+    return grid, [c[idx] for c in cols]
+
+
+def queue_series(run):
+    """``(t_s, waiting, running, source)`` summed over replicas, or ``None`` without data."""
+    ts = run.timeseries
+    if ts is not None and len(ts):
+        t, (w, r) = _sum_over_replicas(ts["t_s"], [ts["num_waiting"], ts["num_running"]], ts["replica"])
+        src = "time series"
+    elif run.steps is not None and len(run.steps):
+        st = run.steps
+        t, (w, r) = _sum_over_replicas(st["start_s"] + st["duration_s"], [st["num_waiting"], st["num_running"]],
+                                       st["replica"])
+        src = "step records"
+    else:
+        return None
+    t, (w, r) = _resample(t, [w, r])
+    return t, w, r, src
+
+
+def kv_capacity(run) -> float | None:
+    """KV capacity ``M`` (tokens per replica) as the run, its engine or its validation says."""
+    s = run.summary or {}
+    for v in (s.get("kv_capacity_tokens"), (s.get("theory") or {}).get("M")):
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    eng = s.get("engine") or {}
+    if eng.get("num_gpu_blocks") and eng.get("block_size"):
+        return float(eng["num_gpu_blocks"] * eng["block_size"])
+    cal = (run.validate or {}).get("calibration") or {}
+    v = cal.get("capacity_tokens")
+    return float(v) if isinstance(v, (int, float)) and v > 0 else None
+
+
+def kv_series(run):
+    """``(t_s, kv_tokens_per_replica, source)``: mean over replicas, or ``None`` without data."""
+    ts = run.timeseries
+    if ts is not None and len(ts):
+        t, (kv,) = _sum_over_replicas(ts["t_s"], [ts["kv_tokens"]], ts["replica"])
+        n, src = len(np.unique(ts["replica"])), "time series"
+    elif run.steps is not None and len(run.steps):
+        st = run.steps
+        t, (kv,) = _sum_over_replicas(st["start_s"] + st["duration_s"], [st["kv_tokens"]], st["replica"])
+        n, src = len(np.unique(st["replica"])), "step records"
+    else:
+        return None
+    t, (kv,) = _resample(t, [kv])
+    return t, kv / max(n, 1), src
+
+
+def _window_mask(run):
+    s = run.summary or {}
+    a = run.requests["arrival_s"]
+    m = run.requests["status"] == "ok"
+    t0 = s.get("warmup_s")
+    t1 = s.get("horizon_s")
+    if isinstance(t0, (int, float)):
+        m &= a >= t0
+    if isinstance(t1, (int, float)):
+        m &= a < t1
+    return m
+
+
+def latencies(run) -> dict:
+    """Finished (``ok``) requests arriving in the summary's window: seconds, per metric.
+
+    Keys ``ttft``, ``tpot``, ``e2el``, ``queue`` (NaN dropped) and ``arrival`` (for
+    ``ttft``/``e2el``/``queue`` order).
+    """
+    d = run.requests.derived()
+    m = _window_mask(run)
+    out = {}
+    for k in ("ttft", "tpot", "e2el", "queue"):
+        x = d[f"{k}_s"][m]
+        out[k] = x[np.isfinite(x)]
+    return out
+
+
+#: Parts of a request's latency, in order, with their legend text.
+PARTS = {"queue": "queue (arrival to first scheduled step)", "prefill": "prefill (TTFT - queue)",
+         "ttft": "TTFT (queue + prefill: the client cannot separate them)", "decode": "decode (E2EL - TTFT)"}
+
+
+def decomposition(run, bins: int = 30) -> dict | None:
+    """Per-request queue / prefill / decode times of finished requests (seconds).
+
+    Returns ``{"parts": [names], "mean": {part: s}, "n": N, "bin_t": centres, "bin": {part: means},
+    "bin_n": counts}``, or ``None`` with no finished request. Prefill here is TTFT minus the
+    queue time (it includes waits between chunks of a chunked prefill and any recompute after a
+    preemption before the first token). A measured run whose records do not say when a request
+    was first scheduled (``first_scheduled_s`` NaN: the client cannot see it) is split into TTFT
+    and decode only.
+    """
+    d = run.requests.derived()
+    m = _window_mask(run)
+    q, ttft, e2el = d["queue_s"][m], d["ttft_s"][m], d["e2el_s"][m]
+    a = run.requests["arrival_s"][m]
+    base = np.isfinite(ttft) & np.isfinite(e2el)
+    if not base.any():
+        return None
+    with_queue = base & np.isfinite(q)
+    if with_queue.sum() >= 0.5 * base.sum():
+        ok = with_queue
+        parts = {"queue": q[ok], "prefill": np.clip(ttft[ok] - q[ok], 0, None)}
+    else:
+        ok = base
+        parts = {"ttft": ttft[ok]}
+    parts["decode"] = np.clip(e2el[ok] - ttft[ok], 0, None)
+    a = a[ok]
+    edges = np.linspace(a.min(), a.max() + 1e-9, max(1, min(bins, len(a))) + 1)
+    which = np.clip(np.searchsorted(edges, a, side="right") - 1, 0, len(edges) - 2)
+    counts = np.bincount(which, minlength=len(edges) - 1)
+    keep = counts > 0
+    binned = {k: (np.bincount(which, weights=v, minlength=len(edges) - 1)[keep] / counts[keep])
+              for k, v in parts.items()}
+    return {"parts": list(parts), "mean": {k: float(np.mean(v)) for k, v in parts.items()}, "n": int(len(a)),
+            "bin_t": ((edges[:-1] + edges[1:]) / 2)[keep], "bin": binned, "bin_n": counts[keep]}
+
+
+def verdict_note(summary: dict | None) -> tuple[str, str]:
+    """``(word, detail)``: ``"bounded"``, ``"growing"`` or ``"undecided"``, with the verdict text."""
+    s = summary or {}
+    verdict = s.get("verdict")
+    stable = s.get("stable")
+    if stable is True:
+        g = s.get("queue_growth_per_s")
+        detail = "stable" + (f" (queue trend {g:+.3g} req/s)" if isinstance(g, (int, float)) else "")
+        return "bounded", detail
+    if stable is False:
+        return "growing", str(verdict or "unstable")
+    return "undecided", str(verdict or "no stability verdict in summary.json")
+
+
+def knee_index(x, y, *, min_gap: float = 0.05) -> int | None:
+    """Index of the knee of a rising, convex curve ``y(x)`` (Kneedle; Satopaa et al. 2011).
+
+    Both axes are scaled to [0, 1]; the knee is the point furthest below the chord from the
+    first to the last point, i.e. where ``y`` stops staying flat and starts to climb (for a
+    latency-against-load curve: the last load before latency takes off). ``None`` for fewer
+    than three points or when no point lies ``min_gap`` (scaled) below the chord (a straight
+    or concave curve has no knee).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    idx = np.flatnonzero(ok)
+    if len(idx) < 3:
+        return None
+    o = idx[np.argsort(x[idx], kind="stable")]
+    xs, ys = x[o], y[o]
+    xr, yr = xs[-1] - xs[0], ys.max() - ys.min()
+    if xr <= 0 or yr <= 0:
+        return None
+    xn = (xs - xs[0]) / xr
+    yn = (ys - ys.min()) / yr
+    chord = yn[0] + (yn[-1] - yn[0]) * xn
+    gap = chord - yn
+    k = int(np.argmax(gap))
+    return int(o[k]) if gap[k] >= min_gap and not math.isclose(gap[k], 0.0) else None
+
+
+def elasticity_knee(x, y, *, threshold: float = 1.0) -> int | None:
+    """Index of the last point before latency grows faster than throughput, in relative terms.
+
+    Points sorted by ``x`` (throughput); between neighbours the elasticity is
+    ``ln(y2 / y1) / ln(x2 / x1)``: the percentage rise in ``y`` (latency) per percent of ``x``.
+    The knee is the first point whose step to the next has elasticity ``>= threshold`` (default
+    1: beyond it, 1% more throughput costs more than 1% more latency), i.e. where the curve turns
+    steeper than 45 degrees on log-log axes. Scale-free, and unlike Kneedle it does not depend on
+    where the curve is cut off. ``None`` with fewer than two positive points or no such step.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0))
+    if len(ok) < 2:
+        return None
+    o = ok[np.argsort(x[ok], kind="stable")]
+    lx, ly = np.log(x[o]), np.log(y[o])
+    for i in range(len(o) - 1):
+        dx = lx[i + 1] - lx[i]
+        if dx > 0 and (ly[i + 1] - ly[i]) / dx >= threshold:
+            return int(o[i])
+    return None

@@ -1,0 +1,151 @@
+"""``llmqueue bench`` against the stub server (loopback only): summary keys, files, errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from llmqueue.bench.stub_server import StubServer
+from llmqueue.cli.main import main
+from llmqueue.records import is_complete, read_records
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with StubServer(token_delay_s=0.001) as s:
+        yield s
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+WL = ("--arrival", "poisson:100", "--prompt", "uniform:4:40", "--output", "uniform:1:6", "--num-requests", "40")
+
+
+def test_json_summary_has_vllm_names_and_files(stub, capsys, tmp_path):
+    out_dir = tmp_path / "run"
+    seen = stub.stats()["requests"]
+    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--seed", "3",
+                         "--out", str(out_dir), "--json", "--no-progress", "--warmup-requests", "2")
+    assert code == 0, err
+    s = json.loads(out)
+    for key in ("completed", "failed", "request_throughput", "output_throughput", "total_token_throughput",
+                "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+                "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms", "duration", "verdict", "status_counts"):
+        assert key in s, key
+    assert s["completed"] == 40 and s["status_counts"]["ok"] == 40
+    assert stub.stats()["requests"] - seen == 42  # two warm-up requests, not recorded
+    assert s["bench"]["model"] == stub.model and s["bench"]["load"] == "open-loop"
+    assert "lag_ms" in s["client"] and "ks_gaps" in s["client"]
+    for f in ("requests.parquet", "tokens.parquet", "workload.parquet", "summary.json"):
+        assert (out_dir / f).exists(), f
+    r = read_records(out_dir)
+    assert len(r) == 40 and set(r["status"]) == {"ok"}
+    # the same workload flags as simulate: the same seed gives the same intended stream
+    from llmqueue.workload import Workload
+
+    want = Workload("poisson:100", prompt="uniform:4:40", output="uniform:1:6").generate(seed=3, n=40)
+    o = np.argsort(r["request_id"])
+    assert np.array_equal(r["arrival_s"][o], want.arrival_s)
+    assert np.array_equal(r["prompt_tokens"][o], want.prompt_tokens)
+
+
+def test_table_and_model_from_the_server(stub, capsys, tmp_path):
+    code, out, err = run(capsys, "bench", "--url", stub.url, *WL, "--out", str(tmp_path / "t"), "--no-progress",
+                         "--endpoint", "chat")
+    assert code == 0, err
+    assert "Benchmark" in out and "client check" in out and "mean / p99 TTFT (ms)" in out
+    assert f"model {stub.model}" in out  # asked /v1/models
+
+
+def test_scenario_with_concurrency_is_closed_loop(stub, capsys, tmp_path):
+    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
+                         "--duration", "2", "--concurrency", "2", "--out", str(tmp_path / "s"), "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["bench"]["closed_loop"] is True and s["max_concurrency"] == 2
+    assert s["completed"] == s["arrivals"] > 0
+    assert "client_queue_ms" in s["client"]
+
+
+def test_retries_from_the_command_line(capsys, tmp_path):
+    with StubServer(reject_fraction=0.5, seed=5) as s:
+        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", *WL, "--max-attempts", "3",
+                             "--out", str(tmp_path / "r"), "--json")
+        seen = s.stats()["requests"]
+    assert code == 0, err
+    summ = json.loads(out)
+    r = read_records(tmp_path / "r")
+    assert summ["attempts"] == len(r) == seen > 40
+    assert r["attempt"].max() > 1 and r["attempt"].max() <= 3
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("--arrival", "poisson:x", "--prompt", "fixed:4", "--output", "fixed:1", "--num-requests", "3"), "--arrival"),
+    (("--arrival", "poisson:5", "--prompt", "fixed:4", "--num-requests", "3"), "--output"),
+    (("--arrival", "poisson:5", "--prompt", "fixed:4", "--output", "fixed:1"), "--num-requests"),
+    (("--scenario", "chat", "--arrival", "poisson:5"), "--scenario"),
+    (WL + ("--concurrency", "0"), "--concurrency"),
+    (WL + ("--timeout", "-1"), "--timeout"),
+])
+def test_bad_input_is_one_line_exit_2(stub, capsys, args, flag):
+    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", "m", *args)
+    assert code == 2
+    assert err.startswith(f"llmqueue: error: {flag}") and err.count("\n") == 1, err
+
+
+def test_missing_url_and_refused_connection(capsys):
+    code, _, err = run(capsys, "bench", *WL)
+    assert code == 2 and err.startswith("llmqueue: error:") and "--url" in err
+    with StubServer() as s:
+        url = s.url
+    code, _, err = run(capsys, "bench", "--url", url, "--model", "m", *WL)
+    assert code == 2
+    assert err.startswith("llmqueue: error: --url: cannot connect to") and "connection refused" in err
+    assert err.count("\n") == 1
+
+
+def test_server_dies_mid_run_exit_1(capsys, tmp_path):
+    out_dir = tmp_path / "dead"
+    with StubServer(die_after=25, token_delay_s=0.001) as s:
+        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "poisson:200",
+                             "--prompt", "fixed:8", "--output", "fixed:2", "--num-requests", "200",
+                             "--out", str(out_dir))
+    assert code == 1
+    assert "stopped accepting connections" in err and "written to" in err
+    assert "Benchmark" in out and "requests not sent" in out
+    r = read_records(out_dir)
+    assert 20 <= int((r["status"] == "ok").sum()) <= 25
+    assert json.loads((out_dir / "summary.json").read_text())["not_sent"] == 200 - len(r)
+
+
+def test_sigterm_keeps_the_records(tmp_path):
+    out_dir = tmp_path / "term"
+    with StubServer(token_delay_s=0.05) as s:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        p = subprocess.Popen([sys.executable, "-m", "llmqueue.cli.main", "bench", "--url", s.url, "--model", "m",
+                              "--arrival", "deterministic:20", "--prompt", "fixed:4", "--output", "fixed:10",
+                              "--duration", "30", "--out", str(out_dir), "--no-progress"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 20
+        while not (out_dir / "requests.parquet").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # some requests finished, some in flight
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "interrupted" in err
+    r = read_records(out_dir)
+    assert is_complete(out_dir / "requests.parquet") is False
+    assert (r["status"] == "ok").sum() > 0 and (r["status"] == "unfinished").sum() > 0
+    assert np.isnan(r["finish_s"][r["status"] == "unfinished"]).all()

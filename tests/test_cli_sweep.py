@@ -1,0 +1,124 @@
+"""``llmqueue sweep`` and ``llmqueue capacity``: seed 004's verdicts, grids, files, resume, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmqueue.cli.main import main
+
+# seed 004's 1:1 setting: M = 131,000 tokens, b = 0.0372 s, chunk 512, prompt and output U{10..1600}
+SEED004 = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
+           "--prompt", "uniform:10:1600", "--output", "uniform:10:1600"]
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_seed004_rates_give_the_papers_verdicts(capsys, tmp_path):
+    """Seed 004, Figure 2 (1:1): stable at 1 and 3 req/s, unstable at 5, 20 and 50 (mu = 3.263)."""
+    code, out, err = run(capsys, "sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
+                         "--out", str(tmp_path), "--json", "--no-progress")
+    assert code == 0, err
+    d = json.loads(out)
+    verdicts = ["stable" if p["stable"] else "unstable" for p in d["points"]]
+    assert verdicts == ["stable", "stable", "unstable", "unstable", "unstable"]
+    assert [p["rate"] for p in d["points"]] == [1, 3, 5, 20, 50]
+    assert all(p["verdict"].startswith("unstable: queue grows") for p in d["points"][2:])
+    (c,) = d["curves"]
+    assert c["theory_mu"] == pytest.approx(3.263, abs=0.002)  # seed 004, Table 1
+    assert c["stable_up_to"] == 3 and c["unstable_from"] == 5
+    # saturated throughput near mu (seed 004 measured 3.387 on vLLM; the theory says 3.263)
+    assert 3.0 < d["points"][-1]["request_throughput"] < 3.35
+    assert c["knee"] is not None and 1 < c["knee"]["rate"] <= 3 and c["knee"]["bracket"] == [1, 3]
+    # files: the table (one row per point) and the JSON; one cached point per rate
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(tmp_path / "sweep.parquet")
+    assert t.num_rows == 5 and {"rate", "verdict", "little_gap", "theory_mu", "p99_ttft_ms_ci_hi"} <= set(t.column_names)
+    assert json.loads((tmp_path / "sweep.json").read_text())["points"] == d["points"]
+    assert len(list((tmp_path / "points").glob("*.json"))) == 5
+    # resume: nothing left to simulate, identical table
+    code, out2, _ = run(capsys, "sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
+                        "--out", str(tmp_path), "--json", "--no-progress", "--backend", "serial")
+    d2 = json.loads(out2)
+    assert (d2["ran"], d2["cached"]) == (0, 5)
+    assert [{k: v for k, v in p.items() if k != "wall_s"} for p in d2["points"]] == \
+        [{k: v for k, v in p.items() if k != "wall_s"} for p in d["points"]]
+
+
+def test_param_grid_table_and_slo_line(capsys, tmp_path):
+    code, out, err = run(capsys, "sweep", "--rates", "1,2", "--param", "max_num_seqs=4,256", *SEED004,
+                         "--duration", "120", "--backend", "serial", "--slo-ttft-ms", "5000",
+                         "--slo-tpot-ms", "100", "--out", str(tmp_path), "--csv", "--keep-runs")
+    assert code == 0, err
+    assert "Sweep: 4 points on serial" in out
+    assert out.count("Curve max_num_seqs=") == 2 and "knee" in out and "theory mu" in out
+    assert "highest rate meeting the SLO" in out
+    assert (tmp_path / "sweep.csv").is_file() and not (tmp_path / "sweep.parquet").exists()
+    assert len(list((tmp_path / "runs").glob("*/requests.parquet"))) == 4
+    d = json.loads((tmp_path / "sweep.json").read_text())
+    assert [(p["max_num_seqs"], p["rate"]) for p in d["points"]] == [(4, 1), (4, 2), (256, 1), (256, 2)]
+    # four slots bind: mu_seqs = 4 / (b E[steps]) is the theory's capacity at max_num_seqs=4
+    assert d["points"][0]["theory_binding"] == "max_num_seqs"
+    assert d["points"][2]["theory_binding"] == "KV cache (seed 004)"
+    assert all(isinstance(p["slo_met"], bool) for p in d["points"])
+
+
+def test_scenario_sweep_with_knob_override(capsys):
+    code, out, err = run(capsys, "sweep", "--scenario", "chat", "--rates", "4,8", "--duration", "120",
+                         "--max-num-seqs", "32", "--backend", "serial", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["base"]["max_num_seqs"] == 32 and d["slos"] == {"p99_ttft_ms": 2000.0, "p99_tpot_ms": 50.0}
+    assert [round(p["offered_rate"], 6) for p in d["points"]] == [4, 8]
+    assert all(p["theory_mu_seqs"] is not None for p in d["points"])
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--param", "max_num_seqs"], "--param"),
+    (["--param", "max_num_seq=4"], "max_num_seqs"),
+    (["--param", "max_num_seqs=four"], "param"),
+    (["--rates", "1,x"], "--rates"),
+    (["--rates", "1,-2"], "--rates"),
+    (["--backend", "threads"], "--backend"),
+    (["--address", "auto"], "--address"),
+    (["--knee-factor", "1"], "--knee-factor"),
+])
+def test_errors_are_one_line_with_exit_2(capsys, args, flag):
+    code, out, err = run(capsys, "sweep", "--rates", "1", *SEED004, "--duration", "60", "--backend", "serial", *args)
+    assert code == 2
+    assert err.startswith("llmqueue: error: ") and err.count("\n") == 1 and flag in err, err
+    assert out == ""
+
+
+def test_scenario_refuses_workload_flags(capsys):
+    code, _, err = run(capsys, "sweep", "--scenario", "chat", "--arrival", "poisson:3", "--rates", "1")
+    assert code == 2 and "--arrival" in err and "scenario" in err
+
+
+def test_capacity_cli_on_seed004(capsys, tmp_path):
+    """Seed 004's 1:1 setting, p99 TTFT <= 10 s: the queue of KV-bound requests binds below mu."""
+    args = ["capacity", "--slo-ttft-ms", "10000", "--slo-tpot-ms", "100", *SEED004, "--arrival", "poisson:1",
+            "--duration", "600", "--no-progress", "--out", str(tmp_path)]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "capacity (req/s)" in out and "confirm: at 1.1 x" in out and "Simulated rates" in out
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["simulations"] == 0 and d["cached"] > 5  # every rate came from the cache
+    assert d["accepted"] and d["converged"]
+    assert d["theory_mu"] == pytest.approx(3.263, abs=0.002)
+    assert 2.0 < d["rate"] < 3.2
+    assert d["confirm"]["above"]["rate"] == pytest.approx(1.1 * d["rate"])
+    assert d["confirm"]["at_rate"]["p99_ttft_ms"] <= 10000 < d["confirm"]["above"]["p99_ttft_ms"]
+
+
+def test_capacity_needs_targets(capsys):
+    code, _, err = run(capsys, "capacity", *SEED004, "--arrival", "poisson:1", "--duration", "60")
+    assert code == 2 and "--slo-ttft-ms" in err

@@ -1,0 +1,452 @@
+"""``llmqueue report``: a self-contained HTML report of a run or a sweep, its PNGs, and a real browser.
+
+The runs are small simulations of seed 004's 1:1 setting (capacity mu = 3.26 req/s; 120 s, the
+first 30 s, while the cache fills, left out): 2 req/s is stable ("bounded"), 6 req/s is not
+("growing"). The browser test renders the report in headless
+Chromium (Debian package ``chromium``) and fails on any console message, script error or image
+that does not decode; it is skipped only when no Chromium is installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmqueue.cli.main import main
+
+SETTING = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
+           "--prompt", "uniform:10:1600", "--output", "uniform:10:1600", "--seed", "1"]
+RUN_FIGURES = ["queue", "kv", "cdf", "decomposition"]
+
+
+def simulate(out: Path, rate: float, step_time: str = "0.0372") -> Path:
+    args = ["simulate", *SETTING, "--arrival", f"poisson:{rate}", "--duration", "120", "--warmup", "30",
+            "--out", str(out)]
+    args[args.index("--step-time") + 1] = step_time
+    assert main(args) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    return {"stable": simulate(d / "stable", 2), "unstable": simulate(d / "unstable", 6),
+            "twin": simulate(d / "twin", 6, step_time="0.04")}
+
+
+def build(args) -> None:
+    assert main(["report", *map(str, args)]) == 0
+
+
+@pytest.fixture(scope="module")
+def compare_report(runs, tmp_path_factory):
+    """The unstable run's report with its twin overlaid (built once, used twice)."""
+    out = tmp_path_factory.mktemp("cmp") / "cmp.html"
+    build([runs["unstable"], "--compare", runs["twin"], "-o", out])
+    return out
+
+
+def images(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'<img[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
+
+
+def assert_self_contained(html: str) -> None:
+    refs = re.findall(r'(?:src|href)\s*=\s*["\']?([^"\' >]+)', html, flags=re.I)
+    assert refs, "no src/href at all?"
+    outside = [r for r in refs if not r.startswith(("data:", "#"))]
+    assert outside == [], f"the report refers outside itself: {outside[:3]}"
+    assert not re.search(r"https?://", html), "a network address in the page"
+    assert "<script" not in html.lower() and "@import" not in html and "url(" not in html
+
+
+# -- a run --------------------------------------------------------------------------------------------
+
+def test_run_report_is_self_contained_with_png_copies(runs, tmp_path, capsys):
+    out = tmp_path / "rep" / "report.html"
+    assert main(["report", str(runs["unstable"]), "-o", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    imgs = images(html)
+    assert len(imgs) == len(RUN_FIGURES)
+    png_dir = tmp_path / "rep" / "report_png"  # default: <report stem>_png next to the HTML
+    for name, data in zip(RUN_FIGURES, imgs):
+        p = png_dir / f"{name}.png"
+        assert p.read_bytes() == data  # the exported PNG is the embedded figure
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    summary = json.loads((runs["unstable"] / "summary.json").read_text())
+    # the summary table carries the run's numbers (4 significant digits), the verdict and the theory
+    assert f"{summary['request_throughput']:.4g}" in html
+    assert summary["verdict"] in html
+    assert f"{summary['theory']['mu_kv']:.4g}" in html
+    assert "growing" in html and "KV cache in use against capacity" in html
+
+
+def test_queue_note_follows_the_verdict(runs, tmp_path, capsys):
+    for kind, word, other in (("stable", "bounded", "growing"), ("unstable", "growing", "bounded")):
+        out = tmp_path / f"{kind}.html"
+        assert main(["report", str(runs[kind]), "-o", str(out), "--json"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert res["kind"] == "run" and len(res["png"]) == 4
+        html = out.read_text()
+        assert f'class="badge {"ok" if word == "bounded" else "bad"}">{word}<' in html
+        assert f"Queue length over time ({other}" not in html
+
+
+def test_png_dir_option(runs, tmp_path, capsys):
+    out, pngs = tmp_path / "r.html", tmp_path / "figs"
+    assert main(["report", str(runs["stable"]), "-o", str(out), "--png-dir", str(pngs)]) == 0
+    capsys.readouterr()
+    assert sorted(p.stem for p in pngs.glob("*.png")) == sorted(RUN_FIGURES)
+    assert not (tmp_path / "r_png").exists()
+
+
+def test_compare_overlays_a_twin(runs, compare_report):
+    html = compare_report.read_text()
+    assert_self_contained(html)
+    # both runs are simulated: the columns and legends are named by directory
+    assert "<th>unstable</th><th>twin</th>" in html
+    twin = json.loads((runs["twin"] / "summary.json").read_text())
+    assert f"{twin['request_throughput']:.4g}" in html
+    assert html.count("Dashed: twin") == 3  # queue, KV and CDF captions
+
+
+def test_validate_json_table_and_named_twin(runs, tmp_path, capsys):
+    d = tmp_path / "measured"
+    shutil.copytree(runs["unstable"], d)
+    val = {"run": str(d), "lam": 6.0, "saturated": True,
+           "capacity": {"quantity": "capacity mu (req/s)", "theory": 3.262, "simulated": 3.1, "measured": 3.0,
+                        "rel_err_theory": 0.087, "rel_err_sim": 0.0333},
+           "rows": [{"quantity": "p99_ttft_ms", "measured": 1000.0, "simulated": 1100.0, "rel_err_sim": 0.1}],
+           "verdicts": {"measured": "unstable: x", "simulated": "unstable: y", "theory": "unstable"},
+           "sim_dir": str(runs["twin"])}
+    (d / "validate.json").write_text(json.dumps(val))
+    out = tmp_path / "v.html"
+    assert main(["report", str(d), "-o", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    assert "Predicted versus measured (validate.json)" in html
+    assert "+10.0%" in html and "+3.3%" in html
+    assert "overlaid the simulated twin" in html and "Dashed:" in html
+
+
+def test_run_without_time_series_uses_steps(runs, tmp_path, capsys):
+    d = tmp_path / "nots"
+    shutil.copytree(runs["stable"], d)
+    (d / "timeseries.parquet").unlink()
+    out = tmp_path / "n.html"
+    assert main(["report", str(d), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert len(images(out.read_text())) == 4
+
+
+def test_bare_run_no_summary_steps_or_finished_requests(runs, tmp_path, capsys):
+    from llmqueue.records import read_run, write_run
+
+    r = read_run(runs["unstable"])
+    d = write_run(tmp_path / "bare", requests=r.requests.select(r.requests["status"] == "unfinished"))
+    out = tmp_path / "bare.html"
+    build([d, "-o", out])
+    capsys.readouterr()
+    html = out.read_text()
+    assert len(images(html)) == 4
+    assert "no summary.json" in html and "undecided" in html
+
+
+def test_decomposition_parts(runs):
+    """Queue + prefill + decode add up to E2EL; without scheduling times (a client's view) the split
+    is TTFT + decode."""
+    import numpy as np
+
+    from llmqueue.records import RequestRecords
+    from llmqueue.report.series import decomposition
+    from llmqueue.report.sources import load_run
+
+    run = load_run(runs["unstable"])
+    d = decomposition(run)
+    assert d["parts"] == ["queue", "prefill", "decode"]
+    s = run.summary
+    assert sum(d["mean"].values()) * 1000 == pytest.approx(s["mean_e2el_ms"], rel=1e-9)
+    assert d["mean"]["queue"] * 1000 == pytest.approx(s["mean_queue_ms"], rel=1e-9)
+    assert d["n"] == s["e2el_samples"] and sum(d["bin_n"]) == d["n"]
+    cols = run.requests.to_dict()
+    cols["first_scheduled_s"] = np.full(len(run.requests), np.nan)
+    run.requests = RequestRecords.from_columns(cols)
+    d = decomposition(run)
+    assert d["parts"] == ["ttft", "decode"]
+    assert d["mean"]["ttft"] * 1000 == pytest.approx(s["mean_ttft_ms"], rel=1e-9)
+
+
+# -- a sweep ------------------------------------------------------------------------------------------
+
+def fake_point(seqs, rate, thr, ttft, tpot, e2el, verdict, mu=3.262):
+    return {"params": {"max_num_seqs": seqs, "rate": rate}, "rate": rate, "request_throughput": thr,
+            "p99_ttft_ms": ttft, "p99_ttft_ms_ci": [0.9 * ttft, 1.1 * ttft],
+            "p99_tpot_ms": tpot, "p99_tpot_ms_ci": None, "p99_e2el_ms": e2el, "p99_e2el_ms_ci": [0.95 * e2el, 1.05 * e2el],
+            "verdict": verdict, "theory_mu": mu}
+
+
+def fake_sweep(d: Path) -> Path:
+    """Two curves (max_num_seqs 32 and 256) shaped like the simulated 1:1 setting."""
+    d.mkdir(parents=True, exist_ok=True)
+    pts = [fake_point(256, r, t, tt, 37.2, e, v) for r, t, tt, e, v in [
+        (0.5, 0.48, 183.0, 59164.0, "stable"), (1, 0.996, 194.0, 58940.0, "stable"),
+        (2, 1.98, 231.0, 58940.0, "stable"), (2.5, 2.50, 317.0, 58941.0, "stable"),
+        (3, 2.99, 7846.0, 61405.0, "stable"), (3.5, 3.16, 55240.0, 99339.0, "unstable: queue grows 0.34 req/s"),
+        (4, 3.17, 115772.0, 154549.0, "unstable: queue grows 0.85 req/s"),
+        (6, 3.17, 266451.0, 294723.0, "unstable: queue grows 2.78 req/s")]]
+    pts += [fake_point(32, r, t, tt, 37.2, e, v, mu=1.066) for r, t, tt, e, v in [
+        (0.5, 0.48, 183.0, 59164.0, "stable"), (1, 0.996, 12798.0, 65638.0, "stable"),
+        (2, 1.085, 245732.0, 283679.0, "unstable: queue grows 0.87 req/s"),
+        (4, 1.089, 409405.0, 436587.0, "unstable: queue grows 2.9 req/s")]]
+    (d / "sweep.json").write_text(json.dumps({"swept": ["max_num_seqs", "rate"],
+                                              "slo": {"p99_ttft_ms": 5000, "p99_tpot_ms": 60}, "points": pts}))
+    return d
+
+
+def test_sweep_report(tmp_path, capsys):
+    d = fake_sweep(tmp_path / "sweep")
+    out = tmp_path / "s.html"
+    assert main(["report", str(d), "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["kind"] == "sweep"
+    assert sorted(Path(p).stem for p in res["png"]) == ["sweep_latency", "sweep_throughput"]
+    html = out.read_text()
+    assert_self_contained(html)
+    assert len(images(html)) == 2
+    # one table row per point; the knee (Kneedle on p99 TTFT against rate) and the best point within SLO
+    assert html.count("<tr><td") >= 12
+    assert "knee (max_num_seqs=256)</td><td class=\"text\">rate 3 req/s" in html
+    assert "knee (max_num_seqs=32)</td><td class=\"text\">rate 1 req/s" in html
+    assert "best within SLO (max_num_seqs=256)</td><td class=\"text\">rate 2.5 req/s" in html
+    assert "best within SLO (max_num_seqs=32)</td><td class=\"text\">rate 0.5 req/s" in html
+    assert "p99_ttft_ms = 5000" in html
+
+
+def test_sweep_interface_accepts_other_spellings(tmp_path):
+    from llmqueue.report.sources import load_sweep
+
+    d = tmp_path / "s2"
+    d.mkdir()
+    (d / "sweep.json").write_text(json.dumps([  # a bare list; lam, nested summary and theory
+        {"lam": 1.0, "summary": {"throughput": 0.99, "p99_ttft_ms": 100.0, "verdict": "stable"},
+         "theory": {"mu": 3.2}, "slos": {"p99_ttft_ms": 500}},
+        {"params": {"arrival": "poisson:2"}, "request_throughput": 1.5, "verdict": "unstable: grows",
+         "mu": 3.2, "p99_ttft_ms": None}]))
+    s = load_sweep(d)
+    a, b = s.points
+    assert (a.rate, a.throughput, a.mu, a.stable, a.p99["ttft"][0], a.slo) == (1.0, 0.99, 3.2, True, 100.0,
+                                                                               {"p99_ttft_ms": 500.0})
+    assert (b.rate, b.throughput, b.stable, b.p99["ttft"]) == (2.0, 1.5, False, (None, None))
+
+
+def test_sweep_written_by_llmqueue_sweep(tmp_path, capsys):
+    """The shape ``llmqueue sweep`` writes: flat coordinates named by ``grid``, flattened intervals,
+    its own SLO judgement per point, and curves with the knee and the SLO-bounded rate."""
+    d = tmp_path / "sw"
+    d.mkdir()
+    rows = []
+    for seqs, mu, data in ((32, 1.066, [(0.5, 0.57, 176.0, True, True), (1, 1.08, 9157.0, True, False),
+                                        (2, 1.02, 139154.0, False, False)]),
+                           (256, 3.262, [(0.5, 0.54, 180.0, True, True), (2, 2.05, 225.0, True, True),
+                                         (3, 2.99, 3754.0, True, True), (4, 3.49, 42320.0, False, False)])):
+        for rate, thr, ttft, stable, met in data:
+            rows.append({"max_num_seqs": seqs, "rate": rate, "offered_rate": rate, "request_throughput": thr,
+                         "p99_ttft_ms": ttft, "p99_ttft_ms_ci_lo": 0.9 * ttft, "p99_ttft_ms_ci_hi": 1.1 * ttft,
+                         "p99_tpot_ms": 40.0, "p99_tpot_ms_ci_lo": None, "p99_tpot_ms_ci_hi": None,
+                         "p99_e2el_ms": 60000.0, "stable": stable, "slo_met": met, "theory_mu": mu,
+                         "verdict": "stable" if stable else "unstable: queue grows 1 req/s"})
+    curves = [{"group": {"max_num_seqs": 256}, "metric": "p99_ttft_ms",
+               "knee": {"rate": 2.09, "throughput": 2.12, "latency": 360.0, "bracket": [2.0, 3.0]},
+               "max_rate_meeting_slo": 3.0},
+              {"group": {"max_num_seqs": 32}, "metric": "p99_ttft_ms", "knee": None, "max_rate_meeting_slo": 0.5}]
+    (d / "sweep.json").write_text(json.dumps({
+        "grid": {"max_num_seqs": [32, 256], "rate": [0.5, 1, 2, 3, 4]}, "slos": {"p99_ttft_ms": 5000.0},
+        "knee_rule": "knee: the offered rate at which p99_ttft_ms first reaches 2 x its low-load value",
+        "slo_rule": "a run meets the SLOs when ...", "curves": curves, "points": rows}))
+    from llmqueue.report.figures import sweep_best_within_slo, sweep_knees
+    from llmqueue.report.sources import load_sweep
+
+    sw = load_sweep(d)
+    assert sw.points[0].params == {"max_num_seqs": 32, "rate": 0.5}
+    assert sw.points[0].p99["ttft"] == (176.0, [pytest.approx(158.4), pytest.approx(193.6)])
+    knees = sweep_knees(sw)
+    assert set(knees) == {"max_num_seqs=256"}  # the sweep found no knee for 32: none is invented
+    assert (knees["max_num_seqs=256"].rate, knees["max_num_seqs=256"].metric) == (2.09, "ttft")
+    best = sweep_best_within_slo(sw)
+    assert best["max_num_seqs=256"].rate == 3 and best["max_num_seqs=32"].rate == 0.5
+    out = tmp_path / "sw.html"
+    build([d, "-o", out])
+    capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    assert "rate 2.09 req/s (between 2 and 3)" in html and "first reaches 2 x its low-load value" in html
+    assert len(images(html)) == 2
+
+
+@pytest.mark.skipif("sweep" not in __import__("llmqueue.cli.main", fromlist=["COMMANDS"]).COMMANDS,
+                    reason="llmqueue sweep is not there yet")
+def test_report_of_a_real_sweep(tmp_path, capsys):
+    d = tmp_path / "sweep"
+    assert main(["sweep", *SETTING, "--arrival", "poisson:1", "--rates", "1,2.5,5", "--param",
+                 "max_num_seqs=64,256", "--duration", "120", "--warmup", "30", "--slo-ttft-ms", "5000",
+                 "--workers", "1", "--out", str(d)]) == 0
+    out = tmp_path / "s.html"
+    build([d, "-o", out])
+    capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    assert len(images(html)) == 2
+    assert html.count("<tr><td") >= 6 + 4  # six points, and the sweep's facts
+
+
+def test_knee_definitions():
+    from llmqueue.report.series import elasticity_knee, knee_index
+
+    # Kneedle: scaled gaps below the chord are .239, .478, .694 at x = 2, 3, 4 -> the knee is x = 4
+    assert knee_index([1, 2, 3, 4, 5], [1, 1.1, 1.2, 1.5, 10]) == 3
+    assert knee_index([1, 2, 3, 4], [1, 2, 3, 4]) is None  # a straight line has no knee
+    assert knee_index([1, 2], [1, 5]) is None
+    # elasticity: ln(y2/y1)/ln(x2/x1) = 0.5, 0.5, then ln 4 / ln 1.5 > 1 -> the point before, index 2
+    assert elasticity_knee([1, 4, 9, 13.5], [1, 2, 3, 12]) == 2
+    assert elasticity_knee([1, 2, 4], [1, 1.2, 1.4]) is None
+
+
+# -- the seeds' figures -------------------------------------------------------------------------------
+
+def test_seed002_figure2(tmp_path, capsys):
+    out = tmp_path / "fig2.html"
+    assert main(["report", "--seed002-figure2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    assert (tmp_path / "fig2_png" / "seed002_figure2.png").stat().st_size > 5000
+    # B_min = 50 ms * 100 / (1 - 0.05) = 5.26 -> 6; the largest B with P99 <= 300 ms is 16 (seed 002's
+    # model, as `llmqueue batch --slo-ms 300` finds); E[T]'s elasticity against mu_eff first exceeds 1
+    # from B = 32 to 48: the knee is 32
+    assert "5.26 -&gt; 6" in html
+    assert re.search(r"largest B with P99 &lt;= 300 ms</td><td>16<", html)
+    assert re.search(r"knee at B[^<]*</td><td>32<", html)
+
+
+def test_seed004_figure2_short(tmp_path, capsys):
+    out = tmp_path / "fig2.html"
+    assert main(["report", "--seed004-figure2", "--duration", "240", "-o", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    assert len(images(html)) == 1
+    rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td class=\"text\">(\w+)</td>", html)
+    assert dict(rows) == {"1": "bounded", "3": "bounded", "5": "growing", "20": "growing", "50": "growing"}
+
+
+@pytest.mark.slow
+def test_seed004_figure2_full(tmp_path, capsys):
+    """The figure as the paper draws it: 3600 s per rate (about 30 s of simulation)."""
+    out = tmp_path / "fig2.html"
+    assert main(["report", "--seed004-figure2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td class=\"text\">(\w+)</td>", out.read_text())
+    assert dict(rows) == {"1": "bounded", "3": "bounded", "5": "growing", "20": "growing", "50": "growing"}
+
+
+# -- errors -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("setup,args,needle", [
+    (None, ["{tmp}/nope"], "does not exist"),
+    ("empty", ["{tmp}/d"], "is empty"),
+    ("other", ["{tmp}/d"], "neither a run directory"),
+    (None, [], "missing directory"),
+    ("run", ["{tmp}/d", "-o", "{tmp}/r.txt"], "--output"),
+    ("sweep", ["{tmp}/d", "--compare", "{tmp}/d"], "--compare"),
+    ("run", ["{tmp}/d", "--compare", "{tmp}/nope"], "--compare"),
+    (None, ["--seed004-figure2", "--seed002-figure2"], "give one of"),
+    ("run", ["{tmp}/d", "--seed002-figure2"], "takes no directory"),
+    ("badsweep", ["{tmp}/d"], "no list of points"),
+    (None, ["--seed004-figure2", "--duration", "-5"], "--duration"),
+])
+def test_errors_are_one_line_exit_2(runs, tmp_path, capsys, setup, args, needle):
+    d = tmp_path / "d"
+    if setup == "empty":
+        d.mkdir()
+    elif setup == "other":
+        d.mkdir()
+        (d / "notes.txt").write_text("x")
+    elif setup == "run":
+        shutil.copytree(runs["stable"], d)
+    elif setup == "sweep":
+        fake_sweep(d)
+    elif setup == "badsweep":
+        d.mkdir()
+        (d / "sweep.json").write_text('{"rows": []}')
+    code = main(["report", *[a.format(tmp=tmp_path) for a in args]])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith("llmqueue: error:") and err.count("\n") == 1, err
+    assert needle in err
+
+
+# -- a real browser -----------------------------------------------------------------------------------
+
+CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome",
+                                                         "google-chrome-stable")) if p), None)
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--hide-scrollbars", "--enable-logging=stderr", "--v=0"]
+# Injected into a test copy: records script errors and failed loads, then reports every image's state.
+CHECK = """<script>
+window.__errors = [];
+window.addEventListener("error", function (e) {
+  window.__errors.push(String(e.message || ("failed to load " + ((e.target && (e.target.src || e.target.href)) || "?")).slice(0, 80)));
+}, true);
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).length;
+  var widths = imgs.map(function (i) { return i.naturalWidth; });
+  var d = document.createElement("pre");
+  d.id = "llmq-check";
+  d.textContent = JSON.stringify({images: imgs.length, broken: broken, widths: widths, errors: window.__errors});
+  document.body.appendChild(d);
+});
+</script>"""
+
+
+def chromium(*args, profile: Path, timeout: float = 90):
+    return subprocess.run([CHROMIUM, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (Debian: apt-get install -y chromium)")
+@pytest.mark.parametrize("kind", ["run", "sweep"])
+def test_report_renders_in_headless_chromium(compare_report, tmp_path, capsys, kind):
+    if kind == "run":
+        out = compare_report
+    else:
+        out = tmp_path / "report.html"
+        build([fake_sweep(tmp_path / "sweep"), "-o", out])
+        capsys.readouterr()
+    html = out.read_text()
+    assert_self_contained(html)
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</head>", CHECK + "</head>", 1))
+    r = chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri(), profile=tmp_path / "profile")
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r'<pre id="llmq-check">(.*?)</pre>', r.stdout, flags=re.S)
+    assert m, f"the page did not finish loading: {r.stdout[:300]!r} {r.stderr[-1000:]}"
+    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    n = 4 if kind == "run" else 2
+    assert check == {**check, "images": n, "broken": 0, "errors": []}, check
+    assert all(w >= 600 for w in check["widths"])
+    console = [ln for ln in r.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    assert console == [], console
+    shot = tmp_path / "shot.png"
+    r = chromium("--window-size=1280,1600", f"--screenshot={shot}", out.as_uri(), profile=tmp_path / "profile")
+    assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
+    assert [ln for ln in r.stderr.splitlines() if ":CONSOLE" in ln] == []

@@ -1,0 +1,181 @@
+"""A real vLLM CPU server (tests marked ``vllm``; excluded by default).
+
+Run with ``bash scripts/ci_vllm.sh`` (makes the venv first) or ``python -m pytest -q -m vllm``.
+The ``vllm_server`` fixture (tests/conftest.py) serves a tiny random-weight Llama on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+httpx = pytest.importorskip("httpx")
+# loopback only: no proxy from the environment
+_HTTP = httpx.Client(trust_env=False, timeout=300)
+
+
+def _stream_completion(srv, prompt_ids, max_tokens):
+    body = {"model": srv.model, "prompt": prompt_ids, "max_tokens": max_tokens, "ignore_eos": True,
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
+            "return_token_ids": True}
+    chunks = []
+    with _HTTP.stream("POST", f"{srv.url}/v1/completions", json=body) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[len("data: "):]))
+    return chunks
+
+
+def test_streamed_token_id_prompt_gives_exactly_max_tokens(vllm_server):
+    rng = random.Random(1)
+    prompt = [rng.randrange(16, 4096) for _ in range(100)]
+    chunks = _stream_completion(vllm_server, prompt, 37)
+    usage = chunks[-1]["usage"]
+    assert usage["prompt_tokens"] == 100
+    assert usage["completion_tokens"] == 37
+    ids = [t for c in chunks for ch in c.get("choices", []) for t in (ch.get("token_ids") or [])]
+    assert len(ids) == 37
+    assert all(0 <= t < 4096 for t in ids)
+    finish = [ch.get("finish_reason") for c in chunks for ch in c.get("choices", [])]
+    assert finish[-1] == "length"
+
+
+def test_chat_template_and_tokenizer_work(vllm_server):
+    r = _HTTP.post(f"{vllm_server.url}/v1/chat/completions", timeout=300, json={
+        "model": vllm_server.model, "max_tokens": 5, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Hello there, how are you?"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 5
+    tok = _HTTP.post(f"{vllm_server.url}/tokenize", json={"model": vllm_server.model, "prompt": "Bakode tumi."})
+    assert tok.status_code == 200 and tok.json()["count"] > 0
+
+
+def test_metrics_parse_and_kv_capacity(vllm_server, vllm_model_dir):
+    from llmqueue.bench.prom import cache_config, parse_metrics, snapshot_row
+    from llmqueue.hardware.hf_config import model_from_hf_config
+    from llmqueue.hardware.memory import kv_bytes_per_token
+
+    snap = parse_metrics(_HTTP.get(f"{vllm_server.url}/metrics", timeout=30).text)
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:num_preemptions_total", "vllm:iteration_tokens_total_sum",
+                 "vllm:iteration_tokens_total_count", "vllm:time_to_first_token_seconds_count"):
+        assert name in snap, name
+    cc = cache_config(snap)
+    assert cc.block_size == 32
+    assert cc.M == cc.num_gpu_blocks * cc.block_size
+    assert cc.M == int(cc.labels["kv_cache_size_tokens"])
+    # llmqueue's KV arithmetic predicts the engine's capacity: 1 GiB / bytes per fp32 token.
+    per_token = kv_bytes_per_token(model_from_hf_config(vllm_model_dir / "config.json"), "fp32")
+    assert cc.M == (int(cc.labels["kv_cache_memory_bytes"]) // per_token) // 32 * 32
+    row = snapshot_row(snap)
+    assert row["num_running"] >= 0 and 0 <= row["kv_usage"] <= 1
+
+
+def test_sampler_and_iteration_log_during_a_burst(vllm_server):
+    from llmqueue.bench.prom import MetricsSampler, iteration_steps, read_iteration_log
+
+    rng = random.Random(2)
+    n, plen, olen = 8, 64, 48
+    t0_wall, t0 = time.time(), time.perf_counter()
+    before = len(read_iteration_log(vllm_server.log_path)["step"])
+    errors = []
+
+    def one(i):
+        try:
+            c = _stream_completion(vllm_server, [rng.randrange(16, 4096) for _ in range(plen)], olen)
+            assert c[-1]["usage"]["completion_tokens"] == olen
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    with MetricsSampler(vllm_server.url, interval_s=0.1, t0=t0) as sampler:
+        deadline = time.monotonic() + 30
+        while len(sampler.rows) < 2 and time.monotonic() < deadline:  # an idle sample or two first
+            time.sleep(0.05)
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    assert not errors, errors
+    cols = sampler.to_columns()
+    assert sampler.errors == 0, sampler.last_error
+    assert len(cols["t_s"]) >= 4 and np.all(np.diff(cols["t_s"]) > 0)
+    assert np.nanmax(cols["num_running"]) >= 1
+    assert np.all(np.diff(cols["generation_tokens"]) >= 0)        # counters never fall
+    assert cols["generation_tokens"][-1] - cols["generation_tokens"][0] >= n * olen - olen
+    assert sampler.cache_config is not None and sampler.cache_config.M > 0
+    ts = sampler.to_timeseries()
+    assert len(ts) == len(cols["t_s"])
+
+    # The per-step log: the burst's prompt and decode tokens are all there.
+    time.sleep(0.5)  # the API server logs a step just after it ends
+    log = read_iteration_log(vllm_server.log_path)
+    new = {k: v[before:] for k, v in log.items()}
+    assert new["prefill_tokens"].sum() == n * plen
+    # each request's first output token comes from its prefill step, the rest from decode steps
+    assert new["decode_tokens"].sum() == n * (olen - 1)
+    assert np.all(new["duration_s"] > 0) and np.all(np.isfinite(new["t_log"]))
+    assert np.all(np.diff(new["step"]) == 1)
+    steps = iteration_steps(new, t0_wall=t0_wall, M=sampler.cache_config.M)
+    assert len(steps) == len(new["step"])
+    assert steps["start_s"].min() > -1.0 and steps["start_s"].max() < time.time() - t0_wall
+    assert steps["kv_tokens"].max() > 0
+
+
+def test_kv_pressure_preempts_and_stop_kills_every_process(vllm_venv, vllm_model_dir, tmp_path):
+    """A cache of 16 blocks (15 usable: 480 tokens) for 6 requests of 64 + 96 tokens: the engine preempts."""
+    from llmqueue.bench.engine import VllmServer, _alive, _descendants
+    from llmqueue.bench.prom import cache_config, parse_metrics
+
+    srv = VllmServer(vllm_model_dir, venv=vllm_venv, work_dir=tmp_path / "work",
+                     log_path=tmp_path / "server.log", num_gpu_blocks_override=16,
+                     max_num_seqs=8, max_model_len=256, iteration_details=False)
+    with srv:
+        family = [srv.pid, *_descendants(srv.pid)]
+        assert len(family) >= 2  # the API server and its engine core
+        rng = random.Random(3)
+        errors = []
+
+        def one():
+            try:
+                c = _stream_completion(srv, [rng.randrange(16, 4096) for _ in range(64)], 96)
+                assert c[-1]["usage"]["completion_tokens"] == 96
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert not errors, errors
+        snap = parse_metrics(_HTTP.get(f"{srv.url}/metrics", timeout=30).text)
+        cc = cache_config(snap)
+        assert (cc.M, cc.M_usable) == (16 * 32, 15 * 32)
+        assert snap.value("vllm:num_preemptions_total") >= 1
+    deadline = time.time() + 10
+    while any(_alive(p) for p in family) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in family if _alive(p)]
+    assert srv.pid is None
+
+
+def test_bad_server_argument_fails_fast_with_log_tail(vllm_venv, vllm_model_dir, tmp_path):
+    from llmqueue.bench.engine import VllmServer, VllmServerError
+
+    srv = VllmServer(vllm_model_dir, venv=vllm_venv, work_dir=tmp_path, log_path=tmp_path / "bad.log",
+                     extra_args=["--no-such-flag"], startup_timeout_s=120)
+    t = time.monotonic()
+    with pytest.raises(VllmServerError, match="exited with code") as e:
+        srv.start()
+    assert time.monotonic() - t < 120
+    assert "no-such-flag" in str(e.value)
+    assert srv.pid is None
