@@ -16,43 +16,11 @@ from llmqueue.cli.simulate_cmd import workload_options
 
 def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, duration, seed):
     """The request stream from the workload flags (the same flags and rules as ``simulate``)."""
-    from llmqueue._validate import positive, positive_int
-    from llmqueue.errors import InputError
-    from llmqueue.workload import Workload
+    from llmqueue.cli.simulate_cmd import workload_from_flags
 
-    if num_requests is not None and duration is not None:
-        raise InputError("num_requests", "give --num-requests or --duration, not both")
-    if num_requests is not None:
-        positive_int("num_requests", num_requests)
-    if duration is not None:
-        positive("duration", duration)
-    if trace is not None:
-        if arrival is not None or prompt is not None or output is not None or lengths is not None:
-            raise InputError("trace", "a trace brings its own arrivals and lengths",
-                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
-        from llmqueue.workload.traces import load_trace, trace_to_requests, window
-
-        tr = load_trace(trace)
-        if duration is not None:
-            tr = window(tr, 0.0, duration)
-        if num_requests is not None and len(tr):
-            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9)
-        return trace_to_requests(tr)
-    if arrival is None:
-        raise InputError("arrival", "missing arrival process",
-                         "give --arrival, e.g. poisson:3.5, or --trace FILE, or --scenario NAME")
-    if lengths is not None:
-        if prompt is not None or output is not None:
-            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
-        wl = Workload(arrival, joint=lengths)
-    else:
-        if prompt is None or output is None:
-            raise InputError("prompt" if prompt is None else "output", "missing length distribution",
-                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
-        wl = Workload(arrival, prompt=prompt, output=output)
-    if num_requests is None and duration is None:
-        raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
-    return wl.generate(seed, n=num_requests, duration=duration)
+    wl, requests, _ = workload_from_flags(trace=trace, arrival=arrival, prompt=prompt, output=output,
+                                          lengths=lengths, num_requests=num_requests, duration=duration)
+    return requests if requests is not None else wl.generate(seed, n=num_requests, duration=duration)
 
 
 def server_model(url: str, api_key: str | None = None) -> str:

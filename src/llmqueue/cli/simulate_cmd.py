@@ -19,7 +19,6 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
     from llmqueue.engine.step_time import parse_step_time, roofline_model
     from llmqueue.errors import InputError
     from llmqueue.simulate import UNLIMITED_KV_TOKENS, SimSpec
-    from llmqueue.workload import Workload
 
     if chunk is not None and max_num_batched_tokens is not None:
         raise InputError("chunk", "give --chunk or --max-num-batched-tokens, not both (they are the same knob)")
@@ -48,45 +47,10 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
         st = roofline_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
     else:
         st = parse_step_time(step_time, field="step_time")
-    hash_ids = None
-    requests = None
-    wl = None
-    if trace is not None:
-        if arrival is not None or prompt is not None or output is not None or lengths is not None:
-            raise InputError("trace", "a trace brings its own arrivals and lengths",
-                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
-        from llmqueue.workload.traces import load_trace, trace_to_requests, window
+    wl, requests, hash_ids = workload_from_flags(trace=trace, arrival=arrival, prompt=prompt, output=output,
+                                                 lengths=lengths, num_requests=num_requests, duration=duration)
+    from llmqueue._validate import nonnegative, positive
 
-        tr = load_trace(trace)
-        if duration is not None:
-            tr = window(tr, 0.0, duration)
-        if num_requests is not None:
-            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9) if len(tr) else tr
-        requests = trace_to_requests(tr)
-        hash_ids = tr.hash_ids
-    elif arrival is None:
-        raise InputError("arrival", "missing arrival process", "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2")
-    if requests is not None:
-        pass
-    elif lengths is not None:
-        if prompt is not None or output is not None:
-            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
-        wl = Workload(arrival, joint=lengths)
-    else:
-        if prompt is None or output is None:
-            raise InputError("prompt" if prompt is None else "output", "missing length distribution",
-                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
-        wl = Workload(arrival, prompt=prompt, output=output)
-    if num_requests is None and duration is None and requests is None:
-        raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
-    if num_requests is not None and duration is not None:
-        raise InputError("num_requests", "give --num-requests or --duration, not both")
-    from llmqueue._validate import nonnegative, positive, positive_int
-
-    if num_requests is not None:
-        positive_int("num_requests", num_requests)
-    if duration is not None:
-        positive("duration", duration)
     nonnegative("warmup", warmup)
     positive("sample_dt", sample_dt)
     slos = {k: v for k, v in (("ttft_ms", slo_ttft_ms), ("tpot_ms", slo_tpot_ms), ("e2el_ms", slo_e2el_ms))
@@ -96,6 +60,48 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
                    num_requests=None if requests is not None else num_requests,
                    duration_s=duration, seed=seed, warmup_s=warmup, slos=slos, options=opts,
                    kv_unlimited=kv_unlimited, predictor_cv=nonnegative("srpt_predictor_cv", srpt_predictor_cv))
+
+
+def workload_from_flags(*, trace, arrival, prompt, output, lengths, num_requests, duration):
+    """The workload flags shared by ``simulate`` and ``bench``: ``(workload, requests, hash_ids)``,
+    a Workload to generate from, or (with ``--trace``) the replayed requests and their prefix hashes."""
+    from llmqueue._validate import positive, positive_int
+    from llmqueue.errors import InputError
+    from llmqueue.workload import Workload
+
+    if num_requests is not None and duration is not None:
+        raise InputError("num_requests", "give --num-requests or --duration, not both")
+    if num_requests is not None:
+        positive_int("num_requests", num_requests)
+    if duration is not None:
+        positive("duration", duration)
+    if trace is not None:
+        if arrival is not None or prompt is not None or output is not None or lengths is not None:
+            raise InputError("trace", "a trace brings its own arrivals and lengths",
+                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+        from llmqueue.workload.traces import load_trace, trace_to_requests, window
+
+        tr = load_trace(trace)
+        if duration is not None:
+            tr = window(tr, 0.0, duration)
+        if num_requests is not None and len(tr):
+            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9)
+        return None, trace_to_requests(tr), tr.hash_ids
+    if arrival is None:
+        raise InputError("arrival", "missing arrival process",
+                         "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2, or --trace FILE, or --scenario NAME")
+    if lengths is not None:
+        if prompt is not None or output is not None:
+            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+        wl = Workload(arrival, joint=lengths)
+    else:
+        if prompt is None or output is None:
+            raise InputError("prompt" if prompt is None else "output", "missing length distribution",
+                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
+        wl = Workload(arrival, prompt=prompt, output=output)
+    if num_requests is None and duration is None:
+        raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
+    return wl, None, None
 
 
 def engine_options(f):
