@@ -67,6 +67,9 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
 
     run = scenario.run
     seed = run.seed if seed is None else seed
+    if duration_s is not None and run.warmup_s >= duration_s:
+        raise InputError("duration", f"{duration_s:g} s is not longer than the scenario's warm-up ({run.warmup_s:g} s)",
+                         "give a longer --duration")
     if duration_s is not None or num_requests is not None:
         run = run.model_copy(update={"duration_s": duration_s, "num_requests": num_requests})
         scenario = scenario.model_copy(update={"run": run})
