@@ -122,3 +122,22 @@ def test_capacity_cli_on_seed004(capsys, tmp_path):
 def test_capacity_needs_targets(capsys):
     code, _, err = run(capsys, "capacity", *SEED004, "--arrival", "poisson:1", "--duration", "60")
     assert code == 2 and "--slo-ttft-ms" in err
+
+
+def test_sweep_against_a_server_with_url(capsys):
+    """`--url`: each point's request stream is sent to a real (here: stub) server, one point at a time."""
+    import json as _json
+
+    from llmqueue.bench.stub_server import StubServer
+    from llmqueue.cli.main import main as _main
+
+    with StubServer() as srv:
+        code = _main(["sweep", "--url", srv.url, "--rates", "4,8", "--prompt", "fixed:20", "--output", "fixed:5",
+                      "--duration", "4", "--json", "--no-progress"])
+        served = srv.stats()
+    assert code == 0
+    d = _json.loads(capsys.readouterr().out)
+    assert d["ran"] == 2 and d["backend"].startswith("serial")
+    thr = d["curves"][0]["throughput"]
+    assert thr[1] > thr[0] > 0  # the server saw both offered rates
+    assert served  # the stub answered requests

@@ -181,12 +181,14 @@ def _ms_ci(row, key):
 @click.option("--knee-factor", type=float, default=2.0, show_default=True,
               help="Knee: where the latency first reaches this multiple of its lowest-rate value.")
 @click.option("--keep-runs", is_flag=True, help="Also write each point's records to OUT/runs/KEY/.")
+@click.option("--url", help="Run each point against this OpenAI-compatible server (llmqueue bench), one at a time.")
+@click.option("--served-model", help="With --url: the served model name (default: the server's first).")
 @click.option("--csv", "as_csv", is_flag=True, help="Write OUT/sweep.csv instead of OUT/sweep.parquet.")
 @run_options
 @json_option
 @click.pass_context
-def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, knee_factor, keep_runs, as_csv,
-          backend, workers, address, out_dir, progress, as_json, **flags):
+def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, knee_factor, keep_runs, url,
+          served_model, as_csv, backend, workers, address, out_dir, progress, as_json, **flags):
     """Simulate a grid of arrival rates and engine knobs; tabulate latency versus load.
 
     Each point is one `llmqueue simulate` run with its own seed (derived from --seed and the
@@ -205,6 +207,8 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     """
     from llmqueue.plan.sweep import sweep as run_sweep
 
+    if url is not None and scenario is None and flags.get("step_time") is None and flags.get("model") is None:
+        flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
     factory, base = _base(ctx, scenario, flags)
     slos = _slos(ctx, scenario, flags, percentile)
     metric = knee_metric.strip()
@@ -215,12 +219,26 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
         raise InputError("knee_metric", f"unknown latency {metric!r}", "e.g. p99_ttft_ms, p99_e2el_ms, mean_ttft_ms")
     res = run_sweep(factory, base, rates=_rates(rates), params=_params(ctx, param_items), seeds=seeds,
                     backend=backend, workers=workers, address=address, out_dir=out_dir, keep_runs=keep_runs,
-                    slos=slos or None, knee_metric=metric, knee_factor=knee_factor, progress=_progress(progress))
+                    slos=slos or None, knee_metric=metric, knee_factor=knee_factor, progress=_progress(progress),
+                    target=_target(url, served_model))
     written = res.write(out_dir, csv=as_csv) if out_dir else []
     if as_json:
         print_json(res.to_dict())
         return
     print_sweep(res, written, out_dir)
+
+
+def _target(url, model):
+    """``--url``: the server each point runs against (its first listed model unless ``--model``)."""
+    if url is None:
+        if model is not None:
+            raise InputError("served_model", "--served-model needs --url")
+        return None
+    if model is None:
+        from llmqueue.cli.bench_cmd import server_model
+
+        model = server_model(url)
+    return {"url": url, "model": model}
 
 
 def print_sweep(res, written=(), out_dir=None) -> None:

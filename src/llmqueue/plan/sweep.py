@@ -107,6 +107,26 @@ def simulate_point(task: dict) -> dict:
     return json.loads(json.dumps(jsonable(res), allow_nan=False))
 
 
+def bench_point(task: dict) -> dict:
+    """Worker for sweeps against a real server (``task["target"] = {"url", "model"}``): the
+    point's request stream (built by the same factory as a simulated point) is sent open-loop to
+    the server by :func:`llmqueue.bench.client.run_bench`; returns its summary."""
+    from llmqueue.bench.client import run_bench
+    from llmqueue.simulate import generate_requests
+
+    try:
+        spec = task["factory"](**task["params"])
+        requests = generate_requests(spec)
+        tgt = task["target"]
+        res = run_bench(tgt["url"], tgt["model"], requests, out_dir=task.get("run_dir"), warmup_s=spec.warmup_s,
+                        seed=spec.seed)
+        out = {"summary": res.summary, "theory": {}}
+    except LlmqueueError as e:
+        return {"error": {"field": getattr(e, "field", None), "problem": getattr(e, "problem", str(e)),
+                          "fix": getattr(e, "fix", None), "message": str(e)}}
+    return json.loads(json.dumps(jsonable(out), allow_nan=False))
+
+
 def base_seed(factory, base: dict) -> int:
     """The seed of the base parameters (a scenario's ``run.seed`` when none is given)."""
     seed = base.get("seed")
@@ -159,7 +179,7 @@ class RunStats:
 
 def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "derived", backend=None,
                cache_dir=None, keep_runs: bool = False, progress: bool = False, desc: str = "points",
-               stats: RunStats | None = None) -> list[PointResult]:
+               stats: RunStats | None = None, target: dict | None = None) -> list[PointResult]:
     """Simulate the points ``coords_list`` (reading and writing the cache in ``cache_dir``).
 
     Returns one :class:`PointResult` per point, in the order given; ``stats`` (if given)
@@ -177,7 +197,7 @@ def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "de
     seen: dict[str, int] = {}
     for i, coords in enumerate(coords_list):
         params, seed = point_params(factory, base, coords, seeds)
-        key = point_key(factory, params)
+        key = point_key(factory, params if target is None else {**params, "_server": target["url"]})
         run_dir = str(cache / "runs" / key) if keep_runs else None
         if key in seen:  # the same point twice in one call: simulate once
             todo.append((i, None, key, coords, params, seed, run_dir))
@@ -189,8 +209,10 @@ def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "de
                                      cached=True, run_dir=run_dir)
             stats.cached += 1
             continue
-        todo.append((i, {"factory": factory, "params": params, "run_dir": run_dir}, key, coords, params, seed,
-                     run_dir))
+        task = {"factory": factory, "params": params, "run_dir": run_dir}
+        if target is not None:
+            task["target"] = target
+        todo.append((i, task, key, coords, params, seed, run_dir))
     tasks = [t for t in todo if t[1] is not None]
     be = backend if backend is not None else SerialBackend()
     be = get_backend(be)
@@ -201,7 +223,7 @@ def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "de
         bar = tqdm(total=len(coords_list), initial=len(coords_list) - len(todo), desc=desc, unit="pt",
                    leave=False, dynamic_ncols=True, mininterval=0.5)
     try:
-        for j, res in be.map(simulate_point, [t[1] for t in tasks]):
+        for j, res in be.map(simulate_point if target is None else bench_point, [t[1] for t in tasks]):
             i, _, key, coords, params, seed, run_dir = tasks[j]
             if "error" in res:
                 e = res["error"]
@@ -437,7 +459,7 @@ class SweepResult:
 def sweep(factory, base: dict, *, rates=None, params: dict | None = None, seeds: str = "derived",
           backend="local", workers: int | None = None, address: str | None = None, out_dir=None,
           keep_runs: bool = False, slos: dict | None = None, knee_metric: str = "p99_ttft_ms",
-          knee_factor: float = 2.0, progress: bool = False) -> SweepResult:
+          knee_factor: float = 2.0, progress: bool = False, target: dict | None = None) -> SweepResult:
     """Simulate the grid ``rates`` x ``params`` on top of ``base`` and tabulate it.
 
     ``factory``/``base``: see :mod:`llmqueue.plan.points` (``scenario_spec`` with
@@ -462,11 +484,13 @@ def sweep(factory, base: dict, *, rates=None, params: dict | None = None, seeds:
         norm[name] = v
     grid = make_grid(rates, norm)
     stats = RunStats()
+    if target is not None:
+        backend = "serial"  # one real server: its points run one after another
     own = not hasattr(backend, "map")
     be = get_backend(backend, workers=workers, address=address)
     try:
         results = run_points(factory, base, grid, seeds=seeds, backend=be, cache_dir=out_dir, keep_runs=keep_runs,
-                             progress=progress, desc="sweep", stats=stats)
+                             progress=progress, desc="sweep", stats=stats, target=target)
         described = be.describe()
     finally:
         if own:
