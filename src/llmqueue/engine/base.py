@@ -386,6 +386,15 @@ class BaseReplica:
             u += 1
         self.shared[i] = u
 
+    def idle_until_next_event(self, running: int) -> float | None:
+        """Nothing could be scheduled: sample the idle stretch and return the next arrival or
+        deadline time (None when no event is left)."""
+        nxt = min(self.next_arrival_time(), self.next_deadline())
+        if nxt == math.inf:
+            return None
+        self.sample_until(min(nxt, self.horizon), self.n_waiting, running, (self.total_blocks - self.free) * self.bs)
+        return nxt
+
     # ----------------------------------------------------------------------------------------
     # records
     def record_step(self, start, dur, prefill, decode, running, waiting, kv, preempted, steps=1) -> None:

@@ -130,11 +130,9 @@ class ReferenceReplica(BaseReplica):
             self.expire(t)
             t2 = self.step(t) if (self.running or self.n_waiting) else t
             if t2 == t:  # idle (or nothing schedulable): jump to the next event
-                nxt = min(self.next_arrival_time(), self.next_deadline())
-                if nxt == math.inf:
+                nxt = self.idle_until_next_event(len(self.running))
+                if nxt is None:
                     break
-                self.sample_until(min(nxt, self.horizon), self.n_waiting, len(self.running),
-                                  (self.total_blocks - self.free) * self.bs)
                 t = nxt
             else:
                 t = t2

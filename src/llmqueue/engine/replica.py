@@ -487,11 +487,9 @@ class Replica(ReferenceReplica):
                 else:
                     t2 = self.step(t)
             if t2 == t:
-                nxt = min(self.next_arrival_time(), self.next_deadline())
-                if nxt == math.inf:
+                nxt = self.idle_until_next_event(len(self.order))
+                if nxt is None:
                     break
-                self.sample_until(min(nxt, self.horizon), self.n_waiting, len(self.order),
-                                  (self.total_blocks - self.free) * self.bs)
                 t = nxt
             else:
                 t = t2
