@@ -9,7 +9,6 @@ out, and schedule no waiting request in a step that preempted). The fast simulat
 
 from __future__ import annotations
 
-import math
 
 from llmqueue.engine.base import BaseReplica
 
