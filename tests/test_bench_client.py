@@ -485,3 +485,39 @@ def test_stub_endpoints(stub):
     assert e.value.code == 404
     with pytest.raises(InputErrorType, match="loopback"):
         StubServer(host="10.0.0.1")
+
+
+def test_slow_writes_never_overlap_nor_repeat(stub, tmp_path, monkeypatch):
+    """A flush cancelled while its write runs (the run ending) must not let a second write touch
+    the Parquet writer at the same time (pyarrow crashed the process: CI exit 139) nor write the
+    same rows twice."""
+    import threading
+    import time
+
+    from llmqueue.bench import client as mod
+
+    real = mod._Run._write_batch
+    state = {"active": 0, "overlap": 0, "calls": 0}
+    lock = threading.Lock()
+
+    def slow(self, a, b, t):
+        with lock:
+            state["active"] += 1
+            state["calls"] += 1
+            state["overlap"] = max(state["overlap"], state["active"])
+        try:
+            time.sleep(0.15)  # longer than the flush interval and than the run's tail
+            real(self, a, b, t)
+        finally:
+            with lock:
+                state["active"] -= 1
+
+    monkeypatch.setattr(mod._Run, "_write_batch", slow)
+    reqs = _reqs(rate=400, n=80, output="fixed:2", seed=11)
+    res = run_bench(stub.url, stub.model, reqs, out_dir=tmp_path, flush_interval_s=0.02)
+    assert res.error is None and state["calls"] >= 2
+    assert state["overlap"] == 1
+    disk = read_records(tmp_path)
+    assert len(disk) == len(reqs) == len(np.unique(disk["request_id"]))
+    tok = _tokens(tmp_path)
+    assert len(tok["t_s"]) == int(res.records["output_tokens"].sum())

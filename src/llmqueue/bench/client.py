@@ -831,6 +831,8 @@ class _Run:
         self.writer = None
         self.tok_writer = None
         self.flush_lock = None
+        self._wexec = None  # the one writer thread (created on the first flush)
+        self._last_write = None
         self._finished = 0                 # requests whose last attempt ended
         self.loop = None
         self.pool = None
@@ -911,7 +913,13 @@ class _Run:
             self.tok_writer.write_table(pa.table(tc, schema=_TOKEN_SCHEMA()))
 
     async def flush(self) -> None:
-        """Write the attempts finished since the last flush (in a thread: the loop keeps sending)."""
+        """Write the attempts finished since the last flush (in a thread: the loop keeps sending).
+
+        Writes go to one dedicated writer thread, in order, and the slice is marked flushed as
+        soon as it is handed over: a flush cancelled while its write runs (the run ending, an
+        interrupt) neither writes its rows twice nor lets a second write touch the Parquet
+        writer at the same time (pyarrow's writers are not thread-safe: that crashed the process).
+        """
         if self.writer is None:
             return
         async with self.flush_lock:
@@ -919,8 +927,27 @@ class _Run:
             if b > a:
                 ta, tb = self.tok_flushed, len(self.tok_t)
                 t = self.tok_t[ta:tb]  # a copy taken on the loop's thread (the array keeps growing)
-                await self.loop.run_in_executor(None, self._write_batch, a, b, t)
                 self.flushed, self.tok_flushed = b, tb
+                fut = self._write_pool().submit(self._write_batch, a, b, t)
+                self._last_write = fut
+                # shielded: cancelling this wait must not cancel a write still queued
+                await asyncio.shield(asyncio.wrap_future(fut, loop=self.loop))
+
+    def _write_pool(self):
+        if self._wexec is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmqueue-writer")
+        return self._wexec
+
+    def _drain_writes(self) -> None:
+        """Wait for every handed-over write to finish (before the files are closed)."""
+        if self._wexec is not None:
+            self._wexec.shutdown(wait=True)
+            self._wexec = None
+        fut, self._last_write = self._last_write, None
+        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is not None:
+            raise fut.exception()
 
     async def flusher(self, bar) -> None:
         done_shown = 0
@@ -1332,6 +1359,7 @@ class _Run:
         w.close()
 
     def close_files(self, complete: bool) -> None:
+        self._drain_writes()
         if self.writer is not None:
             self.writer.close(complete=complete)
         if self.tok_writer is not None:
