@@ -236,3 +236,22 @@ def test_iteration_steps_from_captured_log():
     assert np.all(st["num_waiting"] == 0) and np.all(st["preempted"] == 0)
     no_m = iteration_steps(c, t0_wall=t0)
     assert np.all(no_m["kv_tokens"] == 0)
+
+
+def test_iteration_steps_count_a_resumed_request_as_prefill():
+    """vLLM logs a preempted request that resumes (recomputing prompt + generated tokens) as a
+    generation request: its tokens are prefill work, not decode."""
+    line = ("1795673372.5 (APIServer pid=7) INFO 11-26 06:09:32 [loggers.py:199] Engine 000: Iteration(7): "
+            "1 context requests, 30 context tokens, 5 generation requests, 205 generation tokens, "
+            "iteration elapsed time: 40.00 ms, CPU KV cache usage: 50.0%")
+    plain = ("1795673372.6 (APIServer pid=7) INFO 11-26 06:09:32 [loggers.py:199] Engine 000: Iteration(8): "
+             "0 context requests, 0 context tokens, 5 generation requests, 5 generation tokens, "
+             "iteration elapsed time: 20.00 ms, CPU KV cache usage: 50.0%")
+    c = parse_iteration_log(line + "\n" + plain)
+    st = iteration_steps(c, t0_wall=1795673372.0)
+    # 4 decodes of one token each, one resumed request recomputing 205 - 4 = 201 tokens
+    assert st["prefill_tokens"].tolist() == [30 + 201, 0]
+    assert st["decode_seqs"].tolist() == [4, 5]
+    assert st["num_running"].tolist() == [6, 5]
+    spec = iteration_steps(c, t0_wall=1795673372.0, speculative=True)
+    assert spec["prefill_tokens"].tolist() == [30, 0] and spec["decode_seqs"].tolist() == [5, 5]

@@ -440,7 +440,7 @@ def read_iteration_log(path, *, year: int | None = None) -> dict[str, np.ndarray
 
 
 def iteration_steps(cols: Mapping[str, np.ndarray], *, t0_wall: float, M: int | None = None,
-                    replica: int = 0, include_dummy: bool = False):
+                    replica: int = 0, include_dummy: bool = False, speculative: bool = False):
     """Step records (:class:`llmqueue.records.StepRecords`) from :func:`parse_iteration_log`'s columns.
 
     ``t0_wall`` is the run's time origin in epoch seconds (``time.time()`` at the benchmark's
@@ -449,6 +449,15 @@ def iteration_steps(cols: Mapping[str, np.ndarray], *, t0_wall: float, M: int | 
     round(kv_usage * M)`` (0 without ``M``); ``num_running = prefill_reqs + decode_seqs`` (the
     requests the step computed). The log does not tell ``num_waiting`` or ``preempted``: both are
     0 (sample them from ``/metrics`` instead). Steps without a time stamp are dropped.
+
+    Recompute after preemption: vLLM counts a request as a "context request" only while it has
+    no output token, so a preempted request that resumes (recomputing its prompt and the tokens
+    it had generated) is logged as one *generation* request with many generation tokens. Without
+    speculative decoding a decoding request computes exactly one token, so a step with
+    ``g_tok > g_req`` holds a recompute: taken as one resumed request (the log does not say how
+    many), it moves ``g_tok - g_req + 1`` tokens to ``prefill_tokens`` and one request out of
+    ``decode_seqs``. ``speculative=True`` keeps the log's split as it is (draft tokens also make
+    ``g_tok > g_req``).
     """
     from llmqueue.records import StepRecords
 
@@ -458,10 +467,17 @@ def iteration_steps(cols: Mapping[str, np.ndarray], *, t0_wall: float, M: int | 
     c = {k: np.asarray(v)[keep] for k, v in cols.items()}
     n = int(keep.sum())
     kv = np.nan_to_num(c["kv_usage"])
+    prefill = c["prefill_tokens"].astype(np.int64)
+    decode = c["decode_seqs"].astype(np.int64)
+    if not speculative and n:
+        extra = c["decode_tokens"].astype(np.int64) - decode
+        resumed = extra > 0
+        prefill = prefill + np.where(resumed, extra + 1, 0)
+        decode = decode - resumed.astype(np.int64)
     return StepRecords.from_columns(
         step=c["step"], replica=np.full(n, replica, np.int64),
         start_s=c["t_log"] - c["duration_s"] - t0_wall, duration_s=c["duration_s"],
-        prefill_tokens=c["prefill_tokens"], decode_seqs=c["decode_seqs"],
+        prefill_tokens=prefill, decode_seqs=decode,
         num_running=c["prefill_reqs"] + c["decode_seqs"], num_waiting=np.zeros(n, np.int64),
         kv_tokens=np.rint(kv * M).astype(np.int64) if M else np.zeros(n, np.int64),
         preempted=np.zeros(n, np.int64))
