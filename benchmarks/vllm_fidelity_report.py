@@ -1,11 +1,12 @@
 """Re-analyse the run directories of benchmarks/vllm_fidelity.py without touching the server.
 
-For each shape: calibrate with each b-bar estimator (median, mean, trimmed means), predict the
-saturated throughput by theory and by simulation (constant b, and the fitted linear step
-model), measured over the arrival period of the saturation run; stability verdicts at 0.5, 0.8,
+For each shape: calibrate with each b-bar estimator (median, mean, trimmed means, and the mean
+busy step cycle), predict the saturated throughput by theory (E[g] in tokens as in the paper,
+and in whole KV blocks) and by simulation (constant b, and the fitted linear step model),
+measured over the arrival period of the saturation run after warm-up; stability verdicts at 0.5, 0.8,
 0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8.
 
-Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s 60] [--run-s 80] [--json]
+Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s 60] [--warmup-s 15] [--json]
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-ESTIMATORS = ("median", "trimmed_0.1", "trimmed_0.05", "mean")
+ESTIMATORS = ("median", "trimmed_0.1", "trimmed_0.05", "mean", "cycle")
 FACTORS = (0.5, 0.8, 0.9, 1.3)
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
 
@@ -24,7 +25,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default="runs/fidelity")
     ap.add_argument("--sat-s", type=float, default=60.0)
-    ap.add_argument("--run-s", type=float, default=80.0)
+    ap.add_argument("--run-s", type=float, default=80.0, help="load runs' arrival period (default: each run's own)")
+    ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from llmqueue.bench.calibrate import calibrate
@@ -33,17 +35,22 @@ def main() -> int:
     out = {}
     for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat").is_dir()):
         M = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
+        window = (a.warmup_s, a.sat_s)  # the saturated run's steady part: after warm-up, before the drain
         row = {"M": M, "estimators": {}}
         for est in ESTIMATORS:
-            cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est).to_dict()
-            v = validate(sd / "sat", cal, horizon_s=a.sat_s)
-            cap = v["capacity"]
-            meas = cap["measured"] or v["rows"][0]["measured"]
+            cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est, window=window).to_dict()
+            row["estimators"][est] = {"b": cal["b"]}
+            for paged in (False, True):
+                v = validate(sd / "sat", cal, horizon_s=a.sat_s, paged=paged)
+                cap = v["capacity"]
+                meas = cap["measured"] or v["rows"][0]["measured"]
+                row["mu_measured"] = meas
+                key = "paged" if paged else "tokens"
+                row["estimators"][est][f"mu_theory_{key}"] = cap["theory"]
+                row["estimators"][est][f"err_theory_{key}"] = (cap["theory"] - meas) / meas
             simv = cap["simulated"] or v["rows"][0]["simulated"]
-            row["estimators"][est] = {"b": cal["b"], "mu_theory": cap["theory"], "mu_sim": simv,
-                                      "err_theory": (cap["theory"] - meas) / meas, "err_sim": (simv - meas) / meas}
-            row["mu_measured"] = meas
-            if est == "median":
+            row["estimators"][est].update(mu_sim=simv, err_sim=(simv - meas) / meas)
+            if est == "cycle":
                 row["itl_cv"] = cal["itl_cv"]
                 row["linear"] = cal["linear"]
                 lin_cal = cal
@@ -51,21 +58,26 @@ def main() -> int:
             v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear")
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
             row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
-        mean_cal = calibrate(sd / "sat", capacity_tokens=M, estimator="mean").to_dict()
         runs = {}
         for f in FACTORS:
             d = sd / f"x{f}"
             if not d.is_dir():
                 continue
-            v = validate(d, mean_cal, horizon_s=a.run_s)
-            vl = validate(d, lin_cal, horizon_s=a.run_s, step_model="linear") if lin_cal.get("step_time_linear") else None
-            r = {"lam": v["lam"], "verdicts": v["verdicts"]}
+            # each run's own arrival period (its last intended arrival), else --run-s
+            horizon = a.run_s
+            if (d / "workload.parquet").exists():
+                import pyarrow.parquet as pq
+
+                horizon = float(max(pq.read_table(d / "workload.parquet", columns=["arrival_s"])["arrival_s"].to_pylist()))
+            v = validate(d, lin_cal, horizon_s=horizon)
+            vl = validate(d, lin_cal, horizon_s=horizon, step_model="linear") if lin_cal.get("step_time_linear") else None
+            r = {"lam": v["lam"], "verdicts": v["verdicts"], "horizon_s": horizon}
             if vl is not None:
                 r["verdict_sim_linear"] = vl["verdicts"]["simulated"]
                 r["latency_linear"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                        for x in vl["rows"] if x["quantity"] in LAT}
-            r["latency_constant_mean_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
-                                            for x in v["rows"] if x["quantity"] in LAT}
+            r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                                       for x in v["rows"] if x["quantity"] in LAT}
             runs[str(f)] = r
         row["runs"] = runs
         out[sd.name] = row
@@ -75,28 +87,31 @@ def main() -> int:
     for name, row in out.items():
         print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s, M = {row['M']}, "
               f"inter-token CV {row['itl_cv']:.2f}")
-        print("| b-bar estimator | b (ms) | theory mu | err | simulated mu (constant b) | err |")
-        print("|---|---|---|---|---|---|")
+        print("| b-bar estimator | b (ms) | theory mu, E[g] in tokens | err | theory mu, paged E[g] | err | "
+              "simulated mu (constant b) | err |")
+        print("|---|---|---|---|---|---|---|---|")
         for est, e in row["estimators"].items():
-            print(f"| {est} | {1e3 * e['b']:.1f} | {e['mu_theory']:.3f} | {100 * e['err_theory']:+.1f}% | "
+            print(f"| {est} | {1e3 * e['b']:.1f} | {e['mu_theory_tokens']:.3f} | {100 * e['err_theory_tokens']:+.1f}% | "
+                  f"{e['mu_theory_paged']:.3f} | {100 * e['err_theory_paged']:+.1f}% | "
                   f"{e['mu_sim']:.3f} | {100 * e['err_sim']:+.1f}% |")
         if "linear_sim" in row:
             ls = row["linear_sim"]
-            print(f"| linear step model (R2 {row['linear']['r2']:.2f}) | - | - | - | {ls['mu_sim']:.3f} | "
+            print(f"| linear step model (R2 {row['linear']['r2']:.2f}) | - | - | - | - | - | {ls['mu_sim']:.3f} | "
                   f"{100 * ls['err_sim']:+.1f}% |")
-        print("\n| load | lam | measured | simulated (mean b) | simulated (linear) | theory (mean b) |")
-        print("|---|---|---|---|---|---|")
+        print("\n| load | lam | window (s) | measured | simulated (cycle b) | simulated (linear) | theory (cycle b, paged) |")
+        print("|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():
             v = r["verdicts"]
-            print(f"| {f} | {r['lam']:.2f} | {v['measured']} | {v['simulated']} | {r.get('verdict_sim_linear', '-')} | {v['theory']} |")
-        print("\n| load | quantity | measured | simulated (linear) | err | simulated (mean b) | err |")
+            print(f"| {f} | {r['lam']:.2f} | {a.warmup_s:g}-{r['horizon_s']:g} | {v['measured']} | {v['simulated']} | "
+                  f"{r.get('verdict_sim_linear', '-')} | {v['theory']} |")
+        print("\n| load | quantity | measured | simulated (linear) | err | simulated (cycle b) | err |")
         print("|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():
             if float(f) > 0.8:
                 continue
             for q in LAT:
                 lm = r.get("latency_linear", {}).get(q, [None, None, None])
-                cm = r["latency_constant_mean_b"][q]
+                cm = r["latency_constant_b"][q]
                 fmt = lambda x: "-" if x is None else f"{x:,.1f}"  # noqa: E731
                 pe = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
                 print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {fmt(cm[1])} | {pe(cm[2])} |")

@@ -53,3 +53,48 @@ def test_constant_step_calibration_predicts_capacity(tmp_path, capsys):
 
 def test_calibrate_errors(tmp_path):
     assert main(["calibrate", str(tmp_path / "nope")]) == 2
+
+
+def test_step_cycles_count_the_time_between_steps_and_skip_idle_gaps():
+    import numpy as np
+
+    from llmqueue.bench.calibrate import calibrate, step_cycles  # noqa: F401
+
+    # five busy steps 30 ms long with 4 ms between them, an idle second, two more steps; then a
+    # simulator-style row of 10 steps 0.02 s each
+    start = [0.0, 0.034, 0.068, 0.102, 0.136, 1.5, 1.534, 1.568]
+    dur = [0.03] * 8
+    steps = {"start_s": np.array(start), "duration_s": np.array(dur)}
+    mask, cyc, k = step_cycles(steps)
+    assert mask.tolist() == [True, True, True, True, False, True, True, False]
+    assert np.allclose(cyc[mask], 0.034)
+    mask, cyc, k = step_cycles(steps, window=(0.05, 2.0))
+    assert mask.tolist() == [False, False, True, True, False, True, True, False]
+    sim = {"start_s": np.array([0.0, 0.2, 0.23]), "duration_s": np.array([0.2, 0.03, 0.03]),
+           "steps": np.array([10, 1, 1])}
+    mask, cyc, k = step_cycles(sim)
+    assert mask.tolist() == [True, True, False] and np.allclose(cyc[:2], [0.02, 0.03])
+
+
+def test_cycle_estimator_and_window(tmp_path, capsys):
+    run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:40"])
+    capsys.readouterr()
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(run), "-o", str(cal), "--from", "50", "--to", "300", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["b_estimator"] == "cycle"
+    # the simulator runs steps back to back: the mean cycle is the mean step time in the window
+    import numpy as np
+
+    from llmqueue.records import read_run
+
+    st = read_run(run).steps
+    k = np.asarray(st["steps"], float)
+    w = (np.asarray(st["start_s"]) >= 50) & (np.asarray(st["start_s"]) < 300)
+    want = np.asarray(st["duration_s"])[w].sum() / k[w].sum()
+    assert d["b"] == pytest.approx(want, rel=0.02)
+    assert d["b_estimators"]["median"] != d["b"]
+    assert main(["calibrate", str(run), "-o", str(cal), "--estimator", "median", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["b_estimator"] == "median"
+    assert main(["calibrate", str(run), "-o", str(cal), "--from", "10", "--to", "5"]) == 2
+    assert "--to" in capsys.readouterr().err

@@ -129,3 +129,24 @@ def test_bad_samples_rejected():
         kv.expected_g(chunk=512, pairs=([1, 2, 3], [1, 2]))
     with pytest.raises(InputError):
         kv.b_bar([0.1, -0.2])
+
+
+@pytest.mark.parametrize("s,o,chunk,B", [(1, 0, 512, 16), (100, 10, 256, 32), (256, 1, 256, 32), (513, 7, 512, 16),
+                                         (1000, 300, 96, 16), (37, 5, 7, 32), (600, 40, 100, 1)])
+def test_g_paged_rounds_each_step_of_the_trajectory_up_to_whole_blocks(s, o, chunk, B):
+    brute = sum(B * math.ceil(x / B) for x in kv.g_steps(s, o, chunk))
+    assert kv.g_paged(s, o, chunk, B) == brute
+    assert kv.g_paged(s, o, chunk, 1) == kv.g_exact(s, o, chunk)
+    assert kv.g_paged(s, o, chunk, B) >= kv.g_exact(s, o, chunk)
+
+
+def test_paged_expected_g_and_mu():
+    s, o = _uniform(10, 200), _uniform(1, 50)
+    S, O = np.meshgrid(s, o, indexing="ij")
+    brute = kv.g_paged(S, O, 256, 32).mean()
+    assert kv.expected_g(chunk=256, prompt=s, output=o, block_size=32) == pytest.approx(brute, rel=1e-12)
+    tok = kv.kv_stability(M=2016, b=0.04, chunk=256, prompt=s, output=o)
+    paged = kv.kv_stability(M=2016, b=0.04, chunk=256, prompt=s, output=o, block_size=32)
+    # half a block wasted per request on average: mu drops by about 16 / E[s + o/2]
+    assert paged.mu < tok.mu and paged.block_size == 32 and tok.block_size is None
+    assert paged.mu == pytest.approx(2016 / (0.04 * brute))

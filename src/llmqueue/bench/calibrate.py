@@ -7,9 +7,12 @@ step time ``b`` and the joint (prompt, output) length distribution. From a run d
   benchmark in ``server.json``, or given by the user;
 - ``b``: seed 004 appendix C's estimators (median and alpha-trimmed means) over the decode
   inter-token latencies of the run (one sample per decoded token, from ``tokens.parquet`` or
-  from step records), measured where the engine is busy;
+  from step records), measured where the engine is busy; and, when step records exist, the
+  mean busy step *cycle* (start to next start: 1 / steps per second), the default then. On a
+  CPU engine whose prefill steps cost several decode steps the median inter-token latency is
+  the decode-only step and overestimates capacity by 30-60 % (docs/benchmarks.md);
 - a linear step-time model ``c0 + c_prefill P + c_decode D + c_ctx C`` by non-negative least
-  squares on the per-step composition, when step records exist (the server's
+  squares on the per-step composition and cycle time, when step records exist (the server's
   ``--enable-logging-iteration-details`` log, or a simulated run);
 - the workload: the measured (prompt, output) pairs.
 
@@ -50,8 +53,9 @@ class Calibration(Result):
     notes: tuple = ()
 
 
-def _itl_from_tokens(path: Path) -> np.ndarray:
-    """Decode inter-token gaps (s) from per-token times: consecutive tokens of one request."""
+def _itl_from_tokens(path: Path, window: tuple[float, float] | None = None) -> np.ndarray:
+    """Decode inter-token gaps (s) from per-token times: consecutive tokens of one request
+    (a gap counts in ``window`` when its later token does)."""
     import pyarrow.parquet as pq
 
     t = pq.read_table(path).to_pydict()
@@ -62,6 +66,8 @@ def _itl_from_tokens(path: Path) -> np.ndarray:
     for k in keys:
         v = np.asarray(t[k])[order]
         same &= v[1:] == v[:-1]
+    if window is not None:
+        same &= (ts[1:] >= window[0]) & (ts[1:] < window[1])
     gaps = np.diff(ts)[same]
     return gaps[gaps > 0]
 
@@ -74,6 +80,38 @@ def _itl_from_steps(steps) -> tuple[np.ndarray, np.ndarray]:
     per = d / np.maximum(k, 1)
     m = w > 0
     return per[m], w[m]
+
+
+def step_cycles(steps, window: tuple[float, float] | None = None, *, max_gap_s: float | None = None):
+    """Engine-step cycles: the wall time from one step's start to the next's, per step.
+
+    A real engine spends time between steps too (scheduling, sampling, output processing: the
+    iteration log's elapsed time leaves it out), and seed 004's conservation argument counts
+    steps per second, so the representative step time ``b`` is the mean *cycle* while the
+    engine is busy. Returns ``(mask, cycles, weights)`` over the step rows: ``cycles[i] =
+    (start[i+1] - start[i]) / k[i]`` for a row of ``k`` steps (the simulator's decode stretches),
+    kept where the engine went straight on to the next step (the idle part of the gap at most
+    ``max_gap_s``, default ``max(5 x the median gap, 5 ms)``) and the step starts in ``window``.
+    """
+    start = np.asarray(steps["start_s"], dtype=np.float64)
+    dur = np.asarray(steps["duration_s"], dtype=np.float64)
+    k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(len(start))
+    n = len(start)
+    mask = np.zeros(n, dtype=bool)
+    cyc = np.full(n, np.nan)
+    if n < 2:
+        return mask, cyc, k
+    o = np.argsort(start, kind="stable")
+    span = np.diff(start[o])
+    gap = span - dur[o][:-1]
+    if max_gap_s is None:
+        max_gap_s = max(5.0 * float(np.median(np.maximum(gap, 0.0))), 0.005)
+    ok = (gap <= max_gap_s) & (span > 0)
+    cyc[o[:-1]] = span / np.maximum(k[o][:-1], 1.0)
+    mask[o[:-1]] = ok
+    if window is not None:
+        mask &= (start >= window[0]) & (start < window[1])
+    return mask, cyc, k
 
 
 def _weighted_quantile(x, w, q):
@@ -96,18 +134,35 @@ def _estimators(x: np.ndarray, w: np.ndarray | None, alphas=(0.05, 0.10)) -> dic
     return out
 
 
-def fit_linear(steps) -> dict | None:
-    """Non-negative least squares of step duration on (1, prefill tokens, decode seqs, context)."""
+def fit_linear(steps, *, target: str = "cycle", window: tuple[float, float] | None = None) -> dict | None:
+    """Non-negative least squares of the step time on (1, prefill tokens, decode seqs, context).
+
+    ``target="cycle"`` (default): the step's cycle (start to next start, busy steps only, see
+    :func:`step_cycles`), the time the simulator must advance per step; ``"duration"``: the
+    engine's own elapsed time (leaves out the work between steps). ``window``: (from, to) in
+    run seconds, the steps used.
+    """
     from scipy.optimize import nnls
 
     n = len(steps["duration_s"])
     if n < 20:
         return None
-    k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(n)
-    y = np.asarray(steps["duration_s"], dtype=np.float64) / np.maximum(k, 1)
-    P = np.asarray(steps["prefill_tokens"], dtype=np.float64)
-    D = np.asarray(steps["decode_seqs"], dtype=np.float64)
-    C = np.asarray(steps["kv_tokens"], dtype=np.float64)
+    if target == "cycle":
+        mask, y, k = step_cycles(steps, window)
+    elif target == "duration":
+        k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(n)
+        y = np.asarray(steps["duration_s"], dtype=np.float64) / np.maximum(k, 1)
+        start = np.asarray(steps["start_s"], dtype=np.float64)
+        mask = np.ones(n, dtype=bool) if window is None else (start >= window[0]) & (start < window[1])
+    else:
+        raise InputError("target", f"unknown step-time target {target!r}", "use cycle or duration")
+    if mask.sum() < 20:
+        return None
+    k, y = k[mask], y[mask]
+    P = np.asarray(steps["prefill_tokens"], dtype=np.float64)[mask]
+    D = np.asarray(steps["decode_seqs"], dtype=np.float64)[mask]
+    C = np.asarray(steps["kv_tokens"], dtype=np.float64)[mask]
+    n = len(y)
     X = np.column_stack([np.ones(n), P, D, C])
     sw = np.sqrt(k)
     scale = np.maximum(np.abs(X).max(axis=0), 1e-12)
@@ -117,12 +172,19 @@ def fit_linear(steps) -> dict | None:
     ss_res = float(np.sum(k * (y - pred) ** 2))
     ss_tot = float(np.sum(k * (y - np.average(y, weights=k)) ** 2))
     return {"c0": float(coef[0]), "prefill": float(coef[1]), "decode": float(coef[2]), "ctx": float(coef[3]),
-            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum())}
+            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum()), "target": target}
 
 
-def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "median",
-              busy_only: bool = True) -> Calibration:
-    """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory."""
+def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
+              busy_only: bool = True, window: tuple[float, float] | None = None) -> Calibration:
+    """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
+
+    ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
+    second, the quantity behind ``mu = M / (b E[g])``), when the run has step records with start
+    times, else seed 004's ``median`` inter-token latency. ``window``: (from, to) run seconds
+    measured (default: the whole run); a saturation run's arrival period after warm-up is the
+    steady part.
+    """
     from llmqueue.records import read_run
 
     run_dir = Path(run_dir)
@@ -151,7 +213,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     tok = run_dir / "tokens.parquet"
     steps = run.steps
     if tok.exists():
-        x = _itl_from_tokens(tok)
+        x = _itl_from_tokens(tok, window)
         w = None
         src = "decode inter-token latencies (tokens.parquet)"
     elif steps is not None and len(steps):
@@ -163,12 +225,23 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     if len(x) < 10:
         raise InputError("run", f"only {len(x)} inter-token samples in {run_dir}", "run longer")
     est = _estimators(x, w)
+    has_cycles = steps is not None and len(steps) > 1 and "start_s" in steps
+    if has_cycles:
+        mask, cyc, k = step_cycles(steps, window)
+        if mask.sum() >= 10:
+            est["cycle"] = float(np.average(cyc[mask], weights=k[mask]))
+    if estimator == "auto":
+        estimator = "cycle" if "cycle" in est else "median"
     if estimator not in est:
         raise InputError("estimator", f"unknown estimator {estimator!r}", f"choose one of {', '.join(est)}")
     b = est[estimator]
     mean = np.average(x, weights=w)
     cv = float(np.sqrt(np.average((x - mean) ** 2, weights=w)) / mean)
-    notes.append(f"b from {src}")
+    notes.append(f"b from the busy step cycles (steps.parquet)" if estimator == "cycle" else f"b from {src}")
+    if window is not None:
+        notes.append(f"measured over [{window[0]:g}, {window[1]:g}) s")
+    # the linear model is fitted on every busy step of the run, window or not: a saturated
+    # window alone barely varies the batch (its decode coefficient would be unidentified)
     lin = fit_linear(steps) if steps is not None and len(steps) and "prefill_tokens" in steps else None
     known = {**((run.summary or {}).get("engine") or {}), **server}
     engine = {k: known[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",

@@ -44,8 +44,13 @@ def measured_stream(run_dir: Path, requests):
 
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
-             step_model: str = "constant", horizon_s: float | None = None) -> dict:
-    """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``."""
+             step_model: str = "constant", horizon_s: float | None = None, paged: bool = True) -> dict:
+    """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
+
+    ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
+    period). ``paged``: seed 004's ``E[g]`` counted in whole KV blocks of the engine's block size
+    (what a paged engine allocates; ``False``: the paper's token count).
+    """
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
     from llmqueue.engine.step_time import parse_step_time
@@ -88,7 +93,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"])
     lam = (len(s) - 1) / (stream.arrival_s[-1] - stream.arrival_s[0]) if len(s) > 1 else None
-    th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam)
+    # paged KV: memory-work in whole blocks, as the engine allocates it
+    th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam,
+                      block_size=cfg.block_size if paged else None)
     rows = []
     for q in QUANTITIES:
         m, p = measured.get(q), sim.get(q)

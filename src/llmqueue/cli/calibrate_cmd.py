@@ -11,18 +11,29 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv, prin
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", "out", default="calibration.yaml", show_default=True, help="Calibration file to write.")
 @click.option("--capacity-tokens", type=float, help="KV capacity M, when the run did not record the server's.")
-@click.option("--estimator", default="median", show_default=True,
-              help="b-bar estimator: median, mean, trimmed_0.05, trimmed_0.1 (seed 004 appendix C).")
+@click.option("--estimator", default="auto", show_default=True,
+              help="b-bar estimator: cycle (mean busy step cycle, needs step records), median, mean, "
+                   "trimmed_0.05, trimmed_0.1 (seed 004 appendix C); auto: cycle when the run has steps, else median.")
+@click.option("--from", "t_from", type=float, default=None, help="Measure from this run second (e.g. after warm-up).")
+@click.option("--to", "t_to", type=float, default=None, help="Measure up to this run second (e.g. the last arrival).")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, as_json):
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
     The file feeds the simulator (`--step-time fitted:FILE`, `--capacity-tokens`) and `llmqueue validate`.
     """
+    import math
+
     from llmqueue.bench.calibrate import calibrate as cal_fn
     from llmqueue.bench.calibrate import write_calibration
+    from llmqueue.errors import InputError
 
-    cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator)
+    window = None
+    if t_from is not None or t_to is not None:
+        window = (t_from or 0.0, math.inf if t_to is None else t_to)
+        if window[1] <= window[0]:
+            raise InputError("--to", f"must be after --from (got {window[0]:g} .. {window[1]:g})")
+    cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window)
     write_calibration(cal, out)
     if as_json:
         print_json({**cal.to_dict(), "written": out})
@@ -42,15 +53,18 @@ def calibrate(run, out, capacity_tokens, estimator, as_json):
 @click.argument("run", type=click.Path())
 @click.option("--calibration", "cal_path", default="calibration.yaml", show_default=True)
 @click.option("--warmup", type=float, help="Seconds left out (default: the run's).")
+@click.option("--horizon", type=float, help="Measure up to this run second (e.g. a saturation run's last arrival).")
 @click.option("--step-model", type=click.Choice(["constant", "linear"]), default="constant", show_default=True,
               help="Simulate with the constant b-bar (seed 004) or the fitted linear step-time model.")
+@click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
 @json_option
-def validate(run, cal_path, warmup, step_model, as_json):
+def validate(run, cal_path, warmup, horizon, step_model, token_g, as_json):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
-    res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model)
+    res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
+                 paged=not token_g)
     if as_json:
         print_json(res)
         return

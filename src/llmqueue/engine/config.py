@@ -31,6 +31,10 @@ class EngineConfig:
     - ``max_queue_time_s``: shed requests that waited longer than this before starting (0 = off).
     - ``class_priority``, ``class_max_waiting``, ``class_max_queue_time_s``: per request class
       (lane, tenant), its priority and its own admission limits (applied besides the global ones).
+    - ``scheduler_reserve_full_isl``: admit a waiting request only when its whole sequence so
+      far (the prompt, plus the tokens generated before a preemption) fits in the free KV
+      blocks, not only its first chunk (vLLM's default since it grew the flag; False: the older
+      chunk-only check).
     - ``enable_prefix_caching``: reuse the KV of cached prompt prefixes (requests need hash ids;
       see :mod:`llmqueue.engine.prefix_cache`).
     """
@@ -47,6 +51,7 @@ class EngineConfig:
     max_waiting: int = 0
     max_queue_time_s: float = 0.0
     enable_prefix_caching: bool = False
+    scheduler_reserve_full_isl: bool = True
     class_priority: dict = field(default_factory=dict)
     class_max_waiting: dict = field(default_factory=dict)
     class_max_queue_time_s: dict = field(default_factory=dict)

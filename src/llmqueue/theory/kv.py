@@ -37,7 +37,7 @@ from llmqueue._validate import positive, positive_int, probability
 from llmqueue.errors import InputError
 
 __all__ = [
-    "g_steps", "g_exact", "g_closed", "prefill_work", "expected_g", "KvStability", "kv_stability",
+    "g_steps", "g_exact", "g_closed", "g_paged", "prefill_work", "expected_g", "KvStability", "kv_stability",
     "verdict", "mu_mix", "replicas_needed", "b_bar", "BBar",
 ]
 
@@ -80,6 +80,36 @@ def g_exact(s, o, chunk: int):
     return out if np.ndim(out) else float(out)
 
 
+def _blocks_sum(n, B: int):
+    """``sum_{x=1..n} ceil(x/B) B``: tokens held, rounded up to whole blocks, summed over x."""
+    n = np.asarray(n, dtype=np.float64)
+    q = np.floor(n / B)
+    r = n - q * B
+    return B * B * q * (q + 1.0) / 2.0 + r * B * (q + 1.0)
+
+
+def g_paged(s, o, chunk: int, block_size: int):
+    """g(s, o) with paged KV: the same trajectory as :func:`g_exact`, each step's holding rounded
+    up to whole blocks of ``block_size`` tokens (what a paged engine such as vLLM allocates).
+
+    ``sum_k B ceil(min(k chunk, s)/B) + sum_{j=1..o} B ceil((s+j)/B)``; equal to ``g_exact``
+    for ``block_size = 1`` (vectorized).
+    """
+    B = positive_int("block_size", block_size)
+    chunk = positive_int("chunk", chunk)
+    s_arr = np.asarray(s, dtype=np.float64)
+    o_arr = np.asarray(o, dtype=np.float64)
+    s_b, o_b = np.broadcast_arrays(s_arr, o_arr)
+    n = np.ceil(s_b / chunk)
+    pre = B * np.ceil(s_b / B)  # the last prefill step holds the whole prompt
+    kmax = int(n.max()) if n.size else 0
+    for k in range(1, kmax):  # the full chunks before the last one
+        pre = pre + np.where(k < n, B * np.ceil(k * chunk / B), 0.0)
+    dec = _blocks_sum(s_b + o_b, B) - _blocks_sum(s_b, B)
+    out = pre + dec
+    return out if out.ndim else float(out)
+
+
 def g_closed(s, o, chunk: int):
     """Seed 004's closed form ``((1 + s/chunk) s + 2 o s + (1 + o) o) / 2`` (vectorized)."""
     s_arr = np.asarray(s, dtype=np.float64)
@@ -102,8 +132,12 @@ def _pmf_of(dist, field: str):
     return v, counts / counts.sum()
 
 
-def expected_g(*, chunk: int, prompt=None, output=None, pairs=None, exact: bool = True) -> float:
+def expected_g(*, chunk: int, prompt=None, output=None, pairs=None, exact: bool = True,
+               block_size: int | None = None) -> float:
     """E[g(s, o)] in token-steps.
+
+    ``block_size``: memory-work in whole KV blocks (:func:`g_paged`); with marginals the
+    expectation is then taken over the product of the two pmfs.
 
     Either independent marginals ``prompt`` and ``output`` (length-distribution objects with
     ``pmf()``, or arrays of samples), for which the expectation is computed exactly from the
@@ -114,12 +148,17 @@ def expected_g(*, chunk: int, prompt=None, output=None, pairs=None, exact: bool 
     chunk = positive_int("chunk", chunk)
     if pairs is not None:
         s, o = _pairs_arrays(pairs)
+        if block_size:
+            return float(np.mean(g_paged(s, o, chunk, block_size)))
         g = g_exact(s, o, chunk) if exact else g_closed(s, o, chunk)
         return float(np.mean(g))
     if prompt is None or output is None:
         raise InputError("prompt/output", "give both prompt and output length distributions, or pairs")
     sv, sp = _pmf_of(prompt, "prompt")
     ov, op = _pmf_of(output, "output")
+    if block_size:
+        g = g_paged(sv[:, None], ov[None, :], chunk, block_size)
+        return float(sp @ g @ op)
     e_pre = float(np.dot(sp, prefill_work(sv, chunk, exact=exact)))
     e_s = float(np.dot(sp, sv))
     e_o = float(np.dot(op, ov))
@@ -194,7 +233,8 @@ class KvStability(Result):
     ``E_g`` and ``E_g_closed`` expected memory-work per request (token-steps; step-exact sum and
     the paper's closed form), ``mu`` and ``mu_closed_form`` the matching service rates (req/s),
     ``delta = max(s+o)/M``, ``mu_stable_below = mu (1 - delta)``. With a rate: ``lam``, ``rho = lam/mu``,
-    ``verdict``; with a target utilization: ``rho_target`` and ``replicas`` (G).
+    ``verdict``; with a target utilization: ``rho_target`` and ``replicas`` (G). ``block_size``:
+    set when ``E_g`` was counted in whole KV blocks (paged).
     """
 
     M: float
@@ -212,24 +252,28 @@ class KvStability(Result):
     verdict: str | None = None
     rho_target: float | None = None
     replicas: int | None = None
+    block_size: int | None = None
 
 
 def kv_stability(*, M: float, b: float, chunk: int, prompt=None, output=None, pairs=None,
-                 lam: float | None = None, rho_target: float | None = None) -> KvStability:
+                 lam: float | None = None, rho_target: float | None = None,
+                 block_size: int | None = None) -> KvStability:
     """Seed 004's ``mu = M / (b E[g])`` with ``delta``, and optionally a verdict and a replica count.
 
     ``prompt``/``output``: independent length distributions (objects with ``pmf()``) or samples;
-    ``pairs``: joint samples that keep the (s, o) correlation.
+    ``pairs``: joint samples that keep the (s, o) correlation. ``block_size``: paged KV, ``E[g]``
+    counted in whole blocks (:func:`g_paged`; ``E_g`` then holds the paged value and
+    ``E_g_closed`` stays the paper's token-granular closed form).
     """
     M = positive("M", M)
     b = positive("b", b)
     chunk = positive_int("chunk", chunk)
-    e_g = expected_g(chunk=chunk, prompt=prompt, output=output, pairs=pairs, exact=True)
+    e_g = expected_g(chunk=chunk, prompt=prompt, output=output, pairs=pairs, exact=True, block_size=block_size)
     e_gc = expected_g(chunk=chunk, prompt=prompt, output=output, pairs=pairs, exact=False)
     mu = M / (b * e_g)
     max_tot = _max_total(prompt, output, pairs)
     delta = max_tot / M
-    fields = dict(M=M, b=b, chunk=chunk, E_g=e_g, E_g_closed=e_gc, mu=mu, mu_closed_form=M / (b * e_gc),
+    fields = dict(block_size=block_size, M=M, b=b, chunk=chunk, E_g=e_g, E_g_closed=e_gc, mu=mu, mu_closed_form=M / (b * e_gc),
                   delta=delta, max_request_tokens=max_tot, mu_stable_below=mu * max(0.0, 1.0 - delta))
     if lam is not None:
         lam = positive("lam", lam)
