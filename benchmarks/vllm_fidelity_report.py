@@ -21,6 +21,22 @@ FACTORS = (0.5, 0.8, 0.9, 1.3)
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
 
 
+def completion_rate_ci(run_dir: Path, window: tuple[float, float], batch_s: float = 5.0, level: float = 0.95):
+    """Completion rate over ``window`` with a batch-means interval (completions per ``batch_s``)."""
+    import numpy as np
+    from scipy import stats
+
+    from llmqueue.records import read_run
+
+    r = read_run(run_dir).requests
+    fin = np.asarray(r["finish_s"])[np.asarray(r["status"]) == "ok"]
+    edges = np.arange(window[0], window[1] + 1e-9, batch_s)
+    counts = np.histogram(fin, bins=edges)[0] / batch_s
+    m, se = float(counts.mean()), float(counts.std(ddof=1) / np.sqrt(len(counts)))
+    h = float(stats.t.ppf(0.5 + level / 2, len(counts) - 1)) * se
+    return m, (m - h, m + h)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default="runs/fidelity")
@@ -54,6 +70,12 @@ def main() -> int:
                 row["itl_cv"] = cal["itl_cv"]
                 row["linear"] = cal["linear"]
                 lin_cal = cal
+        saved = sd / "calibration.yaml"
+        if saved.exists():  # the frontend latency measured by the probe (vllm_fidelity.py)
+            from llmqueue.bench.calibrate import load_calibration
+
+            lin_cal["frontend_latency_s"] = load_calibration(saved).get("frontend_latency_s")
+        row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
         if lin_cal.get("step_time_linear"):
             v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear")
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
@@ -80,13 +102,16 @@ def main() -> int:
                                        for x in v["rows"] if x["quantity"] in LAT}
             runs[str(f)] = r
         row["runs"] = runs
+        row["mu_measured_batch_means"], row["mu_measured_ci95"] = completion_rate_ci(sd / "sat", window)
         out[sd.name] = row
     if a.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
     for name, row in out.items():
-        print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s, M = {row['M']}, "
-              f"inter-token CV {row['itl_cv']:.2f}")
+        lo, hi = row["mu_measured_ci95"]
+        print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s (5-s batch means: 95% CI "
+              f"{lo:.3f} to {hi:.3f}), M = {row['M']}, inter-token CV {row['itl_cv']:.2f}, frontend latency "
+              + ("-" if row.get("frontend_latency_s") is None else f"{1e3 * row['frontend_latency_s']:.1f} ms"))
         print("| b-bar estimator | b (ms) | theory mu, E[g] in tokens | err | theory mu, paged E[g] | err | "
               "simulated mu (constant b) | err |")
         print("|---|---|---|---|---|---|---|---|")

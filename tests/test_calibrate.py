@@ -98,3 +98,40 @@ def test_cycle_estimator_and_window(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["b_estimator"] == "median"
     assert main(["calibrate", str(run), "-o", str(cal), "--from", "10", "--to", "5"]) == 2
     assert "--to" in capsys.readouterr().err
+
+
+def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
+    """A probe run whose every token reached the client 12 ms after the engine made it: the
+    calibration finds the 12 ms, and validate adds it to TTFT and E2EL but not to TPOT."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from llmqueue.bench.calibrate import calibrate, frontend_latency
+    from llmqueue.bench.validate import validate
+    from llmqueue.records import RequestRecords, write_records
+
+    step = "linear:c0=0.01:prefill=2e-4:decode=1e-3"
+    probe = tmp_path / "probe"
+    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
+                 "--output", "fixed:4", "--arrival", "deterministic:2", "--num-requests", "30",
+                 "--out", str(probe), "--no-progress", "--json"]) == 0
+    t = pq.read_table(probe / "requests.parquet").to_pydict()
+    cols = {k: np.asarray(v) for k, v in t.items()}
+    cols["first_token_s"] = cols["first_token_s"] + 0.012
+    cols["finish_s"] = cols["finish_s"] + 0.012
+    write_records(probe / "requests.parquet", RequestRecords.from_columns(cols))
+    cal = calibrate(probe, capacity_tokens=20000).to_dict()
+    fl = frontend_latency(probe, cal)
+    assert fl["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6) and fl["samples"] == 30
+    # validate the shifted run: with the delay the simulated latencies match, without it TTFT is short
+    cal["frontend_latency_s"] = fl["frontend_latency_s"]
+    with_f = {r["quantity"]: r for r in validate(probe, cal, step_model="linear", horizon_s=30)["rows"]}
+    without = {r["quantity"]: r for r in validate(probe, cal, step_model="linear", frontend=False, horizon_s=30)["rows"]}
+    assert abs(with_f["median_ttft_ms"]["rel_err_sim"]) < 1e-6
+    assert without["median_ttft_ms"]["simulated"] == pytest.approx(with_f["median_ttft_ms"]["simulated"] - 12, abs=1e-6)
+    assert with_f["median_tpot_ms"]["simulated"] == pytest.approx(without["median_tpot_ms"]["simulated"])
+    capsys.readouterr()
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(probe), "-o", str(out), "--probe", str(probe), "--json"]) == 0
+    import json as _json
+    assert _json.loads(capsys.readouterr().out)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)

@@ -51,6 +51,7 @@ class Calibration(Result):
     step_time_linear: str | None = None
     engine: dict = field(default_factory=dict)
     notes: tuple = ()
+    frontend_latency_s: float | None = None
 
 
 def _itl_from_tokens(path: Path, window: tuple[float, float] | None = None) -> np.ndarray:
@@ -275,3 +276,46 @@ def load_calibration(path) -> dict:
     if not isinstance(d, dict) or "step_time" not in d:
         raise InputError("calibration", f"{p} is not a calibration file (no step_time)")
     return d
+
+
+def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear") -> dict:
+    """The server's fixed delay outside the engine: HTTP, the API server, detokenizing and
+    streaming, on the way in and out (a pipeline delay added to TTFT and E2EL, no queue).
+
+    ``probe_dir``: a run of isolated requests (one at a time, spaced so that none waits: the
+    benchmark with a low deterministic rate). Each request's measured TTFT is compared with the
+    simulated TTFT of the same request under ``calibration``'s step model (its prefill steps
+    alone); the median difference is the delay (seconds). Returns ``{"frontend_latency_s",
+    "samples", "p10", "p90"}``; ``frontend_latency_s`` is clamped at 0.
+    """
+    from llmqueue.bench.validate import measured_stream
+    from llmqueue.engine.base import SimOptions
+    from llmqueue.engine.config import EngineConfig
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.records import read_run
+    from llmqueue.simulate import SimSpec, run_simulation
+
+    probe_dir = Path(probe_dir)
+    run = read_run(probe_dir)
+    r = run.requests
+    ok = (np.asarray(r["status"]) == "ok") & (np.asarray(r["attempt"]) == 1)
+    if ok.sum() < 5:
+        raise InputError("probe", f"{probe_dir} has {int(ok.sum())} finished requests; need >= 5")
+    spec_str = calibration.get("step_time_linear") if step_model == "linear" else None
+    step = parse_step_time(spec_str or calibration["step_time"])
+    eng = calibration.get("engine", {})
+    M = calibration.get("capacity_tokens") or 1e9
+    cfg = EngineConfig.from_capacity(
+        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
+        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
+        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+    stream = measured_stream(probe_dir, r)
+    sim = run_simulation(SimSpec(engine=cfg, step_time=step, requests=stream)).records
+    sim_ttft = dict(zip(np.asarray(sim["request_id"]).tolist(),
+                        (np.asarray(sim["first_token_s"]) - np.asarray(sim["arrival_s"])).tolist()))
+    rid = np.asarray(r["request_id"])[ok]
+    meas = (np.asarray(r["first_token_s"]) - np.asarray(r["arrival_s"]))[ok]
+    d = np.array([m - sim_ttft[i] for i, m in zip(rid.tolist(), meas.tolist()) if i in sim_ttft])
+    d = d[np.isfinite(d)]
+    return {"frontend_latency_s": max(float(np.median(d)), 0.0), "samples": int(len(d)),
+            "p10": float(np.percentile(d, 10)), "p90": float(np.percentile(d, 90))}

@@ -44,12 +44,16 @@ def measured_stream(run_dir: Path, requests):
 
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
-             step_model: str = "constant", horizon_s: float | None = None, paged: bool = True) -> dict:
+             step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
+             frontend: bool = True) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
     period). ``paged``: seed 004's ``E[g]`` counted in whole KV blocks of the engine's block size
-    (what a paged engine allocates; ``False``: the paper's token count).
+    (what a paged engine allocates; ``False``: the paper's token count). ``frontend``: add the
+    calibration's ``frontend_latency_s`` (the server's HTTP/API path, measured on isolated
+    requests, see :func:`llmqueue.bench.calibrate.frontend_latency`) to the simulated first and
+    last token times: TTFT and E2EL grow by it, TPOT does not.
     """
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
@@ -88,7 +92,11 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     horizon = horizon_s or measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
     spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
                    options=SimOptions(seed=seed, horizon_s=horizon))
-    sim = run_simulation(spec).summary
+    outcome = run_simulation(spec)
+    sim = outcome.summary
+    front = float(calibration.get("frontend_latency_s") or 0.0) if frontend else 0.0
+    if front > 0:
+        sim = {**sim, **_latencies_with_frontend(outcome.records, front, warm, horizon)}
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"])
@@ -112,5 +120,22 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     return {"run": str(run_dir), "lam": lam, "saturated": sat, "capacity": cap, "rows": rows,
             "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
+            "frontend_latency_s": front,
             "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
-                                                            "step_time_linear")}}
+                                                            "step_time_linear", "frontend_latency_s")}}
+
+
+def _latencies_with_frontend(records, front: float, warm: float, horizon: float) -> dict:
+    """The simulated latency summary with ``front`` seconds added to every delivered token: the
+    engine's first and last token reach the client that much later (a constant pipeline delay,
+    not a server: it queues nothing)."""
+    from llmqueue.metrics import summarize
+    from llmqueue.records import RequestRecords
+
+    cols = records.to_dict()
+    cols = {k: np.array(v, copy=True) for k, v in cols.items()}
+    for k in ("first_token_s", "finish_s"):
+        cols[k] = cols[k] + front  # NaN (never reached) stays NaN
+    s = summarize(RequestRecords.from_columns(cols), warmup_s=warm, horizon_s=horizon)
+    keep = [k for k in s if any(x in k for x in ("ttft", "e2el", "tpot", "itl"))]
+    return {k: s[k] for k in keep}

@@ -16,8 +16,11 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv, prin
                    "trimmed_0.05, trimmed_0.1 (seed 004 appendix C); auto: cycle when the run has steps, else median.")
 @click.option("--from", "t_from", type=float, default=None, help="Measure from this run second (e.g. after warm-up).")
 @click.option("--to", "t_to", type=float, default=None, help="Measure up to this run second (e.g. the last arrival).")
+@click.option("--probe", type=click.Path(), default=None,
+              help="A run of isolated requests (one at a time): measures the server's delay outside the engine "
+                   "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate.")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, as_json):
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
     The file feeds the simulator (`--step-time fitted:FILE`, `--capacity-tokens`) and `llmqueue validate`.
@@ -34,6 +37,15 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, as_json):
         if window[1] <= window[0]:
             raise InputError("--to", f"must be after --from (got {window[0]:g} .. {window[1]:g})")
     cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window)
+    if probe is not None:
+        import dataclasses
+
+        from llmqueue.bench.calibrate import frontend_latency
+
+        fl = frontend_latency(probe, cal.to_dict())
+        cal = dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"], notes=cal.notes + (
+            f"frontend latency from {fl['samples']} isolated requests in {probe} "
+            f"(p10 {1e3 * fl['p10']:.1f} ms, p90 {1e3 * fl['p90']:.1f} ms)",))
     write_calibration(cal, out)
     if as_json:
         print_json({**cal.to_dict(), "written": out})
@@ -41,6 +53,8 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, as_json):
     rows = [("run", cal.source), ("M (KV capacity, tokens)", cal.capacity_tokens), ("b (s), " + cal.b_estimator, cal.b)]
     rows += [(f"  b {k}", v) for k, v in cal.b_estimators.items()]
     rows += [("inter-token samples", cal.itl_samples), ("inter-token CV", cal.itl_cv)]
+    if cal.frontend_latency_s is not None:
+        rows.append(("frontend latency (s)", cal.frontend_latency_s))
     if cal.linear:
         rows.append(("linear step model", "c0={c0:.4g} prefill={prefill:.3g} decode={decode:.3g} ctx={ctx:.3g} (R2 {r2:.3f})"
                      .format(**cal.linear)))
@@ -57,14 +71,15 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, as_json):
 @click.option("--step-model", type=click.Choice(["constant", "linear"]), default="constant", show_default=True,
               help="Simulate with the constant b-bar (seed 004) or the fitted linear step-time model.")
 @click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
+@click.option("--no-frontend", is_flag=True, help="Leave out the calibration's frontend latency.")
 @json_option
-def validate(run, cal_path, warmup, horizon, step_model, token_g, as_json):
+def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, as_json):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
-                 paged=not token_g)
+                 paged=not token_g, frontend=not no_frontend)
     if as_json:
         print_json(res)
         return
