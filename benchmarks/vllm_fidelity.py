@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -122,7 +123,13 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--probe-only", action="store_true",
                     help="only (re)measure the frontend latency of existing runs (updates calibration.yaml)")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="only add this many repetitions (new seeds) of the --factors load runs to existing "
+                         "results (x<f>-r<k>/), with the saved calibration and measured capacity")
+    ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS))
     a = ap.parse_args()
+    # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from llmqueue.bench.calibrate import calibrate, write_calibration
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
@@ -139,6 +146,22 @@ def main() -> int:
                 fl = probe(srv, out / shape, SHAPES[shape][0], a.seed)
                 print(f"{shape}: frontend latency {1e3 * fl['frontend_latency_s']:.1f} ms "
                       f"(p10 {1e3 * fl['p10']:.1f}, p90 {1e3 * fl['p90']:.1f}, n={fl['samples']})", flush=True)
+        return 0
+    factors = [float(f) for f in a.factors.split(",")]
+    if a.repeat:
+        saved = json.loads((out / "fidelity.json").read_text())
+        for shape in a.shapes.split(","):
+            p, o = SHAPES[shape]
+            sd = out / shape
+            mu_meas = saved["shapes"][shape]["mu_measured"]
+            with VllmServer(model_dir, work_dir=work, log_path=sd / "server-repeat.log", **SERVER) as srv:
+                for k in range(1, a.repeat + 1):
+                    for f in factors:
+                        lam = f * mu_meas
+                        reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f) + 1000 * k, RUN_S[f] * a.run_s / 100.0)
+                        meas = one_run(srv, sd / f"x{f}-r{k}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+                        print(f"{shape} x{f} repeat {k}: {meas.get('median_ttft_ms'):.1f} ms TTFT p50, "
+                              f"{meas.get('median_tpot_ms'):.1f} ms TPOT p50", flush=True)
         return 0
     results = {"vllm": vllm_version(), "model": MODEL, "server": SERVER, "shapes": {}}
     for shape in a.shapes.split(","):
@@ -177,7 +200,7 @@ def main() -> int:
             row["err_theory"] = (row["mu_theory"] - mu_meas) / mu_meas
             row["err_sim"] = (row["mu_sim"] - mu_meas) / mu_meas if row["mu_sim"] else None
             runs = {}
-            for f in FACTORS:
+            for f in factors:
                 lam = f * mu_meas
                 run_s = RUN_S[f] * a.run_s / 100.0
                 reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f), run_s)
@@ -199,7 +222,7 @@ def main() -> int:
         print(f"{shape}: measured {row['mu_measured']:.3f} req/s, theory {row['mu_theory']:.3f} "
               f"({100 * row['err_theory']:+.1f}%), sim {row['mu_sim']:.3f} ({100 * (row['err_sim'] or 0):+.1f}%); "
               + ", ".join(f"x{f}: {runs[str(f)]['measured_verdict'][:8]} / sim {runs[str(f)]['sim_verdict'][:8]}"
-                          f" / theory {runs[str(f)]['theory_verdict']}" for f in FACTORS), flush=True)
+                          f" / theory {runs[str(f)]['theory_verdict']}" for f in factors), flush=True)
     if a.json:
         print(json.dumps(results, indent=2, default=str))
     return 0

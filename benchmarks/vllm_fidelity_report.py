@@ -81,8 +81,9 @@ def main() -> int:
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
             row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
         runs = {}
-        for f in FACTORS:
-            d = sd / f"x{f}"
+        dirs = [(f, sd / f"x{f}") for f in FACTORS]
+        dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-r*"))]  # repetitions (--repeat)
+        for f, d in dirs:
             if not d.is_dir():
                 continue
             # each run's own arrival period (its last intended arrival), else --run-s
@@ -100,7 +101,8 @@ def main() -> int:
                                        for x in vl["rows"] if x["quantity"] in LAT}
             r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                        for x in v["rows"] if x["quantity"] in LAT}
-            runs[str(f)] = r
+            r["factor"] = f
+            runs[d.name[1:]] = r
         row["runs"] = runs
         row["mu_measured_batch_means"], row["mu_measured_ci95"] = completion_rate_ci(sd / "sat", window)
         out[sd.name] = row
@@ -129,10 +131,23 @@ def main() -> int:
             v = r["verdicts"]
             print(f"| {f} | {r['lam']:.2f} | {a.warmup_s:g}-{r['horizon_s']:g} | {v['measured']} | {v['simulated']} | "
                   f"{r.get('verdict_sim_linear', '-')} | {v['theory']} |")
+        reps = {}
+        for key, r in row["runs"].items():
+            if r["factor"] <= 0.8 and "latency_linear" in r:
+                for q in LAT:
+                    reps.setdefault((r["factor"], q), []).append(r["latency_linear"][q])
+        if any(len(v) > 1 for v in reps.values()):
+            print("\n| load | quantity | runs | measured (min-max) | within 20 % (linear + frontend) | errors |")
+            print("|---|---|---|---|---|---|")
+            for (f, q), v in sorted(reps.items()):
+                ms = [x[0] for x in v]
+                ok = sum(1 for x in v if x[2] is not None and abs(x[2]) <= 0.2)
+                print(f"| {f} | {q} | {len(v)} | {min(ms):,.1f}-{max(ms):,.1f} | {ok} of {len(v)} | "
+                      + ", ".join(f"{100 * x[2]:+.0f}%" for x in v) + " |")
         print("\n| load | quantity | measured | simulated (linear) | err | simulated (cycle b) | err |")
         print("|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():
-            if float(f) > 0.8:
+            if r["factor"] > 0.8:
                 continue
             for q in LAT:
                 lm = r.get("latency_linear", {}).get(q, [None, None, None])
