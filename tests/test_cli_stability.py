@@ -100,3 +100,16 @@ def test_missing_capacity_is_explained():
     p = subprocess.run([sys.executable, "-m", "llmqueue.cli.main", "stability", "--step-time", "0.03",
                         "--prompt", "fixed:10", "--output", "fixed:10"], capture_output=True, text=True)
     assert p.returncode == 2 and "--capacity-tokens" in p.stderr
+
+
+def test_paged_counts_whole_blocks(capsys):
+    args = [*BASE, "--step-time", "0.04", "--prompt", "uniform:10:200", "--output", "uniform:10:200", "--json"]
+    code, out, _ = run(capsys, *args)
+    tok = json.loads(out)
+    code, out, _ = run(capsys, *args, "--paged", "--block-size", "32")
+    paged = json.loads(out)
+    assert code == 0 and paged["block_size"] == 32 and tok["block_size"] is None
+    # each step holds up to a block more than its tokens: E[g] grows by under 32 per step of a request
+    steps = 1 + 105  # one prefill step, E[o] = 105 decode steps
+    assert tok["E_g"] < paged["E_g"] < tok["E_g"] + 32 * steps
+    assert paged["mu"] == pytest.approx(paged["M"] / (paged["b"] * paged["E_g"]))

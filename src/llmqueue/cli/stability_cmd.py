@@ -31,7 +31,8 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
 @click.option("--gpu", default="a100-80gb", show_default=True, help="GPU used with --model.")
 @click.option("--tensor-parallel-size", type=int, default=1, show_default=True, help="GPUs per replica (with --model).")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True, help="With --model.")
-@click.option("--block-size", type=int, default=16, show_default=True, help="KV block size in tokens (with --model).")
+@click.option("--block-size", type=int, default=16, show_default=True,
+              help="KV block size in tokens (with --model, and with --paged).")
 @click.option("--step-time", "b", type=float, required=True, help="Representative step (batch) time b in seconds.")
 @click.option("--chunk", type=int, default=512, show_default=True, help="Prefill chunk size s_hat in tokens.")
 @click.option("--prompt", help="Prompt length spec, e.g. uniform:10:1600.")
@@ -39,14 +40,17 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
 @click.option("--lengths", help="Joint (prompt, output) pairs instead: joint:FILE[:prompt=COL:output=COL].")
 @click.option("--rate", "lam", type=float, help="Arrival rate lam (req/s): print the verdict.")
 @click.option("--utilization", "rho_target", type=float, help="Target utilization: replicas G >= lam/(mu rho).")
+@click.option("--paged", is_flag=True,
+              help="Count E[g] in whole KV blocks of --block-size (what a paged engine such as vLLM holds).")
 @json_option
 def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_utilization, block_size, b, chunk,
-              prompt, output, lengths, lam, rho_target, as_json):
+              prompt, output, lengths, lam, rho_target, paged, as_json):
     """Service rate mu = M / (b E[g]) of one replica under KV-memory limits (seed 004).
 
     g(s,o) is a request's lifetime KV memory-work in token-steps (chunked prefill, then decode).
     With --rate: "unstable" if lam > mu, "stable" if lam < mu(1 - delta), delta = max(s+o)/M,
     else "indeterminate". With --utilization too: replicas needed for that utilization.
+    --paged counts the memory-work in whole KV blocks (half a block per request more, on average).
 
     Example (seed 004, P/D 1:1; the paper's theory gives 3.263 req/s):
 
@@ -72,7 +76,8 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
         dists = dict(prompt=parse_length(prompt, field="prompt"), output=parse_length(output, field="output"))
     if rho_target is not None and lam is None:
         raise InputError("rho_target", "a replica count needs an arrival rate", "give --rate too")
-    r = kv_stability(M=M, b=b, chunk=chunk, lam=lam, rho_target=rho_target, **dists)
+    r = kv_stability(M=M, b=b, chunk=chunk, lam=lam, rho_target=rho_target,
+                     block_size=block_size if paged else None, **dists)
     out = r.to_dict()
     if kv is not None:
         out["capacity_from"] = {"model": kv.model, "gpu": kv.gpu, "tensor_parallel_size": tensor_parallel_size,
