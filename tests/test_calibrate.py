@@ -135,3 +135,29 @@ def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
     assert main(["calibrate", str(probe), "-o", str(out), "--probe", str(probe), "--json"]) == 0
     import json as _json
     assert _json.loads(capsys.readouterr().out)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+
+
+def test_sent_view_and_stream_move_late_sends():
+    """A client that sent some requests late: measured latencies count from the send, and the
+    replayed stream puts those requests at their send times (in order)."""
+    import numpy as np
+
+    from llmqueue.bench.validate import sent_stream, sent_view
+    from llmqueue.records import RequestRecords
+    from llmqueue.workload.generate import RequestArrays
+
+    n = 4
+    arr = np.array([0.0, 1.0, 2.0, 3.0])
+    disp = np.array([0.0, 2.5, 2.0, np.nan])  # request 1 sent 1.5 s late; request 3 never sent
+    recs = RequestRecords.from_columns(
+        request_id=np.arange(n), **{"class": np.array(["default"] * n)}, arrival_s=arr, dispatched_s=disp,
+        first_scheduled_s=np.full(n, np.nan), first_token_s=arr + np.array([0.1, 1.6, 0.1, np.nan]),
+        finish_s=arr + np.array([0.5, 2.0, 0.5, np.nan]), prompt_tokens=np.full(n, 10), output_tokens=np.full(n, 5),
+        cached_prompt_tokens=np.zeros(n, int), status=np.array(["ok", "ok", "ok", "error"]),
+        preemptions=np.zeros(n, int), replica=np.zeros(n, int), attempt=np.ones(n, int))
+    v = sent_view(recs)
+    ttft = v["first_token_s"] - v["arrival_s"]
+    assert np.allclose(ttft[:3], 0.1) and v["arrival_s"][3] == 3.0
+    stream = RequestArrays(np.arange(n), arr, np.full(n, 10), np.full(n, 5))
+    s = sent_stream(stream, recs)
+    assert s.request_id.tolist() == [0, 2, 1, 3] and s.arrival_s.tolist() == [0.0, 2.0, 2.5, 3.0]

@@ -21,6 +21,33 @@ QUANTITIES = ("request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpo
               "mean_e2el_ms")
 
 
+def sent_view(requests):
+    """The records with each attempt's ``arrival_s`` replaced by its actual send time
+    (``dispatched_s``, where there is one): latencies then count from the send, as vLLM bench
+    serve counts them, and a client that fell behind its schedule is not charged to the server."""
+    from llmqueue.records import RequestRecords
+
+    cols = {k: np.array(v, copy=True) for k, v in requests.to_dict().items()}
+    d = cols["dispatched_s"]
+    ok = np.isfinite(d)
+    cols["arrival_s"] = np.where(ok, d, cols["arrival_s"])
+    return RequestRecords.from_columns(cols)
+
+
+def sent_stream(stream, requests):
+    """``stream`` with each request's arrival moved to its first attempt's actual send time."""
+    from llmqueue.workload.generate import RequestArrays
+
+    first = (np.asarray(requests["attempt"]) == 1) & np.isfinite(np.asarray(requests["dispatched_s"]))
+    sent = dict(zip(np.asarray(requests["request_id"])[first].tolist(),
+                    np.asarray(requests["dispatched_s"])[first].tolist()))
+    t = np.array([sent.get(i, a) for i, a in zip(np.asarray(stream.request_id).tolist(),
+                                                   np.asarray(stream.arrival_s).tolist())])
+    o = np.argsort(t, kind="stable")
+    return RequestArrays(np.asarray(stream.request_id)[o], t[o], np.asarray(stream.prompt_tokens)[o],
+                         np.asarray(stream.output_tokens)[o], np.asarray(stream.class_name)[o])
+
+
 def measured_stream(run_dir: Path, requests):
     """The request stream the run intended to send, as a RequestArrays."""
     from llmqueue.workload.generate import RequestArrays
@@ -45,7 +72,7 @@ def measured_stream(run_dir: Path, requests):
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
-             frontend: bool = True) -> dict:
+             frontend: bool = True, arrivals: str = "auto") -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -53,7 +80,12 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     (what a paged engine allocates; ``False``: the paper's token count). ``frontend``: add the
     calibration's ``frontend_latency_s`` (the server's HTTP/API path, measured on isolated
     requests, see :func:`llmqueue.bench.calibrate.frontend_latency`) to the simulated first and
-    last token times: TTFT and E2EL grow by it, TPOT does not.
+    last token times: TTFT and E2EL grow by it, TPOT does not. ``arrivals``: ``sent`` (default)
+    replays each request at its actual send time and measures latencies from it (a benchmark
+    client that fell behind its schedule, as it can on a machine it shares with the server, is
+    then not counted as server delay); ``intended``: the schedule, both sides; ``auto``
+    (default): ``intended`` for a concurrency-capped run (its sends follow the server's
+    completions), else ``sent``.
     """
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.config import EngineConfig
@@ -68,13 +100,24 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     if not measured:
         raise InputError("run", f"{run_dir} has no summary.json")
     warm = measured.get("warmup_s", 0.0) if warmup_s is None else warmup_s
-    if horizon_s is not None:
+    if arrivals not in ("auto", "sent", "intended"):
+        raise InputError("arrivals", f"unknown arrival basis {arrivals!r}", "use auto, sent or intended")
+    if arrivals == "auto":
+        # a concurrency-capped (closed-loop) run's send times follow the server's completions:
+        # replaying them would feed the measured throughput back into the prediction
+        closed = bool(((run.summary or {}).get("bench") or {}).get("closed_loop"))
+        arrivals = "intended" if closed else "sent"
+    sent = arrivals == "sent" and "dispatched_s" in run.requests.to_dict()
+    if horizon_s is not None or sent:
         # measure both sides over the same window [warm, horizon_s] (e.g. a saturation run's
-        # arrival period, leaving out the drain after the last arrival)
+        # arrival period, leaving out the drain after the last arrival), from the same origin
         from llmqueue.metrics import summarize
 
-        measured = summarize(run.requests, warmup_s=warm, horizon_s=horizon_s)
+        recs = sent_view(run.requests) if sent else run.requests
+        measured = summarize(recs, warmup_s=warm, horizon_s=horizon_s or measured.get("horizon_s"))
     stream = measured_stream(run_dir, run.requests)
+    if sent:
+        stream = sent_stream(stream, run.requests)
     M = calibration.get("capacity_tokens")
     if not M:
         raise InputError("calibration", "the calibration has no capacity_tokens (M)", "give --capacity-tokens to calibrate")
@@ -117,7 +160,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         cap["rel_err_theory"] = (th.mu - cap["measured"]) / cap["measured"]
         cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
     verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": th.verdict}
-    return {"run": str(run_dir), "lam": lam, "saturated": sat, "capacity": cap, "rows": rows,
+    return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
             "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
             "frontend_latency_s": front,

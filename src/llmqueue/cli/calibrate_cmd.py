@@ -72,14 +72,17 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
               help="Simulate with the constant b-bar (seed 004) or the fitted linear step-time model.")
 @click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
 @click.option("--no-frontend", is_flag=True, help="Leave out the calibration's frontend latency.")
+@click.option("--arrivals", type=click.Choice(["auto", "sent", "intended"]), default="auto", show_default=True,
+              help="Replay and measure from the actual send times (sent) or the schedule (intended); auto: "
+                   "intended for a concurrency-capped run, else sent.")
 @json_option
-def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, as_json):
+def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, as_json):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
-                 paged=not token_g, frontend=not no_frontend)
+                 paged=not token_g, frontend=not no_frontend, arrivals=arrivals)
     if as_json:
         print_json(res)
         return
