@@ -288,9 +288,7 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     alone); the median difference is the delay (seconds). Returns ``{"frontend_latency_s",
     "samples", "p10", "p90"}``; ``frontend_latency_s`` is clamped at 0.
     """
-    from llmqueue.bench.validate import measured_stream
-    from llmqueue.engine.base import SimOptions
-    from llmqueue.engine.config import EngineConfig
+    from llmqueue.bench.validate import engine_config, measured_stream
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
     from llmqueue.simulate import SimSpec, run_simulation
@@ -303,12 +301,7 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
         raise InputError("probe", f"{probe_dir} has {int(ok.sum())} finished requests; need >= 5")
     spec_str = calibration.get("step_time_linear") if step_model == "linear" else None
     step = parse_step_time(spec_str or calibration["step_time"])
-    eng = calibration.get("engine", {})
-    M = calibration.get("capacity_tokens") or 1e9
-    cfg = EngineConfig.from_capacity(
-        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
-        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
-        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+    cfg = engine_config(calibration, calibration.get("capacity_tokens") or 1e9)
     stream = measured_stream(probe_dir, r)
     sim = run_simulation(SimSpec(engine=cfg, step_time=step, requests=stream)).records
     sim_ttft = dict(zip(np.asarray(sim["request_id"]).tolist(),

@@ -21,6 +21,17 @@ QUANTITIES = ("request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpo
               "mean_e2el_ms")
 
 
+def engine_config(calibration: dict, M: float):
+    """The replica the calibrated server runs: KV capacity ``M`` (tokens) and its engine knobs."""
+    from llmqueue.engine.config import EngineConfig
+
+    eng = calibration.get("engine", {})
+    return EngineConfig.from_capacity(
+        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
+        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
+        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+
+
 def sent_view(requests):
     """The records with each attempt's ``arrival_s`` replaced by its actual send time
     (``dispatched_s``, where there is one): latencies then count from the send, as vLLM bench
@@ -88,7 +99,6 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     completions), else ``sent``.
     """
     from llmqueue.engine.base import SimOptions
-    from llmqueue.engine.config import EngineConfig
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
     from llmqueue.simulate import SimSpec, run_simulation
@@ -121,11 +131,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     M = calibration.get("capacity_tokens")
     if not M:
         raise InputError("calibration", "the calibration has no capacity_tokens (M)", "give --capacity-tokens to calibrate")
-    eng = calibration.get("engine", {})
-    cfg = EngineConfig.from_capacity(
-        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
-        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
-        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+    cfg = engine_config(calibration, M)
     if step_model == "linear":
         if not calibration.get("step_time_linear"):
             raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
