@@ -90,25 +90,18 @@ def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurren
 PROBE_N = 30
 
 
-def probe(srv, sd: Path, prompt: str, seed: int) -> dict:
+def probe(srv, sd: Path, prompt: str, seed: int) -> float:
     """Isolated requests (2 per second, 4 output tokens: each is done before the next arrives)
     to measure the server's delay outside the engine; updates ``calibration.yaml``."""
-    import dataclasses
-
-    from llmqueue.bench.calibrate import Calibration, frontend_latency, load_calibration, write_calibration
+    from llmqueue.bench.calibrate import (calibration_from_dict, load_calibration, with_frontend_latency,
+                                          write_calibration)
     from llmqueue.workload import Workload
 
     reqs = Workload("deterministic:2", prompt=prompt, output="fixed:4").generate(seed + 7, n=PROBE_N)
     one_run(srv, sd / "probe", reqs, warmup_s=0.0, knobs=SERVER)
-    cal = load_calibration(sd / "calibration.yaml")
-    fl = frontend_latency(sd / "probe", cal)
-    fields = {f.name for f in dataclasses.fields(Calibration)}
-    c = Calibration(**{k: v for k, v in cal.items() if k in fields})
-    c = dataclasses.replace(c, frontend_latency_s=fl["frontend_latency_s"], notes=tuple(c.notes) + (
-        f"frontend latency from {fl['samples']} isolated requests (probe/): p10 {1e3 * fl['p10']:.1f} ms, "
-        f"p90 {1e3 * fl['p90']:.1f} ms",))
-    write_calibration(c, sd / "calibration.yaml")
-    return fl
+    cal = with_frontend_latency(calibration_from_dict(load_calibration(sd / "calibration.yaml")), sd / "probe")
+    write_calibration(cal, sd / "calibration.yaml")
+    return cal.frontend_latency_s
 
 
 def main() -> int:
@@ -144,8 +137,7 @@ def main() -> int:
         with VllmServer(model_dir, work_dir=work, log_path=out / "probe-server.log", **SERVER) as srv:
             for shape in a.shapes.split(","):
                 fl = probe(srv, out / shape, SHAPES[shape][0], a.seed)
-                print(f"{shape}: frontend latency {1e3 * fl['frontend_latency_s']:.1f} ms "
-                      f"(p10 {1e3 * fl['p10']:.1f}, p90 {1e3 * fl['p90']:.1f}, n={fl['samples']})", flush=True)
+                print(f"{shape}: frontend latency {1e3 * fl:.1f} ms", flush=True)
         return 0
     factors = [float(f) for f in a.factors.split(",")]
     if a.repeat:
@@ -186,7 +178,7 @@ def main() -> int:
             if cal.capacity_tokens is None:
                 raise SystemExit("no KV capacity recorded")
             write_calibration(cal, sd / "calibration.yaml")
-            row["frontend"] = probe(srv, sd, p, a.seed)
+            row["frontend_latency_s"] = probe(srv, sd, p, a.seed)
             from llmqueue.bench.calibrate import load_calibration
 
             c = load_calibration(sd / "calibration.yaml")

@@ -135,28 +135,18 @@ def _estimators(x: np.ndarray, w: np.ndarray | None, alphas=(0.05, 0.10)) -> dic
     return out
 
 
-def fit_linear(steps, *, target: str = "cycle", window: tuple[float, float] | None = None) -> dict | None:
-    """Non-negative least squares of the step time on (1, prefill tokens, decode seqs, context).
+def fit_linear(steps, *, window: tuple[float, float] | None = None) -> dict | None:
+    """Non-negative least squares of the step cycle on (1, prefill tokens, decode seqs, context).
 
-    ``target="cycle"`` (default): the step's cycle (start to next start, busy steps only, see
-    :func:`step_cycles`), the time the simulator must advance per step; ``"duration"``: the
-    engine's own elapsed time (leaves out the work between steps). ``window``: (from, to) in
-    run seconds, the steps used.
+    The target is each busy step's cycle (start to next start, see :func:`step_cycles`): the
+    time the simulator must advance per step, the work between steps included (the engine's
+    own elapsed time leaves it out). ``window``: (from, to) in run seconds, the steps used.
     """
     from scipy.optimize import nnls
 
-    n = len(steps["duration_s"])
-    if n < 20:
+    if len(steps["duration_s"]) < 20:
         return None
-    if target == "cycle":
-        mask, y, k = step_cycles(steps, window)
-    elif target == "duration":
-        k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(n)
-        y = np.asarray(steps["duration_s"], dtype=np.float64) / np.maximum(k, 1)
-        start = np.asarray(steps["start_s"], dtype=np.float64)
-        mask = np.ones(n, dtype=bool) if window is None else (start >= window[0]) & (start < window[1])
-    else:
-        raise InputError("target", f"unknown step-time target {target!r}", "use cycle or duration")
+    mask, y, k = step_cycles(steps, window)
     if mask.sum() < 20:
         return None
     k, y = k[mask], y[mask]
@@ -173,7 +163,7 @@ def fit_linear(steps, *, target: str = "cycle", window: tuple[float, float] | No
     ss_res = float(np.sum(k * (y - pred) ** 2))
     ss_tot = float(np.sum(k * (y - np.average(y, weights=k)) ** 2))
     return {"c0": float(coef[0]), "prefill": float(coef[1]), "decode": float(coef[2]), "ctx": float(coef[3]),
-            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum()), "target": target}
+            "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum()), "target": "cycle"}
 
 
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
@@ -283,26 +273,27 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     streaming, on the way in and out (a pipeline delay added to TTFT and E2EL, no queue).
 
     ``probe_dir``: a run of isolated requests (one at a time, spaced so that none waits: the
-    benchmark with a low deterministic rate). Each request's measured TTFT is compared with the
+    benchmark with a low deterministic rate). Each request's measured TTFT (from its actual send)
+    is compared with the
     simulated TTFT of the same request under ``calibration``'s step model (its prefill steps
     alone); the median difference is the delay (seconds). Returns ``{"frontend_latency_s",
     "samples", "p10", "p90"}``; ``frontend_latency_s`` is clamped at 0.
     """
-    from llmqueue.bench.validate import engine_config, measured_stream
+    from llmqueue.bench.validate import engine_config, measured_stream, sent_stream, sent_view
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
     from llmqueue.simulate import SimSpec, run_simulation
 
     probe_dir = Path(probe_dir)
-    run = read_run(probe_dir)
-    r = run.requests
+    sent = read_run(probe_dir).requests
+    r = sent_view(sent)  # from the actual send: the client's own lag is not the server's
     ok = (np.asarray(r["status"]) == "ok") & (np.asarray(r["attempt"]) == 1)
     if ok.sum() < 5:
         raise InputError("probe", f"{probe_dir} has {int(ok.sum())} finished requests; need >= 5")
     spec_str = calibration.get("step_time_linear") if step_model == "linear" else None
     step = parse_step_time(spec_str or calibration["step_time"])
     cfg = engine_config(calibration, calibration.get("capacity_tokens") or 1e9)
-    stream = measured_stream(probe_dir, r)
+    stream = sent_stream(measured_stream(probe_dir, sent), sent)
     sim = run_simulation(SimSpec(engine=cfg, step_time=step, requests=stream)).records
     sim_ttft = dict(zip(np.asarray(sim["request_id"]).tolist(),
                         (np.asarray(sim["first_token_s"]) - np.asarray(sim["arrival_s"])).tolist()))
@@ -312,3 +303,21 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     d = d[np.isfinite(d)]
     return {"frontend_latency_s": max(float(np.median(d)), 0.0), "samples": int(len(d)),
             "p10": float(np.percentile(d, 10)), "p90": float(np.percentile(d, 90))}
+
+
+def with_frontend_latency(cal: Calibration, probe_dir) -> Calibration:
+    """``cal`` with :func:`frontend_latency` measured on ``probe_dir`` (and a note saying so)."""
+    import dataclasses
+
+    fl = frontend_latency(probe_dir, cal.to_dict())
+    note = (f"frontend latency from {fl['samples']} isolated requests in {probe_dir} "
+            f"(p10 {1e3 * fl['p10']:.1f} ms, p90 {1e3 * fl['p90']:.1f} ms)")
+    return dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"], notes=tuple(cal.notes) + (note,))
+
+
+def calibration_from_dict(d: dict) -> Calibration:
+    """A :class:`Calibration` from :func:`load_calibration`'s mapping (unknown keys ignored)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(Calibration)}
+    return Calibration(**{k: v for k, v in d.items() if k in names})

@@ -32,17 +32,19 @@ def engine_config(calibration: dict, M: float):
         enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
 
 
+def _replaced(requests, **cols):
+    """The request records with some columns replaced (new arrays; the others shared)."""
+    from llmqueue.records import RequestRecords
+
+    return RequestRecords.from_columns({**requests.to_dict(), **cols})
+
+
 def sent_view(requests):
     """The records with each attempt's ``arrival_s`` replaced by its actual send time
     (``dispatched_s``, where there is one): latencies then count from the send, as vLLM bench
     serve counts them, and a client that fell behind its schedule is not charged to the server."""
-    from llmqueue.records import RequestRecords
-
-    cols = {k: np.array(v, copy=True) for k, v in requests.to_dict().items()}
-    d = cols["dispatched_s"]
-    ok = np.isfinite(d)
-    cols["arrival_s"] = np.where(ok, d, cols["arrival_s"])
-    return RequestRecords.from_columns(cols)
+    d = np.asarray(requests["dispatched_s"])
+    return _replaced(requests, arrival_s=np.where(np.isfinite(d), d, np.asarray(requests["arrival_s"])))
 
 
 def sent_stream(stream, requests):
@@ -179,12 +181,10 @@ def _latencies_with_frontend(records, front: float, warm: float, horizon: float)
     engine's first and last token reach the client that much later (a constant pipeline delay,
     not a server: it queues nothing)."""
     from llmqueue.metrics import summarize
-    from llmqueue.records import RequestRecords
 
-    cols = records.to_dict()
-    cols = {k: np.array(v, copy=True) for k, v in cols.items()}
-    for k in ("first_token_s", "finish_s"):
-        cols[k] = cols[k] + front  # NaN (never reached) stays NaN
-    s = summarize(RequestRecords.from_columns(cols), warmup_s=warm, horizon_s=horizon)
+    # NaN (never reached) stays NaN
+    shifted = _replaced(records, first_token_s=np.asarray(records["first_token_s"]) + front,
+                        finish_s=np.asarray(records["finish_s"]) + front)
+    s = summarize(shifted, warmup_s=warm, horizon_s=horizon)
     keep = [k for k in s if any(x in k for x in ("ttft", "e2el", "tpot", "itl"))]
     return {k: s[k] for k in keep}

@@ -38,14 +38,9 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
             raise InputError("--to", f"must be after --from (got {window[0]:g} .. {window[1]:g})")
     cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window)
     if probe is not None:
-        import dataclasses
+        from llmqueue.bench.calibrate import with_frontend_latency
 
-        from llmqueue.bench.calibrate import frontend_latency
-
-        fl = frontend_latency(probe, cal.to_dict())
-        cal = dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"], notes=cal.notes + (
-            f"frontend latency from {fl['samples']} isolated requests in {probe} "
-            f"(p10 {1e3 * fl['p10']:.1f} ms, p90 {1e3 * fl['p90']:.1f} ms)",))
+        cal = with_frontend_latency(cal, probe)
     write_calibration(cal, out)
     if as_json:
         print_json({**cal.to_dict(), "written": out})

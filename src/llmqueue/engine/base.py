@@ -344,17 +344,17 @@ class BaseReplica:
             new = budget
         held = self.blocks[i] + k * (self.ub if k else 0)
         need = -(-(comp + new) // self.bs) - held
-        if need + extra > self.free:
-            return None
+        gate = need
         if cfg.scheduler_reserve_full_isl:
-            # vLLM >= 0.2x admission gate: the whole sequence so far (prompt + tokens already
+            # vLLM 0.32's admission gate: the whole sequence so far (prompt + tokens already
             # generated, for a resumed request) must fit in the free blocks, not only this
             # step's chunk; fewer requests are admitted only to be preempted again
             full = self.prompt[i] + self.outp[i]
             if cfg.max_model_len:
                 full = min(full, cfg.max_model_len)
-            if -(-full // self.bs) - held + extra > self.free:
-                return None
+            gate = max(gate, -(-full // self.bs) - held)
+        if gate + extra > self.free:
+            return None
         self.pop_waiting_head()
         if k:
             self.pc.take(self.hashes[i], k)
