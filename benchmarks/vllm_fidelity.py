@@ -119,6 +119,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=0,
                     help="only add this many repetitions (new seeds) of the --factors load runs to existing "
                          "results (x<f>-r<k>/), with the saved calibration and measured capacity")
+    ap.add_argument("--same-seed", action="store_true",
+                    help="with --repeat: replay the first run's own request stream (same seed, x<f>-s<k>/): "
+                         "how far the engine's latencies move between runs of identical input")
     ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS))
     a = ap.parse_args()
     # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
@@ -150,9 +153,11 @@ def main() -> int:
                 for k in range(1, a.repeat + 1):
                     for f in factors:
                         lam = f * mu_meas
-                        reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f) + 1000 * k, RUN_S[f] * a.run_s / 100.0)
-                        meas = one_run(srv, sd / f"x{f}-r{k}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
-                        print(f"{shape} x{f} repeat {k}: {meas.get('median_ttft_ms'):.1f} ms TTFT p50, "
+                        seed = a.seed + int(100 * f) + (0 if a.same_seed else 1000 * k)
+                        reqs = exact_rate_stream(lam, p, o, seed, RUN_S[f] * a.run_s / 100.0)
+                        name = f"x{f}-s{k}" if a.same_seed else f"x{f}-r{k}"
+                        meas = one_run(srv, sd / name, reqs, warmup_s=a.warmup_s, knobs=SERVER)
+                        print(f"{shape} {name}: {meas.get('median_ttft_ms'):.1f} ms TTFT p50, "
                               f"{meas.get('median_tpot_ms'):.1f} ms TPOT p50", flush=True)
         return 0
     results = {"vllm": vllm_version(), "model": MODEL, "server": SERVER, "shapes": {}}

@@ -76,6 +76,7 @@ def main() -> int:
 
             lin_cal["frontend_latency_s"] = load_calibration(saved).get("frontend_latency_s")
         row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
+        row["speed_sd"] = lin_cal.get("speed_sd")
         if lin_cal.get("step_time_linear"):
             v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear")
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
@@ -83,6 +84,7 @@ def main() -> int:
         runs = {}
         dirs = [(f, sd / f"x{f}") for f in FACTORS]
         dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-r*"))]  # repetitions (--repeat)
+        dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-s*"))]  # replays (--repeat --same-seed)
         for f, d in dirs:
             if not d.is_dir():
                 continue
@@ -97,8 +99,16 @@ def main() -> int:
             r = {"lam": v["lam"], "verdicts": v["verdicts"], "horizon_s": horizon}
             if vl is not None:
                 r["verdict_sim_linear"] = vl["verdicts"]["simulated"]
-                r["latency_linear"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                r["latency_linear"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"],
+                                                       x.get("band"), x.get("in_band")]
                                        for x in vl["rows"] if x["quantity"] in LAT}
+                r["speed_band"] = vl["speed_band"]
+                # diagnosis, not prediction: the same simulation at the speed the engine had in
+                # this run (its step log against the calibrated model)
+                vd = validate(d, lin_cal, horizon_s=horizon, step_model="linear", speed_factor="run", speed_band=0.0)
+                r["run_speed"] = vd["speed_factor"]
+                r["latency_at_run_speed"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                                             for x in vd["rows"] if x["quantity"] in LAT}
             r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                        for x in v["rows"] if x["quantity"] in LAT}
             r["factor"] = f
@@ -113,7 +123,8 @@ def main() -> int:
         lo, hi = row["mu_measured_ci95"]
         print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s (5-s batch means: 95% CI "
               f"{lo:.3f} to {hi:.3f}), M = {row['M']}, inter-token CV {row['itl_cv']:.2f}, frontend latency "
-              + ("-" if row.get("frontend_latency_s") is None else f"{1e3 * row['frontend_latency_s']:.1f} ms"))
+              + ("-" if row.get("frontend_latency_s") is None else f"{1e3 * row['frontend_latency_s']:.1f} ms")
+              + ("" if row.get("speed_sd") is None else f", engine speed sd {row['speed_sd']:.3f} (10-s windows)"))
         print("| b-bar estimator | b (ms) | theory mu, E[g] in tokens | err | theory mu, paged E[g] | err | "
               "simulated mu (constant b) | err |")
         print("|---|---|---|---|---|---|---|---|")
@@ -131,30 +142,58 @@ def main() -> int:
             v = r["verdicts"]
             print(f"| {f} | {r['lam']:.2f} | {a.warmup_s:g}-{r['horizon_s']:g} | {v['measured']} | {v['simulated']} | "
                   f"{r.get('verdict_sim_linear', '-')} | {v['theory']} |")
+        same = {}
+        for key, r in row["runs"].items():
+            if r["factor"] <= 0.8 and "latency_linear" in r and (key == f"{r['factor']}" or "-s" in key):
+                for q in LAT:
+                    same.setdefault((r["factor"], q), []).append(r["latency_linear"][q])
+        if any(len(v) > 1 for v in same.values()):
+            print("\n| load | quantity | identical-input runs | measured, in run order | measured max / min | "
+                  "simulated (linear), errors |")
+            print("|---|---|---|---|---|---|")
+            for (f, q), v in sorted(same.items()):
+                ms = [x[0] for x in v]
+                print(f"| {f} | {q} | {len(v)} | " + ", ".join(f"{m:,.1f}" for m in ms)
+                      + f" | {max(ms) / min(ms):.2f} | " + ", ".join(f"{x[1]:,.1f} ({100 * x[2]:+.0f}%)" for x in v) + " |")
         reps = {}
         for key, r in row["runs"].items():
-            if r["factor"] <= 0.8 and "latency_linear" in r:
+            if r["factor"] <= 0.8 and "latency_linear" in r and "-s" not in key:
                 for q in LAT:
                     reps.setdefault((r["factor"], q), []).append(r["latency_linear"][q])
         if any(len(v) > 1 for v in reps.values()):
-            print("\n| load | quantity | runs | measured (min-max) | within 20 % (linear + frontend) | errors |")
-            print("|---|---|---|---|---|---|")
+            print("\n| load | quantity | runs | measured (min-max) | within 20 % (linear + frontend) | errors | "
+                  "in the engine-speed band |")
+            print("|---|---|---|---|---|---|---|")
             for (f, q), v in sorted(reps.items()):
                 ms = [x[0] for x in v]
                 ok = sum(1 for x in v if x[2] is not None and abs(x[2]) <= 0.2)
+                inb = sum(1 for x in v if x[4])
                 print(f"| {f} | {q} | {len(v)} | {min(ms):,.1f}-{max(ms):,.1f} | {ok} of {len(v)} | "
-                      + ", ".join(f"{100 * x[2]:+.0f}%" for x in v) + " |")
-        print("\n| load | quantity | measured | simulated (linear) | err | simulated (cycle b) | err |")
-        print("|---|---|---|---|---|---|---|")
+                      + ", ".join(f"{100 * x[2]:+.0f}%" for x in v) + f" | {inb} of {len(v)} |")
+        diag = {}
+        for key, r in row["runs"].items():
+            if r["factor"] <= 0.8 and "latency_at_run_speed" in r:
+                for q in LAT:
+                    diag.setdefault((r["factor"], q), []).append((key, r["run_speed"], r["latency_at_run_speed"][q]))
+        if diag:
+            print("\n| load | quantity | runs | within 20 % at the run's own engine speed | errors (speed) |")
+            print("|---|---|---|---|---|")
+            for (f, q), v in sorted(diag.items()):
+                ok = sum(1 for _, _, x in v if x[2] is not None and abs(x[2]) <= 0.2)
+                print(f"| {f} | {q} | {len(v)} | {ok} of {len(v)} | "
+                      + ", ".join(f"{100 * x[2]:+.0f}% (x{sp:.2f})" for _, sp, x in v) + " |")
+        print("\n| load | quantity | measured | simulated (linear) | err | band (engine +-2 sd) | simulated (cycle b) | err |")
+        print("|---|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():
             if r["factor"] > 0.8:
                 continue
             for q in LAT:
-                lm = r.get("latency_linear", {}).get(q, [None, None, None])
+                lm = r.get("latency_linear", {}).get(q, [None, None, None, None, None])
                 cm = r["latency_constant_b"][q]
                 fmt = lambda x: "-" if x is None else f"{x:,.1f}"  # noqa: E731
                 pe = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
-                print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {fmt(cm[1])} | {pe(cm[2])} |")
+                bd = "-" if not lm[3] else f"{lm[3][0]:,.1f}-{lm[3][1]:,.1f}" + ("" if lm[4] else " (outside)")
+                print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {bd} | {fmt(cm[1])} | {pe(cm[2])} |")
     return 0
 
 

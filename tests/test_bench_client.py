@@ -355,6 +355,18 @@ def test_metrics_url_samples_a_time_series(stub, tmp_path):
     ts = read_timeseries(tmp_path)
     assert len(ts) >= 2 and res.summary["mean_num_running"] is not None
     assert ts["t_s"].min() >= 0  # on the run's clock
+    # every sampled column (counters too) is kept beside the records, and the counters' growth
+    # over the run is in the summary: the stub counts what it served, so it can be checked
+    import pyarrow.parquet as pq
+
+    m = pq.read_table(tmp_path / "metrics.parquet")
+    assert {"t_s", "num_running", "preemptions", "generation_tokens", "requests_finished"} <= set(m.column_names)
+    assert len(m) == len(ts)
+    c = res.summary["server_counters"]
+    assert c["preemptions"] is None  # the stub has no such counter: unknown, not zero
+    gen = m["generation_tokens"].to_numpy()
+    assert c["generation_tokens"] == gen[-1] - gen[0] > 0
+    assert 0 < c["requests_finished"] <= 60
 
 
 def _sse(events):
@@ -442,9 +454,17 @@ def test_against_a_real_vllm_server(vllm_server, tmp_path):
 
     vocab = VLLM_TEST_MODEL["vocab_size"]
     reqs = Workload("poisson:4", prompt="uniform:8:200", output="uniform:2:16").generate(seed=1, n=8)
-    res = run_bench(vllm_server.url, vllm_server.model, reqs, vocab_size=vocab, out_dir=tmp_path, timeout_s=120)
+    res = run_bench(vllm_server.url, vllm_server.model, reqs, vocab_size=vocab, out_dir=tmp_path, timeout_s=120,
+                    metrics_url=vllm_server.url, metrics_interval_s=0.2)
     r = res.records
     assert res.error is None and (r["status"] == "ok").all(), res.summary["errors"]
+    # the server's own counters over the run (scraped before the first send and after the last
+    # answer): it generated what the client asked for, and it reports its preemptions
+    c = res.summary["server_counters"]
+    assert 0.95 * reqs.output_tokens.sum() <= c["generation_tokens"] <= reqs.output_tokens.sum()
+    assert c["preemptions"] is not None and c["preemptions"] >= 0
+    assert c["requests_finished"] == len(reqs)
+    assert (tmp_path / "metrics.parquet").exists()
     assert np.array_equal(r["prompt_tokens"], reqs.prompt_tokens)
     assert np.array_equal(r["output_tokens"], reqs.output_tokens)
     # one chunk per token, except where vLLM sent several tokens in one chunk

@@ -255,3 +255,17 @@ def test_iteration_steps_count_a_resumed_request_as_prefill():
     assert st["num_running"].tolist() == [6, 5]
     spec = iteration_steps(c, t0_wall=1795673372.0, speculative=True)
     assert spec["prefill_tokens"].tolist() == [30, 0] and spec["decode_seqs"].tolist() == [5, 5]
+
+
+def test_counter_deltas_growth_unknown_and_restart():
+    import math
+
+    from llmqueue.bench.prom import counter_deltas
+
+    nan = math.nan
+    d = counter_deltas({"preemptions": [3.0, nan, 5.0, 9.0], "generation_tokens": [10.0, 4.0],
+                        "prompt_tokens": [nan, nan], "ttft_count": [1.0, 2.0, 2.0]})
+    assert d["preemptions"] == 6.0          # NaN scrapes skipped
+    assert d["generation_tokens"] is None   # went down: the server restarted, no negative count
+    assert d["prompt_tokens"] is None and d["requests_finished"] is None
+    assert d["ttft_count"] == 1.0

@@ -161,3 +161,86 @@ def test_sent_view_and_stream_move_late_sends():
     stream = RequestArrays(np.arange(n), arr, np.full(n, 10), np.full(n, 5))
     s = sent_stream(stream, recs)
     assert s.request_id.tolist() == [0, 2, 1, 3] and s.arrival_s.tolist() == [0.0, 2.0, 2.5, 3.0]
+
+
+def test_speed_drift_measures_the_engine_wander_against_the_model():
+    import numpy as np
+
+    from llmqueue.bench.calibrate import speed_drift
+
+    # 60 s of back-to-back decode steps of 10 sequences; the model says 20 ms a step, the engine
+    # runs at 1.0x in even 10-s windows and 1.2x in odd ones
+    lin = {"c0": 0.01, "prefill": 0.0, "decode": 0.001, "ctx": 0.0}
+    t, start = 0.0, []
+    while t < 60.0:
+        start.append(t)
+        t += 0.02 * (1.2 if int(t // 10) % 2 else 1.0)
+    n = len(start)
+    steps = {"start_s": np.array(start), "duration_s": np.full(n, 0.015), "prefill_tokens": np.zeros(n),
+             "decode_seqs": np.full(n, 10), "kv_tokens": np.zeros(n)}
+    d = speed_drift(steps, lin)
+    assert d["windows"] == 6
+    assert d["min"] == pytest.approx(1.0, abs=0.01) and d["max"] == pytest.approx(1.2, abs=0.01)
+    assert d["sd"] == pytest.approx(np.std([1.0, 1.2] * 3, ddof=1), rel=0.05)
+    # an engine exactly at the model's speed does not wander
+    steps["start_s"] = np.arange(n) * 0.02
+    assert speed_drift(steps, lin)["sd"] == pytest.approx(0.0, abs=1e-9)
+    assert speed_drift({k: v[:100] for k, v in steps.items()}, lin) is None  # 2 s: too short
+
+
+def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path, capsys):
+    """The run's engine was 10 % slower than calibrated: the point prediction misses, the band
+    for +-15 % engine speed holds the measured values, a +-2 % band does not hold them all."""
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    base = "linear:c0=0.01:prefill=2e-5:decode=3e-4"
+    ref = _sim(tmp_path, "ref", base, ["--arrival", "poisson:40"])
+    run = _sim(tmp_path, "slow", "linear:c0=0.011:prefill=2.2e-5:decode=3.3e-4", ["--arrival", "poisson:10"])
+    capsys.readouterr()
+    cal = calibrate(ref).to_dict()
+    assert cal["speed_sd"] == pytest.approx(0.0, abs=1e-6)  # a simulated engine keeps its speed
+    wide = validate(run, cal, step_model="linear", speed_band=0.15)
+    rows = {r["quantity"]: r for r in wide["rows"] if r["measured"]}
+    for q in ("median_ttft_ms", "median_tpot_ms", "mean_e2el_ms"):
+        r = rows[q]
+        assert r["rel_err_sim"] < -0.05, r  # predicted faster than it ran
+        assert r["in_band"] and r["band"][0] < r["simulated"] < r["band"][1], r
+    narrow = validate(run, cal, step_model="linear", speed_band=0.02)
+    assert not all(r["in_band"] for r in narrow["rows"] if r.get("band") and r["quantity"].endswith("tpot_ms"))
+    off = validate(run, cal, step_model="linear", speed_band=0.0)
+    assert all("band" not in r for r in off["rows"])
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "nope.yaml")]) == 2
+    with pytest.raises(Exception, match="speed_band"):
+        validate(run, cal, speed_band=1.5)
+    # the diagnosis: at the speed the engine had in the run (read from its step log), the same
+    # simulator reproduces the run; the factor it finds is the 1.1 the run was made with
+    diag = validate(run, cal, step_model="linear", speed_factor="run", speed_band=0.0)
+    assert diag["speed_factor"] == pytest.approx(1.1, rel=1e-3)
+    for r in diag["rows"]:
+        if r["measured"]:
+            assert r["rel_err_sim"] == pytest.approx(0.0, abs=2e-3), r
+    fixed = validate(run, cal, step_model="linear", speed_factor=1.1, speed_band=0.0)
+    assert fixed["speed_factor"] == 1.1
+    for a, b in zip(fixed["rows"], diag["rows"]):
+        if a["simulated"] is not None:
+            assert a["simulated"] == pytest.approx(b["simulated"], rel=2e-3), (a, b)
+    import yaml
+
+    (tmp_path / "cal.yaml").write_text(yaml.safe_dump(cal))
+    capsys.readouterr()
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
+                 "--speed-factor", "run"]) == 0
+    assert "engine speed x1.100 applied" in capsys.readouterr().out
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--speed-factor", "fast"]) == 2
+    assert "--speed-factor" in capsys.readouterr().err
+
+
+def test_step_time_scaled_scales_every_term():
+    from llmqueue.engine.step_time import parse_step_time
+
+    m = parse_step_time("linear:c0=0.01:prefill=2e-5:decode=3e-4:ctx=1e-7")
+    s = m.scaled(1.25)
+    for args in ((0, 10, 1000), (256, 3, 40), (0, 0, 0)):
+        assert s.base(*args) == pytest.approx(1.25 * m.base(*args))
+    assert s.decode_stretch(8, 500, 4) == pytest.approx(1.25 * m.decode_stretch(8, 500, 4))

@@ -14,7 +14,11 @@ step time ``b`` and the joint (prompt, output) length distribution. From a run d
 - a linear step-time model ``c0 + c_prefill P + c_decode D + c_ctx C`` by non-negative least
   squares on the per-step composition and cycle time, when step records exist (the server's
   ``--enable-logging-iteration-details`` log, or a simulated run);
-- the workload: the measured (prompt, output) pairs.
+- the workload: the measured (prompt, output) pairs;
+- the engine's speed drift: the spread (``speed_sd``) of the measured step cycles over the
+  linear model's prediction for the same steps, in 10-s windows of the run. A real engine on a
+  shared machine is not stationary; ``validate`` turns this into a band around each predicted
+  latency (a queue near capacity amplifies a few percent of speed into tens of percent of wait).
 
 The result is written as YAML; ``step_time:`` holds the constant-b spec the simulator reads
 (``--step-time fitted:calibration.yaml``), ``step_time_linear:`` the fitted linear model when
@@ -52,6 +56,8 @@ class Calibration(Result):
     engine: dict = field(default_factory=dict)
     notes: tuple = ()
     frontend_latency_s: float | None = None
+    speed_sd: float | None = None
+    speed_windows: int = 0
 
 
 def _itl_from_tokens(path: Path, window: tuple[float, float] | None = None) -> np.ndarray:
@@ -166,6 +172,46 @@ def fit_linear(steps, *, window: tuple[float, float] | None = None) -> dict | No
             "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum()), "target": "cycle"}
 
 
+def _linear_pred(steps, lin: dict) -> np.ndarray:
+    """The linear model's step time for each step row (seconds)."""
+    return (lin["c0"] + lin["prefill"] * np.asarray(steps["prefill_tokens"], dtype=np.float64)
+            + lin["decode"] * np.asarray(steps["decode_seqs"], dtype=np.float64)
+            + lin["ctx"] * np.asarray(steps["kv_tokens"], dtype=np.float64))
+
+
+def speed_drift(steps, lin: dict, *, span_s: float = 10.0, min_steps: int = 20) -> dict | None:
+    """How much the engine's speed wanders: per ``span_s`` window of busy steps, the ratio of the
+    measured step cycles to the linear model ``lin``'s prediction for the same steps (1 = the
+    model's speed). Returns ``{"sd", "windows", "min", "max"}`` (sd across windows, ddof 1), or
+    None with fewer than 3 windows of ``min_steps`` busy steps."""
+    mask, cyc, k = step_cycles(steps)
+    start = np.asarray(steps["start_s"], dtype=np.float64)
+    pred = _linear_pred(steps, lin)
+    if not mask.any():
+        return None
+    win = np.floor((start - start[mask].min()) / span_s)
+    ratios = []
+    for w in np.unique(win[mask]):
+        m = mask & (win == w)
+        if k[m].sum() >= min_steps and pred[m].sum() > 0:
+            ratios.append(float(np.sum(cyc[m] * k[m]) / np.sum(pred[m] * k[m])))
+    if len(ratios) < 3:
+        return None
+    r = np.asarray(ratios)
+    return {"sd": float(r.std(ddof=1)), "windows": len(r), "min": float(r.min()), "max": float(r.max())}
+
+
+def run_speed(steps, lin: dict) -> float | None:
+    """The engine's speed during a run against the linear model ``lin``: the busy step cycles'
+    total over the model's total for the same steps (1.2: the run's steps took 20 % longer than
+    the calibration says). None without busy steps."""
+    mask, cyc, k = step_cycles(steps)
+    if mask.sum() < 20:
+        return None
+    pred = _linear_pred(steps, lin)
+    return float(np.sum(cyc[mask] * k[mask]) / np.sum(pred[mask] * k[mask]))
+
+
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
               busy_only: bool = True, window: tuple[float, float] | None = None) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
@@ -239,11 +285,17 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                                     "enable_chunked_prefill", "num_gpu_blocks") if known.get(k) is not None}
     block = block or engine.get("block_size")
     step_linear = None
+    drift = None
     if lin is not None:
         step_linear = "linear:c0={c0:.6g}:prefill={prefill:.6g}:decode={decode:.6g}:ctx={ctx:.6g}".format(**lin)
+        drift = speed_drift(steps, lin)
+        if drift is not None:
+            notes.append(f"engine speed over {drift['windows']} 10-s windows: {drift['min']:.2f}-{drift['max']:.2f}"
+                         f" x the linear model (sd {drift['sd']:.3f})")
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
                        b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=f"{b:.6g}",
-                       step_time_linear=step_linear, engine=engine, notes=tuple(notes))
+                       step_time_linear=step_linear, engine=engine, notes=tuple(notes),
+                       speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0)
 
 
 def write_calibration(cal: Calibration, path) -> Path:

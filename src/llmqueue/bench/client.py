@@ -100,7 +100,10 @@ are written by a worker thread once a second, so writing never blocks sending.
 Files (``out_dir``): ``requests.parquet`` (records, in completion order, appended once a
 second), ``tokens.parquet`` (chunk times), ``workload.parquet`` (the intended stream: ids,
 classes, arrival times, requested lengths), ``summary.json``; with a metrics URL also
-``timeseries.parquet`` (the server's queue gauges) and ``server.json`` (its KV cache shape).
+``timeseries.parquet`` (the server's queue gauges in the simulator's schema), ``metrics.parquet``
+(every sampled column: gauges, counters such as preemptions, histogram sums and counts) and
+``server.json`` (its KV cache shape); the summary's ``server_counters`` are the counters' growth
+over the run.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ DEFAULT_TOKEN_RANGE = (100, 500)
 TOKENS_FILE = "tokens.parquet"
 WORKLOAD_FILE = "workload.parquet"
 SERVER_FILE = "server.json"
+METRICS_FILE = "metrics.parquet"
 
 _pc = time.perf_counter
 
@@ -842,6 +846,7 @@ class _Run:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.notes: list[str] = []
+        self.metrics_columns: dict | None = None  # every sampled /metrics column (metrics.parquet)
 
     # -- records ---------------------------------------------------------------------------------
     def record(self, i, attempt, arrival, sched, disp, first, fin, pt, ot, cached, status, toks):
@@ -1259,7 +1264,7 @@ class _Run:
             if frozen:
                 gc.unfreeze()
                 sys.setswitchinterval(switch)
-        return self.result(t_end, ts, server)
+        return self.result(t_end, ts, server, self.metrics_columns)
 
     async def wait_inflight(self) -> None:
         while self.inflight:
@@ -1390,6 +1395,7 @@ class _Run:
             s.stop()
             if len(getattr(s, "rows", ())):
                 ts = s.to_timeseries()
+                self.metrics_columns = s.to_columns()
             cc = getattr(s, "cache_config", None)
             if cc is not None:
                 server = {"metrics_url": self.metrics_url, "num_gpu_blocks": cc.num_gpu_blocks,
@@ -1401,7 +1407,7 @@ class _Run:
         return ts, server
 
     # -- the result ----------------------------------------------------------------------------
-    def result(self, t_end: float, ts=None, server=None) -> BenchResult:
+    def result(self, t_end: float, ts=None, server=None, metrics=None) -> BenchResult:
         from llmqueue.records import RequestRecords, TimeSeries
 
         cols = self.columns()
@@ -1421,11 +1427,17 @@ class _Run:
         if ts is not None and len(ts) == 0:
             ts = None
         summary = self.summarize(recs, t_end, ts)
+        if metrics:
+            from llmqueue.bench.prom import counter_deltas, write_metrics
+
+            summary["server_counters"] = counter_deltas(metrics)
         if self.out_dir is not None:
             from llmqueue.records import dump_summary, write_records
 
             if ts is not None:
                 write_records(self.out_dir / "timeseries.parquet", ts)
+            if metrics:
+                write_metrics(self.out_dir / METRICS_FILE, metrics)
             if server:
                 (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
             dump_summary(self.out_dir / "summary.json", summary)

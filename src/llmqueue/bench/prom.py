@@ -356,6 +356,34 @@ class MetricsSampler:
             num_running=c["num_running"][ok].astype(np.int64), kv_tokens=kv_tokens)
 
 
+COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens", "requests_finished")
+"""Sampler columns that are Prometheus counters (monotone over a server's life)."""
+
+
+def counter_deltas(cols: dict) -> dict:
+    """How much each counter of :data:`COUNTERS` (and each histogram's ``_count``) grew between
+    the first and the last sample: ``{"preemptions": 12.0, ...}`` (None where never sampled).
+    A server restart (a counter going down) is reported as None, not as a negative count."""
+    out = {}
+    names = [*COUNTERS, *(f"{h}_count" for h in HISTOGRAMS)]
+    for k in names:
+        v = np.asarray(cols.get(k, ()), dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if len(v) < 2 or np.any(np.diff(v) < 0):
+            out[k] = None
+        else:
+            out[k] = float(v[-1] - v[0])
+    return out
+
+
+def write_metrics(path, cols: dict) -> None:
+    """Write the sampler's columns (:meth:`MetricsSampler.to_columns`) as one Parquet table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}), path)
+
+
 # -- the per-step log -----------------------------------------------------------------------
 
 _ITER = re.compile(r"(?:Engine (?P<engine>\d+): )?Iteration\((?P<step>\d+)\):")

@@ -85,7 +85,8 @@ def measured_stream(run_dir: Path, requests):
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
-             frontend: bool = True, arrivals: str = "auto") -> dict:
+             frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
+             speed_factor: float | str | None = None) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -98,7 +99,16 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     client that fell behind its schedule, as it can on a machine it shares with the server, is
     then not counted as server delay); ``intended``: the schedule, both sides; ``auto``
     (default): ``intended`` for a concurrency-capped run (its sends follow the server's
-    completions), else ``sent``.
+    completions), else ``sent``. ``speed_band``: also simulate with every step ``1 - e`` and ``1 + e``
+    times as long (``e = speed_band``; default ``2 x`` the calibration's ``speed_sd``, the engine's
+    own speed wander measured on the calibration run; 0: off) and give each quantity's range
+    (``band``) and whether the measured value lies in it (``in_band``): near capacity a few percent
+    of engine speed move the queue, and so the latency, by tens of percent. ``speed_factor``: run
+    the step model that many times slower (a number), or ``"run"``: at the speed the engine
+    actually had in this run (its step log's busy cycles over the model's prediction for the same
+    steps; :func:`llmqueue.bench.calibrate.run_speed`). Not a prediction (it reads the run's
+    own steps): a diagnosis that tells a miss of the queueing model from an engine that ran at
+    another speed than calibrated.
     """
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -141,13 +151,41 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     else:
         step = parse_step_time(calibration["step_time"])
     horizon = horizon_s or measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
-    spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
-                   options=SimOptions(seed=seed, horizon_s=horizon))
-    outcome = run_simulation(spec)
-    sim = outcome.summary
     front = float(calibration.get("frontend_latency_s") or 0.0) if frontend else 0.0
-    if front > 0:
-        sim = {**sim, **_latencies_with_frontend(outcome.records, front, warm, horizon)}
+
+    def simulate(model):
+        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=seed, warmup_s=warm,
+                       options=SimOptions(seed=seed, horizon_s=horizon))
+        out = run_simulation(spec)
+        summ = out.summary
+        if front > 0:
+            summ = {**summ, **_latencies_with_frontend(out.records, front, warm, horizon)}
+        return summ
+
+    applied = None
+    if speed_factor is not None:
+        if speed_factor == "run":
+            from llmqueue.bench.calibrate import run_speed
+
+            lin = calibration.get("linear")
+            if run.steps is None or not len(run.steps) or not lin:
+                raise InputError("speed_factor", f"'run' needs {run_dir}/steps.parquet and a linear step model in "
+                                 "the calibration", "give a number, or benchmark with the server's step log")
+            applied = run_speed(run.steps, lin)
+            if applied is None:
+                raise InputError("speed_factor", f"{run_dir} has too few busy steps to measure the engine's speed")
+        else:
+            try:
+                applied = float(speed_factor)
+            except (TypeError, ValueError):
+                raise InputError("speed_factor", f"expected a number or 'run' (got {speed_factor!r})") from None
+        step = step.scaled(applied)
+    sim = simulate(step)
+    if speed_band is None:
+        speed_band = 2.0 * float(calibration.get("speed_sd") or 0.0)
+    if not 0.0 <= speed_band < 1.0:
+        raise InputError("speed_band", f"must be in [0, 1) (got {speed_band})", "e.g. 0.1 for +-10 % engine speed")
+    banded = [simulate(step.scaled(1.0 - speed_band)), simulate(step.scaled(1.0 + speed_band))] if speed_band > 0 else []
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"])
@@ -158,8 +196,15 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     rows = []
     for q in QUANTITIES:
         m, p = measured.get(q), sim.get(q)
-        rows.append({"quantity": q, "measured": m, "simulated": p,
-                     "rel_err_sim": (p - m) / m if (m and p is not None) else None})
+        row = {"quantity": q, "measured": m, "simulated": p,
+               "rel_err_sim": (p - m) / m if (m and p is not None) else None}
+        if banded:
+            vals = [x.get(q) for x in banded] + [p]
+            vals = [v for v in vals if v is not None and np.isfinite(v)]
+            if vals:
+                row["band"] = [min(vals), max(vals)]
+                row["in_band"] = bool(m is not None and min(vals) <= m <= max(vals))
+        rows.append(row)
     sat = str(measured.get("verdict", "")).startswith("unstable")
     cap = {"quantity": "capacity mu (req/s)", "theory": th.mu,
            "simulated": sim.get("request_throughput") if sat else None,
@@ -171,9 +216,10 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
             "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
-            "frontend_latency_s": front,
+            "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
             "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
-                                                            "step_time_linear", "frontend_latency_s")}}
+                                                            "step_time_linear", "frontend_latency_s",
+                                                            "speed_sd")}}
 
 
 def _latencies_with_frontend(records, front: float, warm: float, horizon: float) -> dict:

@@ -53,6 +53,8 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
     if cal.linear:
         rows.append(("linear step model", "c0={c0:.4g} prefill={prefill:.3g} decode={decode:.3g} ctx={ctx:.3g} (R2 {r2:.3f})"
                      .format(**cal.linear)))
+    if cal.speed_sd is not None:
+        rows.append(("engine speed sd (10-s windows)", cal.speed_sd))
     rows += [("note", n) for n in cal.notes]
     print_kv(rows, title="Calibration")
     click.echo(f"\nwritten to {out}")
@@ -70,14 +72,22 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
 @click.option("--arrivals", type=click.Choice(["auto", "sent", "intended"]), default="auto", show_default=True,
               help="Replay and measure from the actual send times (sent) or the schedule (intended); auto: "
                    "intended for a concurrency-capped run, else sent.")
+@click.option("--speed-band", type=float, default=None,
+              help="Also simulate with steps this fraction faster and slower and give each prediction's "
+                   "range (default: 2 x the calibration's measured speed_sd; 0: off).")
+@click.option("--speed-factor", default=None,
+              help="Simulate with steps this many times as long, or 'run': at the engine's speed in this run "
+                   "(from its step log; a diagnosis, not a prediction).")
 @json_option
-def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, as_json):
+def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band, speed_factor,
+             as_json):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
-                 paged=not token_g, frontend=not no_frontend, arrivals=arrivals)
+                 paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
+                 speed_factor=speed_factor)
     if as_json:
         print_json(res)
         return
@@ -88,9 +98,22 @@ def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, a
     cap = res["capacity"]
     rows = [[cap["quantity"], cap.get("theory"), cap.get("simulated"), cap.get("measured"),
              pct(cap.get("rel_err_theory")), pct(cap.get("rel_err_sim"))]]
+    band = bool(res.get("speed_band"))
+
+    def rng(r):
+        b = r.get("band")
+        return "-" if not b else f"{b[0]:.4g}-{b[1]:.4g}" + ("" if r.get("in_band") else " (outside)")
+
+    rows[0] += ["-"] if band else []
     for r in res["rows"]:
-        rows.append([r["quantity"], "-", r["simulated"], r["measured"], "-", pct(r["rel_err_sim"])])
+        rows.append([r["quantity"], "-", r["simulated"], r["measured"], "-", pct(r["rel_err_sim"])]
+                    + ([rng(r)] if band else []))
     v = res["verdicts"]
-    rows.append(["verdict", v["theory"], v["simulated"], v["measured"], "", ""])
-    print_table(["quantity", "theory", "simulation", "measured", "err theory", "err sim"], rows,
-                title=f"Predicted vs measured ({res['run']}, lam = {res['lam']:.3f} req/s)")
+    rows.append(["verdict", v["theory"], v["simulated"], v["measured"], "", ""] + ([""] if band else []))
+    head = ["quantity", "theory", "simulation", "measured", "err theory", "err sim"]
+    if band:
+        head.append(f"sim, engine +-{100 * res['speed_band']:.0f}%")
+    sf = res.get("speed_factor")
+    title = f"Predicted vs measured ({res['run']}, lam = {res['lam']:.3f} req/s" + (
+        f"; engine speed x{sf:.3f} applied)" if sf else ")")
+    print_table(head, rows, title=title)

@@ -82,6 +82,19 @@ class StepTimeModel:
     def mean_factor(self) -> float:
         return 1.0
 
+    def scaled(self, f: float) -> "StepTimeModel":
+        """This model with every step ``f`` times as long (an engine running at ``1/f`` of the
+        calibrated speed): all coefficients, the roofline's sides and overhead scaled."""
+        import dataclasses
+
+        f = positive("scale", f)
+        roof = None
+        if self.roofline is not None:
+            ov, comp, mem = self.roofline
+            roof = (ov * f, tuple(c * f for c in comp), tuple(c * f for c in mem))
+        return dataclasses.replace(self, c0=self.c0 * f, c_prefill=self.c_prefill * f, c_decode=self.c_decode * f,
+                                   c_ctx=self.c_ctx * f, roofline=roof, spec=f"{self.spec} (x{f:g})")
+
     def noise_stream(self, seed) -> "NoiseStream | None":
         return NoiseStream(self.noise, self.noise_cv, seed) if self.noisy else None
 
