@@ -123,6 +123,9 @@ def main() -> int:
                     help="with --repeat: replay the first run's own request stream (same seed, x<f>-s<k>/): "
                          "how far the engine's latencies move between runs of identical input")
     ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS))
+    ap.add_argument("--model", default="512x4", help="the random Llama's hidden size x layers (512x4, 1024x8)")
+    ap.add_argument("--b-guess", type=float, default=0.03,
+                    help="step time (s) for the first capacity guess that sets the saturation rate")
     a = ap.parse_args()
     # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -134,7 +137,9 @@ def main() -> int:
     from llmqueue.workload import Workload, parse_length
 
     work = Path(".vllm-work").absolute()
-    model_dir = build_tiny_model(work / "models" / "tiny-llama-512x4-v4096", **MODEL)
+    hidden, layers = (int(x) for x in a.model.split("x"))
+    MODEL.update(hidden_size=hidden, num_layers=layers, heads=hidden // 64)  # head size 64, 4 KV heads
+    model_dir = build_tiny_model(work / "models" / f"tiny-llama-{a.model}-v{MODEL['vocab_size']}", **MODEL)
     out = Path(a.out)
     if a.probe_only:
         with VllmServer(model_dir, work_dir=work, log_path=out / "probe-server.log", **SERVER) as srv:
@@ -169,7 +174,7 @@ def main() -> int:
         with VllmServer(model_dir, work_dir=work, log_path=sd / "server.log", **SERVER) as srv:
             row["server_startup_s"] = srv.startup_s
             M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
-            mu_guess = kv_stability(M=M_guess, b=0.03, chunk=SERVER["max_num_batched_tokens"],
+            mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
                                     prompt=parse_length(p), output=parse_length(o)).mu
             lam_sat = 1.5 * mu_guess
             reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(a.seed, duration=a.sat_s)
