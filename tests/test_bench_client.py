@@ -465,6 +465,8 @@ def test_against_a_real_vllm_server(vllm_server, tmp_path):
     assert c["preemptions"] is not None and c["preemptions"] >= 0
     assert c["requests_finished"] == len(reqs)
     assert (tmp_path / "metrics.parquet").exists()
+    # the KV cache's use, over the capacity the server reported (cache_config_info)
+    assert 0 < res.summary["kv_utilization"] <= 1
     assert np.array_equal(r["prompt_tokens"], reqs.prompt_tokens)
     assert np.array_equal(r["output_tokens"], reqs.output_tokens)
     # one chunk per token, except where vLLM sent several tokens in one chunk

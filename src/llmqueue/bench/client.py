@@ -1426,7 +1426,7 @@ class _Run:
                 ts = None
         if ts is not None and len(ts) == 0:
             ts = None
-        summary = self.summarize(recs, t_end, ts)
+        summary = self.summarize(recs, t_end, ts, kv_capacity=(server or {}).get("M"))
         if metrics:
             from llmqueue.bench.prom import counter_deltas, write_metrics
 
@@ -1444,7 +1444,7 @@ class _Run:
         return BenchResult(records=recs, summary=summary, tokens=tokens, error=self.error,
                            interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes))
 
-    def summarize(self, recs, t_end: float, ts) -> dict:
+    def summarize(self, recs, t_end: float, ts, kv_capacity: float | None = None) -> dict:
         from llmqueue.metrics import summarize
 
         n = len(recs)
@@ -1473,7 +1473,9 @@ class _Run:
             itl = np.concatenate(gaps)[np.argsort(gt, kind="stable")]
         else:
             itl = np.zeros(0)
-        s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=self.slos, itl_s=itl)
+        # kv_capacity: the server's cache_config_info M, for kv_utilization
+        s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=self.slos, itl_s=itl,
+                      kv_capacity=kv_capacity)
         s["itl_source"] = "client: gaps between streamed chunks (vllm bench serve's ITL)"
         s["from_send"] = _from_send(recs, warm, horizon, s.get("percentiles") or (50, 90, 95, 99, 99.9))
         s["client"] = self.client_checks(recs)
