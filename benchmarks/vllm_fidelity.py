@@ -193,7 +193,7 @@ def main() -> int:
 
             c = load_calibration(sd / "calibration.yaml")
             c["capacity_tokens"] = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
-            v_sat = validate(sd / "sat", c, horizon_s=a.sat_s)  # the arrival period, not the drain
+            v_sat = validate(sd / "sat", c, horizon_s=a.sat_s, speed_band=0.0)  # the arrival period, not the drain
             mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
             row.update(lam_sat=lam_sat, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b, b_cv=cal.itl_cv,
                        linear=cal.linear, mu_theory=v_sat["capacity"]["theory"],
@@ -208,8 +208,8 @@ def main() -> int:
                 reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f), run_s)
                 meas = one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
                 horizon = float(reqs.arrival_s[-1])
-                vc = validate(sd / f"x{f}", c, horizon_s=horizon)
-                vl = validate(sd / f"x{f}", c, step_model="linear", horizon_s=horizon) if c.get("step_time_linear") else None
+                vc = validate(sd / f"x{f}", c, horizon_s=horizon, speed_band=0.0)
+                vl = validate(sd / f"x{f}", c, step_model="linear", horizon_s=horizon, speed_band=0.0) if c.get("step_time_linear") else None
                 rr = {"lam": lam, "measured_verdict": meas.get("verdict"), "sim_verdict": vc["verdicts"]["simulated"],
                       "theory_verdict": vc["verdicts"]["theory"]}
                 for name, v in (("constant_b", vc), ("linear", vl)):

@@ -37,6 +37,19 @@ def completion_rate_ci(run_dir: Path, window: tuple[float, float], batch_s: floa
     return m, (m - h, m + h)
 
 
+def by_load(runs: dict, field: str, keep=lambda key, r: True, with_speed: bool = False) -> dict:
+    """``{(load factor, quantity): [per-run entry of runs[*][field][quantity], ...]}`` over the
+    runs at 0.5x and 0.8x that have ``field`` and pass ``keep(key, run)``; ``with_speed``: each
+    entry as ``(key, run speed, entry)``."""
+    out: dict = {}
+    for key, r in runs.items():
+        if r["factor"] <= 0.8 and field in r and keep(key, r):
+            for q in LAT:
+                x = r[field][q]
+                out.setdefault((r["factor"], q), []).append((key, r["run_speed"], x) if with_speed else x)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default="runs/fidelity")
@@ -57,7 +70,7 @@ def main() -> int:
             cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est, window=window).to_dict()
             row["estimators"][est] = {"b": cal["b"]}
             for paged in (False, True):
-                v = validate(sd / "sat", cal, horizon_s=a.sat_s, paged=paged)
+                v = validate(sd / "sat", cal, horizon_s=a.sat_s, paged=paged, speed_band=0.0)
                 cap = v["capacity"]
                 meas = cap["measured"] or v["rows"][0]["measured"]
                 row["mu_measured"] = meas
@@ -78,7 +91,7 @@ def main() -> int:
         row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
         row["speed_sd"] = lin_cal.get("speed_sd")
         if lin_cal.get("step_time_linear"):
-            v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear")
+            v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear", speed_band=0.0)
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
             row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
         runs = {}
@@ -94,7 +107,7 @@ def main() -> int:
                 import pyarrow.parquet as pq
 
                 horizon = float(max(pq.read_table(d / "workload.parquet", columns=["arrival_s"])["arrival_s"].to_pylist()))
-            v = validate(d, lin_cal, horizon_s=horizon)
+            v = validate(d, lin_cal, horizon_s=horizon, speed_band=0.0)
             vl = validate(d, lin_cal, horizon_s=horizon, step_model="linear") if lin_cal.get("step_time_linear") else None
             r = {"lam": v["lam"], "verdicts": v["verdicts"], "horizon_s": horizon}
             if vl is not None:
@@ -142,11 +155,7 @@ def main() -> int:
             v = r["verdicts"]
             print(f"| {f} | {r['lam']:.2f} | {a.warmup_s:g}-{r['horizon_s']:g} | {v['measured']} | {v['simulated']} | "
                   f"{r.get('verdict_sim_linear', '-')} | {v['theory']} |")
-        same = {}
-        for key, r in row["runs"].items():
-            if r["factor"] <= 0.8 and "latency_linear" in r and (key == f"{r['factor']}" or "-s" in key):
-                for q in LAT:
-                    same.setdefault((r["factor"], q), []).append(r["latency_linear"][q])
+        same = by_load(row["runs"], "latency_linear", lambda key, r: key == f"{r['factor']}" or "-s" in key)
         if any(len(v) > 1 for v in same.values()):
             print("\n| load | quantity | identical-input runs | measured, in run order | measured max / min | "
                   "simulated (linear), errors |")
@@ -155,11 +164,7 @@ def main() -> int:
                 ms = [x[0] for x in v]
                 print(f"| {f} | {q} | {len(v)} | " + ", ".join(f"{m:,.1f}" for m in ms)
                       + f" | {max(ms) / min(ms):.2f} | " + ", ".join(f"{x[1]:,.1f} ({100 * x[2]:+.0f}%)" for x in v) + " |")
-        reps = {}
-        for key, r in row["runs"].items():
-            if r["factor"] <= 0.8 and "latency_linear" in r and "-s" not in key:
-                for q in LAT:
-                    reps.setdefault((r["factor"], q), []).append(r["latency_linear"][q])
+        reps = by_load(row["runs"], "latency_linear", lambda key, r: "-s" not in key)
         if any(len(v) > 1 for v in reps.values()):
             print("\n| load | quantity | runs | measured (min-max) | within 20 % (linear + frontend) | errors | "
                   "in the engine-speed band |")
@@ -170,11 +175,7 @@ def main() -> int:
                 inb = sum(1 for x in v if x[4])
                 print(f"| {f} | {q} | {len(v)} | {min(ms):,.1f}-{max(ms):,.1f} | {ok} of {len(v)} | "
                       + ", ".join(f"{100 * x[2]:+.0f}%" for x in v) + f" | {inb} of {len(v)} |")
-        diag = {}
-        for key, r in row["runs"].items():
-            if r["factor"] <= 0.8 and "latency_at_run_speed" in r:
-                for q in LAT:
-                    diag.setdefault((r["factor"], q), []).append((key, r["run_speed"], r["latency_at_run_speed"][q]))
+        diag = by_load(row["runs"], "latency_at_run_speed", with_speed=True)
         if diag:
             print("\n| load | quantity | runs | within 20 % at the run's own engine speed | errors (speed) |")
             print("|---|---|---|---|---|")

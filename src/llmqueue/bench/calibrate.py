@@ -172,11 +172,15 @@ def fit_linear(steps, *, window: tuple[float, float] | None = None) -> dict | No
             "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 0.0, "steps": int(k.sum()), "target": "cycle"}
 
 
-def _linear_pred(steps, lin: dict) -> np.ndarray:
-    """The linear model's step time for each step row (seconds)."""
-    return (lin["c0"] + lin["prefill"] * np.asarray(steps["prefill_tokens"], dtype=np.float64)
+def _speed_terms(steps, lin: dict):
+    """Per step row: the busy mask, the time the row's steps took (cycle x k) and the time the
+    linear model ``lin`` says they take; their ratio over any set of rows is the engine's speed
+    against the model there."""
+    mask, cyc, k = step_cycles(steps)
+    said = (lin["c0"] + lin["prefill"] * np.asarray(steps["prefill_tokens"], dtype=np.float64)
             + lin["decode"] * np.asarray(steps["decode_seqs"], dtype=np.float64)
             + lin["ctx"] * np.asarray(steps["kv_tokens"], dtype=np.float64))
+    return mask, np.where(mask, cyc, 0.0) * k, said * k, k
 
 
 def speed_drift(steps, lin: dict, *, span_s: float = 10.0, min_steps: int = 20) -> dict | None:
@@ -184,17 +188,16 @@ def speed_drift(steps, lin: dict, *, span_s: float = 10.0, min_steps: int = 20) 
     measured step cycles to the linear model ``lin``'s prediction for the same steps (1 = the
     model's speed). Returns ``{"sd", "windows", "min", "max"}`` (sd across windows, ddof 1), or
     None with fewer than 3 windows of ``min_steps`` busy steps."""
-    mask, cyc, k = step_cycles(steps)
-    start = np.asarray(steps["start_s"], dtype=np.float64)
-    pred = _linear_pred(steps, lin)
+    mask, took, said, k = _speed_terms(steps, lin)
     if not mask.any():
         return None
+    start = np.asarray(steps["start_s"], dtype=np.float64)
     win = np.floor((start - start[mask].min()) / span_s)
     ratios = []
     for w in np.unique(win[mask]):
         m = mask & (win == w)
-        if k[m].sum() >= min_steps and pred[m].sum() > 0:
-            ratios.append(float(np.sum(cyc[m] * k[m]) / np.sum(pred[m] * k[m])))
+        if k[m].sum() >= min_steps and said[m].sum() > 0:
+            ratios.append(float(took[m].sum() / said[m].sum()))
     if len(ratios) < 3:
         return None
     r = np.asarray(ratios)
@@ -205,11 +208,10 @@ def run_speed(steps, lin: dict) -> float | None:
     """The engine's speed during a run against the linear model ``lin``: the busy step cycles'
     total over the model's total for the same steps (1.2: the run's steps took 20 % longer than
     the calibration says). None without busy steps."""
-    mask, cyc, k = step_cycles(steps)
+    mask, took, said, _ = _speed_terms(steps, lin)
     if mask.sum() < 20:
         return None
-    pred = _linear_pred(steps, lin)
-    return float(np.sum(cyc[mask] * k[mask]) / np.sum(pred[mask] * k[mask]))
+    return float(took[mask].sum() / said[mask].sum())
 
 
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",

@@ -846,7 +846,6 @@ class _Run:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.notes: list[str] = []
-        self.metrics_columns: dict | None = None  # every sampled /metrics column (metrics.parquet)
 
     # -- records ---------------------------------------------------------------------------------
     def record(self, i, attempt, arrival, sched, disp, first, fin, pt, ot, cached, status, toks):
@@ -1257,14 +1256,14 @@ class _Run:
                 bar.update(self.finished_requests() - bar.n)
                 bar.close()
             self.pool.close()
-            ts = server = None
+            ts = server = metrics = None
             if sampler is not None:
-                ts, server = self.stop_sampler(sampler)
+                ts, server, metrics = self.stop_sampler(sampler)
             self.close_files(complete=not self.interrupted and self.error is None)
             if frozen:
                 gc.unfreeze()
                 sys.setswitchinterval(switch)
-        return self.result(t_end, ts, server, self.metrics_columns)
+        return self.result(t_end, ts, server, metrics)
 
     async def wait_inflight(self) -> None:
         while self.inflight:
@@ -1389,13 +1388,14 @@ class _Run:
             return None
 
     def stop_sampler(self, s):
-        """Stop the sampler: its time series, and what the server said about itself (server.json)."""
-        ts = server = None
+        """Stop the sampler: its time series, what the server said about itself (server.json), and
+        every sampled column (metrics.parquet)."""
+        ts = server = cols = None
         try:
             s.stop()
             if len(getattr(s, "rows", ())):
                 ts = s.to_timeseries()
-                self.metrics_columns = s.to_columns()
+                cols = s.to_columns()
             cc = getattr(s, "cache_config", None)
             if cc is not None:
                 server = {"metrics_url": self.metrics_url, "num_gpu_blocks": cc.num_gpu_blocks,
@@ -1404,7 +1404,7 @@ class _Run:
                 self.notes.append(f"metrics sampler: {s.errors} failed scrape(s) ({s.last_error})")
         except Exception as e:  # noqa: BLE001
             self.notes.append(f"metrics sampler failed: {e}")
-        return ts, server
+        return ts, server, cols
 
     # -- the result ----------------------------------------------------------------------------
     def result(self, t_end: float, ts=None, server=None, metrics=None) -> BenchResult:
