@@ -5,8 +5,10 @@ max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/
 
 1. saturate the server (Poisson arrivals above capacity, at most 32 requests at the server at
    once: a full KV cache and a waiting line, without hundreds of open streams competing with the
-   engine for the two cores) and measure the completion rate after warm-up;
-2. calibrate from that run's steady part (after warm-up, before the drain): M from the server's
+   engine for the two cores) and measure the completion rate after warm-up, up to the client's
+   last send (the cap keeps a backlog at the client, so the sends go on past --sat-s: the whole
+   saturated part is measured, not only the scheduled arrival period);
+2. calibrate from that run's steady part (the same window): M from the server's
    cache_config_info (usable blocks), b-bar as the mean busy step cycle from the iteration log
    (the other estimators are kept in the file), a linear step-time model on the step cycles,
    and the server's delay outside the engine from 30 isolated requests (``probe/``);
@@ -107,7 +109,8 @@ def probe(srv, sd: Path, prompt: str, seed: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", default="balanced,prompt,decode")
-    ap.add_argument("--sat-s", type=float, default=60.0)
+    ap.add_argument("--sat-s", type=float, default=60.0,
+                    help="arrival period (s) of the saturation run's schedule (its sends go on while the backlog lasts)")
     ap.add_argument("--run-s", type=float, default=100.0,
                     help="percent of the default arrival periods of the load runs (150/100/100/80 s)")
     ap.add_argument("--warmup-s", type=float, default=15.0)
@@ -124,13 +127,18 @@ def main() -> int:
                          "how far the engine's latencies move between runs of identical input")
     ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS))
     ap.add_argument("--model", default="512x4", help="the random Llama's hidden size x layers (512x4, 1024x8)")
+    ap.add_argument("--kv-blocks", type=int, default=SERVER["num_gpu_blocks_override"],
+                    help="the server's KV blocks of 32 tokens (--num-gpu-blocks-override; one is held back): "
+                         "64 gives M = 2,016 tokens, delta = max(s+o)/M = 0.2 for these shapes")
+    ap.add_argument("--sat-concurrency", type=int, default=SAT_CONCURRENCY,
+                    help="requests at the server at once in the saturation run (more than the KV cache holds)")
     ap.add_argument("--b-guess", type=float, default=0.03,
                     help="step time (s) for the first capacity guess that sets the saturation rate")
     a = ap.parse_args()
     # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from llmqueue.bench.calibrate import calibrate, write_calibration
+    from llmqueue.bench.calibrate import calibrate, last_send_s, write_calibration
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
     from llmqueue.bench.validate import validate
     from llmqueue.theory.kv import kv_stability
@@ -141,6 +149,7 @@ def main() -> int:
     MODEL.update(hidden_size=hidden, num_layers=layers, heads=hidden // 64)  # head size 64, 4 KV heads
     model_dir = build_tiny_model(work / "models" / f"tiny-llama-{a.model}-v{MODEL['vocab_size']}", **MODEL)
     out = Path(a.out)
+    SERVER["num_gpu_blocks_override"] = a.kv_blocks
     if a.probe_only:
         with VllmServer(model_dir, work_dir=work, log_path=out / "probe-server.log", **SERVER) as srv:
             for shape in a.shapes.split(","):
@@ -182,8 +191,10 @@ def main() -> int:
             # not the hundreds of open streams of an open-loop overload, whose handling by the
             # client and the API server takes CPU from the engine on a 2-core machine (measured:
             # 10 % fewer decode tokens per second at 2x the capacity than at 1.3x)
-            sat = one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=SAT_CONCURRENCY)
-            window = (a.warmup_s, a.sat_s)  # steady saturation: after warm-up, before the drain
+            sat = one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
+            # steady saturation: after warm-up, up to the client's last send (the drain follows;
+            # with the concurrency cap the sends go on past --sat-s while the backlog lasts)
+            window = (a.warmup_s, last_send_s(sd / "sat"))
             cal = calibrate(sd / "sat", capacity_tokens=None, window=window)
             if cal.capacity_tokens is None:
                 raise SystemExit("no KV capacity recorded")
@@ -193,9 +204,9 @@ def main() -> int:
 
             c = load_calibration(sd / "calibration.yaml")
             c["capacity_tokens"] = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
-            v_sat = validate(sd / "sat", c, horizon_s=a.sat_s, speed_band=0.0)  # the arrival period, not the drain
+            v_sat = validate(sd / "sat", c, horizon_s=window[1], speed_band=0.0)  # the saturated part, not the drain
             mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
-            row.update(lam_sat=lam_sat, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b, b_cv=cal.itl_cv,
+            row.update(lam_sat=lam_sat, sat_window=window, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b, b_cv=cal.itl_cv,
                        linear=cal.linear, mu_theory=v_sat["capacity"]["theory"],
                        mu_sim=v_sat["capacity"].get("simulated") or v_sat["rows"][0]["simulated"],
                        sat_verdict=v_sat["verdicts"]["measured"])

@@ -6,7 +6,7 @@ and in whole KV blocks) and by simulation (constant b, and the fitted linear ste
 measured over the arrival period of the saturation run after warm-up; stability verdicts at 0.5, 0.8,
 0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8.
 
-Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s 60] [--warmup-s 15] [--json]
+Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s SECONDS] [--warmup-s 15] [--json]
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ FACTORS = (0.5, 0.8, 0.9, 1.3)
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
 
 
-def completion_rate_ci(run_dir: Path, window: tuple[float, float], batch_s: float = 5.0, level: float = 0.95):
-    """Completion rate over ``window`` with a batch-means interval (completions per ``batch_s``)."""
+def completion_rate_ci(run_dir: Path, window: tuple[float, float], level: float = 0.95):
+    """Completion rate over ``window`` with a batch-means interval (completions per batch of
+    ``max(5 s, window / 20)``)."""
     import numpy as np
     from scipy import stats
 
@@ -30,6 +31,7 @@ def completion_rate_ci(run_dir: Path, window: tuple[float, float], batch_s: floa
 
     r = read_run(run_dir).requests
     fin = np.asarray(r["finish_s"])[np.asarray(r["status"]) == "ok"]
+    batch_s = max(5.0, (window[1] - window[0]) / 20.0)
     edges = np.arange(window[0], window[1] + 1e-9, batch_s)
     counts = np.histogram(fin, bins=edges)[0] / batch_s
     m, se = float(counts.mean()), float(counts.std(ddof=1) / np.sqrt(len(counts)))
@@ -53,24 +55,28 @@ def by_load(runs: dict, field: str, keep=lambda key, r: True, with_speed: bool =
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default="runs/fidelity")
-    ap.add_argument("--sat-s", type=float, default=60.0)
+    ap.add_argument("--sat-s", type=float, default=None,
+                    help="end of the saturation run's measured window (default: its last send, the end of its "
+                         "saturated part)")
     ap.add_argument("--run-s", type=float, default=80.0, help="load runs' arrival period (default: each run's own)")
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.calibrate import calibrate, last_send_s
     from llmqueue.bench.validate import validate
 
     out = {}
     for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat").is_dir()):
         M = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
-        window = (a.warmup_s, a.sat_s)  # the saturated run's steady part: after warm-up, before the drain
-        row = {"M": M, "estimators": {}}
+        # the saturated run's steady part: after warm-up, up to the client's last send (the drain follows)
+        sat_end = a.sat_s if a.sat_s is not None else last_send_s(sd / "sat")
+        window = (a.warmup_s, sat_end)
+        row = {"M": M, "estimators": {}, "window": window}
         for est in ESTIMATORS:
             cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est, window=window).to_dict()
             row["estimators"][est] = {"b": cal["b"]}
             for paged in (False, True):
-                v = validate(sd / "sat", cal, horizon_s=a.sat_s, paged=paged, speed_band=0.0)
+                v = validate(sd / "sat", cal, horizon_s=sat_end, paged=paged, speed_band=0.0)
                 cap = v["capacity"]
                 meas = cap["measured"] or v["rows"][0]["measured"]
                 row["mu_measured"] = meas
@@ -91,7 +97,7 @@ def main() -> int:
         row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
         row["speed_sd"] = lin_cal.get("speed_sd")
         if lin_cal.get("step_time_linear"):
-            v = validate(sd / "sat", lin_cal, horizon_s=a.sat_s, step_model="linear", speed_band=0.0)
+            v = validate(sd / "sat", lin_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0)
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
             row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
         runs = {}
@@ -134,8 +140,8 @@ def main() -> int:
         return 0
     for name, row in out.items():
         lo, hi = row["mu_measured_ci95"]
-        print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s (5-s batch means: 95% CI "
-              f"{lo:.3f} to {hi:.3f}), M = {row['M']}, inter-token CV {row['itl_cv']:.2f}, frontend latency "
+        print(f"\n## {name}: measured capacity {row['mu_measured']:.3f} req/s over [{row['window'][0]:g}, {row['window'][1]:.0f}) s "
+              f"(batch means: 95% CI {lo:.3f} to {hi:.3f}), M = {row['M']}, inter-token CV {row['itl_cv']:.2f}, frontend latency "
               + ("-" if row.get("frontend_latency_s") is None else f"{1e3 * row['frontend_latency_s']:.1f} ms")
               + ("" if row.get("speed_sd") is None else f", engine speed sd {row['speed_sd']:.3f} (10-s windows)"))
         print("| b-bar estimator | b (ms) | theory mu, E[g] in tokens | err | theory mu, paged E[g] | err | "

@@ -244,3 +244,44 @@ def test_step_time_scaled_scales_every_term():
     for args in ((0, 10, 1000), (256, 3, 40), (0, 0, 0)):
         assert s.base(*args) == pytest.approx(1.25 * m.base(*args))
     assert s.decode_stretch(8, 500, 4) == pytest.approx(1.25 * m.decode_stretch(8, 500, 4))
+
+
+def test_window_up_to_the_last_send(tmp_path, capsys):
+    """``--to last-send`` / ``--horizon last-send``: the window ends at the client's last send
+    (a concurrency-capped saturation run is saturated until then), read from ``dispatched_s``."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from llmqueue.bench.calibrate import last_send_s
+    from llmqueue.records import RequestRecords, write_records
+
+    run = _sim(tmp_path, "sat", "linear:c0=0.01:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:40"])
+    t = pq.read_table(run / "requests.parquet").to_pydict()
+    cols = {k: np.asarray(v) for k, v in t.items()}
+    # the sends of a capped client: the last one at 250 s, some never sent
+    cols["dispatched_s"] = np.minimum(cols["arrival_s"] * 0.8, 250.0)
+    cols["dispatched_s"][:3] = np.nan
+    write_records(run / "requests.parquet", RequestRecords.from_columns(cols))
+    assert last_send_s(run) == pytest.approx(250.0)
+    capsys.readouterr()
+
+    def cal_json(*args):
+        assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--from", "20", *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    by_name, by_value, whole = cal_json("--to", "last-send"), cal_json("--to", "250"), cal_json()
+    assert by_name["b"] == by_value["b"] and by_name["b"] != whole["b"]
+    assert any("[20, 250)" in n for n in by_name["notes"])
+
+    def horizon(value):
+        assert main(["validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", value,
+                     "--speed-band", "0", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["simulation"]["horizon_s"]
+
+    assert horizon("last-send") == pytest.approx(250.0) and horizon("300") == pytest.approx(300.0)
+    assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--to", "soon"]) == 2
+    assert "--to" in capsys.readouterr().err
+    cols["dispatched_s"][:] = np.nan
+    write_records(run / "requests.parquet", RequestRecords.from_columns(cols))
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", "last-send"]) == 2
+    assert "dispatched_s" in capsys.readouterr().err

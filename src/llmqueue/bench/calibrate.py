@@ -214,6 +214,27 @@ def run_speed(steps, lin: dict) -> float | None:
     return float(took[mask].sum() / said[mask].sum())
 
 
+def last_send_s(run_dir) -> float:
+    """The run second of the client's last request send (``dispatched_s``).
+
+    In a concurrency-capped saturation run the client holds a backlog and sends the next request
+    as soon as one finishes, so the server is saturated (``cap`` requests in it, its KV cache full)
+    from warm-up up to this moment; after it the server drains. Measuring capacity ``mu`` and
+    ``b`` over ``[warm-up, last send)`` uses the whole saturated part, not only the scheduled
+    arrival period: on a slow engine the completions of a short window are few (a +-17 % 95 %
+    interval over 105 s at 0.75 req/s) and the engine's speed wanders over minutes.
+    """
+    from llmqueue.records import read_run
+
+    r = read_run(Path(run_dir)).requests
+    d = np.asarray(r["dispatched_s"], dtype=np.float64) if "dispatched_s" in r.to_dict() else np.array([])
+    d = d[np.isfinite(d)]
+    if not d.size:
+        raise InputError("run", f"{run_dir} records no send times (dispatched_s)",
+                         "give the window's end in seconds, or benchmark with llmqueue bench")
+    return float(d.max())
+
+
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
               busy_only: bool = True, window: tuple[float, float] | None = None) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.

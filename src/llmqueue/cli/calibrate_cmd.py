@@ -7,6 +7,22 @@ import click
 from llmqueue.cli.common import command, json_option, print_json, print_kv, print_table
 
 
+def _run_second(run, value, option: str):
+    """``value`` as run seconds: a number, ``last-send`` (the run's last request send), or None."""
+    from llmqueue.errors import InputError
+
+    if value is None:
+        return None
+    if str(value) == "last-send":
+        from llmqueue.bench.calibrate import last_send_s
+
+        return last_send_s(run)
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(option, f"expected seconds or last-send (got {value!r})") from None
+
+
 @command("calibrate")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", "out", default="calibration.yaml", show_default=True, help="Calibration file to write.")
@@ -15,7 +31,9 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv, prin
               help="b-bar estimator: cycle (mean busy step cycle, needs step records), median, mean, "
                    "trimmed_0.05, trimmed_0.1 (seed 004 appendix C); auto: cycle when the run has steps, else median.")
 @click.option("--from", "t_from", type=float, default=None, help="Measure from this run second (e.g. after warm-up).")
-@click.option("--to", "t_to", type=float, default=None, help="Measure up to this run second (e.g. the last arrival).")
+@click.option("--to", "t_to", default=None, metavar="SECONDS|last-send",
+              help="Measure up to this run second, or up to the client's last send (last-send: the end of a "
+                   "concurrency-capped saturation run's saturated part, before the drain).")
 @click.option("--probe", type=click.Path(), default=None,
               help="A run of isolated requests (one at a time): measures the server's delay outside the engine "
                    "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate.")
@@ -32,6 +50,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
     from llmqueue.errors import InputError
 
     window = None
+    t_to = _run_second(run, t_to, "--to")
     if t_from is not None or t_to is not None:
         window = (t_from or 0.0, math.inf if t_to is None else t_to)
         if window[1] <= window[0]:
@@ -64,7 +83,9 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
 @click.argument("run", type=click.Path())
 @click.option("--calibration", "cal_path", default="calibration.yaml", show_default=True)
 @click.option("--warmup", type=float, help="Seconds left out (default: the run's).")
-@click.option("--horizon", type=float, help="Measure up to this run second (e.g. a saturation run's last arrival).")
+@click.option("--horizon", default=None, metavar="SECONDS|last-send",
+              help="Measure up to this run second, or last-send: up to the client's last send (a "
+                   "concurrency-capped saturation run's saturated part).")
 @click.option("--step-model", type=click.Choice(["constant", "linear"]), default="constant", show_default=True,
               help="Simulate with the constant b-bar (seed 004) or the fitted linear step-time model.")
 @click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
@@ -85,6 +106,7 @@ def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, a
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
+    horizon = _run_second(run, horizon, "--horizon")
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
                  speed_factor=speed_factor)
