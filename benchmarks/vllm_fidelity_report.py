@@ -25,8 +25,8 @@ def completion_rate_ci(run_dir: Path, window: tuple[float, float], level: float 
     """Completion rate over ``window`` with a batch-means interval (completions per batch of
     ``max(5 s, window / 20)``)."""
     import numpy as np
-    from scipy import stats
 
+    from llmqueue.metrics.ci import t_quantile
     from llmqueue.records import read_run
 
     r = read_run(run_dir).requests
@@ -35,7 +35,7 @@ def completion_rate_ci(run_dir: Path, window: tuple[float, float], level: float 
     edges = np.arange(window[0], window[1] + 1e-9, batch_s)
     counts = np.histogram(fin, bins=edges)[0] / batch_s
     m, se = float(counts.mean()), float(counts.std(ddof=1) / np.sqrt(len(counts)))
-    h = float(stats.t.ppf(0.5 + level / 2, len(counts) - 1)) * se
+    h = t_quantile(level, len(counts) - 1) * se
     return m, (m - h, m + h)
 
 
