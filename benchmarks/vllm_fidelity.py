@@ -11,7 +11,8 @@ max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/
 2. calibrate from that run's steady part (the same window): M from the server's
    cache_config_info (usable blocks), b-bar as the mean busy step cycle from the iteration log
    (the other estimators are kept in the file), a linear step-time model on the step cycles,
-   and the server's delay outside the engine from 30 isolated requests (``probe/``);
+   and the server's delay outside the engine from 30 isolated requests (``probe/``, spaced
+   1.5 x the longest one's calibrated time alone);
 3. predict the capacity with seed 004's mu = M / (b E[g]) and with the simulator (replaying the
    run's request stream), and compare with the measured rate;
 4. run at 0.5, 0.8, 0.9 and 1.3 x the measured capacity: stability verdicts (measured,
@@ -28,7 +29,6 @@ import argparse
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 
 SHAPES = {  # (prompt, output): seed 004's 1:1, 2:1, 1:2 mixes scaled to max_model_len 512
@@ -41,7 +41,8 @@ SERVER = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=256, max_mo
               num_gpu_blocks_override=64)
 FACTORS = (0.5, 0.8, 0.9, 1.3)
 SAT_CONCURRENCY = 32
-RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.3: 80.0}  # arrival period per load (--run-s scales them)
+RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.3: 100.0}  # arrival period per load (--run-s scales them)
+LOWLOAD_S = 200.0  # arrival period of the --lowload calibration run
 
 
 def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration: float):
@@ -57,24 +58,12 @@ def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration:
     return RequestArrays(r.request_id, t, r.prompt_tokens, r.output_tokens, r.class_name)
 
 
-def write_steps(run_dir: Path, log_path: Path, offset: int, t0_wall: float, M: int) -> int:
-    """The server's iteration log lines written during the run, as steps.parquet."""
-    from llmqueue.bench.prom import iteration_steps, parse_iteration_log
-    from llmqueue.records import write_records
-
-    with open(log_path, errors="replace") as f:
-        f.seek(offset)
-        cols = parse_iteration_log(f.read())
-    steps = iteration_steps(cols, t0_wall=t0_wall, M=M)
-    write_records(run_dir / "steps.parquet", steps)
-    return len(steps)
-
-
 def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None) -> dict:
     from llmqueue.bench.client import run_bench
 
+    from llmqueue.bench.steplog import write_run_steps
+
     offset = srv.log_path.stat().st_size if srv.log_path and srv.log_path.exists() else 0
-    t0_wall = time.time()
     res = run_bench(srv.url, srv.model, reqs, out_dir=run_dir, metrics_url=srv.url, warmup_s=warmup_s,
                     vocab_size=MODEL["vocab_size"], concurrency=concurrency)
     sj = run_dir / "server.json"
@@ -84,22 +73,46 @@ def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurren
     server["enable_chunked_prefill"] = True
     server["M_usable"] = (nb - 1) * knobs["block_size"]  # vLLM holds one null block back
     sj.write_text(json.dumps(server, indent=2))
-    if srv.log_path:
-        write_steps(run_dir, srv.log_path, offset, t0_wall, server["M_usable"])
+    if srv.log_path:  # the server's per-step log lines of this run, as steps.parquet
+        b = res.summary["bench"]
+        write_run_steps(run_dir, srv.log_path, offset=offset, t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"],
+                        M=server["M_usable"])
     return res.summary
 
 
 PROBE_N = 30
 
 
+def probe_gap_s(cal: dict, reqs) -> float:
+    """Seconds between probe requests: 1.5 x the longest of them alone at the calibrated engine
+    (linear step model), at least 0.5 s, so that each is done before the next is sent."""
+    import numpy as np
+
+    from llmqueue.bench.validate import engine_config
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.simulate import SimSpec, run_simulation
+    from llmqueue.workload.generate import RequestArrays
+
+    apart = RequestArrays(reqs.request_id, 1e4 * np.arange(len(reqs.request_id), dtype=float), reqs.prompt_tokens,
+                          reqs.output_tokens, reqs.class_name)
+    step = parse_step_time(cal.get("step_time_linear") or cal["step_time"])
+    sim = run_simulation(SimSpec(engine=engine_config(cal, cal.get("capacity_tokens") or 1e9), step_time=step,
+                                 requests=apart)).records
+    e2el = np.asarray(sim["finish_s"]) - np.asarray(sim["arrival_s"])
+    return max(0.5, 1.5 * float(np.nanmax(e2el)))
+
+
 def probe(srv, sd: Path, prompt: str, seed: int) -> float:
-    """Isolated requests (2 per second, 4 output tokens: each is done before the next arrives)
-    to measure the server's delay outside the engine; updates ``calibration.yaml``."""
+    """Isolated requests (4 output tokens, spaced by :func:`probe_gap_s`: each is done before
+    the next arrives) to measure the server's delay outside the engine; updates
+    ``calibration.yaml``."""
     from llmqueue.bench.calibrate import (calibration_from_dict, load_calibration, with_frontend_latency,
                                           write_calibration)
     from llmqueue.workload import Workload
 
     reqs = Workload("deterministic:2", prompt=prompt, output="fixed:4").generate(seed + 7, n=PROBE_N)
+    gap = probe_gap_s(load_calibration(sd / "calibration.yaml"), reqs)
+    reqs = Workload(f"deterministic:{1 / gap}", prompt=prompt, output="fixed:4").generate(seed + 7, n=PROBE_N)
     one_run(srv, sd / "probe", reqs, warmup_s=0.0, knobs=SERVER)
     cal = with_frontend_latency(calibration_from_dict(load_calibration(sd / "calibration.yaml")), sd / "probe")
     write_calibration(cal, sd / "calibration.yaml")
@@ -112,7 +125,7 @@ def main() -> int:
     ap.add_argument("--sat-s", type=float, default=60.0,
                     help="arrival period (s) of the saturation run's schedule (its sends go on while the backlog lasts)")
     ap.add_argument("--run-s", type=float, default=100.0,
-                    help="percent of the default arrival periods of the load runs (150/100/100/80 s)")
+                    help="percent of the default arrival periods of the load runs (150/100/100/100 s)")
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--out", default="runs/fidelity")
     ap.add_argument("--seed", type=int, default=1)
@@ -132,6 +145,10 @@ def main() -> int:
                          "64 gives M = 2,016 tokens, delta = max(s+o)/M = 0.2 for these shapes")
     ap.add_argument("--sat-concurrency", type=int, default=SAT_CONCURRENCY,
                     help="requests at the server at once in the saturation run (more than the KV cache holds)")
+    ap.add_argument("--lowload", type=float, default=None,
+                    help="only add a low-load run at this factor of the measured capacity (lowload/, 200 s of "
+                         "arrivals, its own seed) to existing results: small-batch steps for the step model's fit "
+                         "(the report then also predicts with calibrate --steps-from lowload)")
     ap.add_argument("--b-guess", type=float, default=0.03,
                     help="step time (s) for the first capacity guess that sets the saturation rate")
     a = ap.parse_args()
@@ -157,6 +174,17 @@ def main() -> int:
                 print(f"{shape}: frontend latency {1e3 * fl:.1f} ms", flush=True)
         return 0
     factors = [float(f) for f in a.factors.split(",")]
+    if a.lowload:
+        saved = json.loads((out / "fidelity.json").read_text())
+        with VllmServer(model_dir, work_dir=work, log_path=out / "lowload-server.log", **SERVER) as srv:
+            for shape in a.shapes.split(","):
+                p, o = SHAPES[shape]
+                lam = a.lowload * saved["shapes"][shape]["mu_measured"]
+                reqs = exact_rate_stream(lam, p, o, a.seed + 77, LOWLOAD_S)
+                meas = one_run(srv, out / shape / "lowload", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+                print(f"{shape} lowload {a.lowload}x: {meas.get('completed')} requests, "
+                      f"{meas.get('median_tpot_ms'):.1f} ms TPOT p50", flush=True)
+        return 0
     if a.repeat:
         saved = json.loads((out / "fidelity.json").read_text())
         for shape in a.shapes.split(","):
@@ -217,11 +245,12 @@ def main() -> int:
                 lam = f * mu_meas
                 run_s = RUN_S[f] * a.run_s / 100.0
                 reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f), run_s)
-                meas = one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+                one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
                 horizon = float(reqs.arrival_s[-1])
                 vc = validate(sd / f"x{f}", c, horizon_s=horizon, speed_band=0.0)
                 vl = validate(sd / f"x{f}", c, step_model="linear", horizon_s=horizon, speed_band=0.0) if c.get("step_time_linear") else None
-                rr = {"lam": lam, "measured_verdict": meas.get("verdict"), "sim_verdict": vc["verdicts"]["simulated"],
+                # the measured verdict over the arrival period (the bench summary's own includes the drain)
+                rr = {"lam": lam, "measured_verdict": vc["verdicts"]["measured"], "sim_verdict": vc["verdicts"]["simulated"],
                       "theory_verdict": vc["verdicts"]["theory"]}
                 for name, v in (("constant_b", vc), ("linear", vl)):
                     if v is None:

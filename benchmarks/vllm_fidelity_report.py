@@ -66,7 +66,7 @@ def main() -> int:
     from llmqueue.bench.validate import validate
 
     out = {}
-    for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat").is_dir()):
+    for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat" / "server.json").is_file()):  # finished saturation runs
         M = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
         # the saturated run's steady part: after warm-up, up to the client's last send (the drain follows)
         sat_end = a.sat_s if a.sat_s is not None else last_send_s(sd / "sat")
@@ -90,16 +90,30 @@ def main() -> int:
                 row["linear"] = cal["linear"]
                 lin_cal = cal
         saved = sd / "calibration.yaml"
-        if saved.exists():  # the frontend latency measured by the probe (vllm_fidelity.py)
-            from llmqueue.bench.calibrate import load_calibration
+        from llmqueue.bench.calibrate import frontend_latency, load_calibration
+        from llmqueue.errors import InputError
 
-            lin_cal["frontend_latency_s"] = load_calibration(saved).get("frontend_latency_s")
+        try:  # the frontend latency, measured again on the probe's isolated requests
+            lin_cal["frontend_latency_s"] = frontend_latency(sd / "probe", lin_cal)["frontend_latency_s"]
+        except (InputError, FileNotFoundError) as e:  # no usable probe: as vllm_fidelity.py measured it
+            print(f"{sd.name}: {e}; frontend latency as saved", file=sys.stderr)
+            if saved.exists():
+                lin_cal["frontend_latency_s"] = load_calibration(saved).get("frontend_latency_s")
         row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
         row["speed_sd"] = lin_cal.get("speed_sd")
         if lin_cal.get("step_time_linear"):
             v = validate(sd / "sat", lin_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0)
             simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
             row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
+        low_cal = None
+        if (sd / "lowload" / "steps.parquet").exists():  # vllm_fidelity.py --lowload: small batches in the fit
+            low_cal = calibrate(sd / "sat", capacity_tokens=M, estimator="cycle", window=window,
+                                steps_from=[sd / "lowload"]).to_dict()
+            low_cal["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
+            v = validate(sd / "sat", low_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0)
+            simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
+            row["lowload_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"],
+                                  "linear": low_cal["linear"]}
         runs = {}
         dirs = [(f, sd / f"x{f}") for f in FACTORS]
         dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-r*"))]  # repetitions (--repeat)
@@ -130,6 +144,11 @@ def main() -> int:
                                              for x in vd["rows"] if x["quantity"] in LAT}
             r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                        for x in v["rows"] if x["quantity"] in LAT}
+            if low_cal is not None and f <= 0.8:
+                vw = validate(d, low_cal, horizon_s=horizon, step_model="linear")
+                r["latency_lowload"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"],
+                                                        x.get("band"), x.get("in_band")]
+                                        for x in vw["rows"] if x["quantity"] in LAT}
             r["factor"] = f
             runs[d.name[1:]] = r
         row["runs"] = runs
@@ -189,6 +208,17 @@ def main() -> int:
                 ok = sum(1 for _, _, x in v if x[2] is not None and abs(x[2]) <= 0.2)
                 print(f"| {f} | {q} | {len(v)} | {ok} of {len(v)} | "
                       + ", ".join(f"{100 * x[2]:+.0f}% (x{sp:.2f})" for _, sp, x in v) + " |")
+        if "lowload_sim" in row:
+            ls, lin = row["lowload_sim"], row["lowload_sim"]["linear"]
+            print(f"\nStep model fitted on the saturation run's and the low-load run's steps: c0={lin['c0']:.4g} "
+                  f"prefill={lin['prefill']:.3g} decode={lin['decode']:.3g} ctx={lin['ctx']:.3g} (R2 {lin['r2']:.2f}); "
+                  f"simulated capacity {ls['mu_sim']:.3f} ({100 * ls['err_sim']:+.1f}%)")
+            print("\n| load | quantity | measured | simulated (linear, saturation + low-load steps) | err | band (engine +-2 sd) |")
+            print("|---|---|---|---|---|---|")
+            for f, r in row["runs"].items():
+                for q, x in r.get("latency_lowload", {}).items():
+                    bd = "-" if not x[3] else f"{x[3][0]:,.1f}-{x[3][1]:,.1f}" + ("" if x[4] else " (outside)")
+                    print(f"| {f} | {q} | {x[0]:,.1f} | {x[1]:,.1f} | {100 * x[2]:+.0f}% | {bd} |")
         print("\n| load | quantity | measured | simulated (linear) | err | band (engine +-2 sd) | simulated (cycle b) | err |")
         print("|---|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():

@@ -123,6 +123,16 @@ def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
     cal = calibrate(probe, capacity_tokens=20000).to_dict()
     fl = frontend_latency(probe, cal)
     assert fl["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6) and fl["samples"] == 30
+    assert fl["method"] == "step log"
+    # a step model twice as slow on prefill: the step log still finds 12 ms; without the log,
+    # the model's error lands on the frontend (about -20 ms on a 100-token prompt: clamped to 0)
+    off = dict(cal, step_time_linear="linear:c0=0.01:prefill=4e-4:decode=1e-3")
+    assert frontend_latency(probe, off)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+    (probe / "steps.parquet").rename(tmp_path / "steps.parquet")
+    assert frontend_latency(probe, cal)["method"] == "step model"
+    assert frontend_latency(probe, cal)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+    assert frontend_latency(probe, off)["frontend_latency_s"] == pytest.approx(0.0, abs=1e-9)  # clamped: model too slow
+    (tmp_path / "steps.parquet").rename(probe / "steps.parquet")
     # validate the shifted run: with the delay the simulated latencies match, without it TTFT is short
     cal["frontend_latency_s"] = fl["frontend_latency_s"]
     with_f = {r["quantity"]: r for r in validate(probe, cal, step_model="linear", horizon_s=30)["rows"]}
@@ -135,6 +145,47 @@ def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
     assert main(["calibrate", str(probe), "-o", str(out), "--probe", str(probe), "--json"]) == 0
     import json as _json
     assert _json.loads(capsys.readouterr().out)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+
+
+def test_frontend_latency_counts_only_requests_alone_at_the_server(tmp_path):
+    """A probe sent faster than the engine serves: requests share steps, and the wait for
+    another's prefill is the engine's, not the frontend's. Only the isolated requests count, and
+    a probe with fewer than 5 of them is an error that says how far apart to send them."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from llmqueue.bench.calibrate import _alone, calibrate, frontend_latency
+    from llmqueue.errors import InputError
+    from llmqueue.records import RequestRecords, write_records
+
+    # [start, finish): 0 and 1 overlap, 2 alone, 3 unfinished (lasts to the end) overlaps 4
+    alone = _alone(np.array([0.0, 0.5, 2.0, 3.0, 4.0]), np.array([1.0, 1.5, 2.5, np.nan, 4.5]))
+    assert alone.tolist() == [False, False, True, False, False]
+    assert _alone(np.array([1.0, 0.0]), np.array([2.0, 1.0])).tolist() == [True, True]  # touching ends
+
+    step = "linear:c0=0.05:prefill=2e-3:decode=1e-3"  # a lone request takes 0.1-0.6 s
+    probe = tmp_path / "probe"
+    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
+                 "--output", "fixed:4", "--arrival", "deterministic:1", "--num-requests", "30",
+                 "--out", str(probe), "--no-progress", "--json"]) == 0
+    t = pq.read_table(probe / "requests.parquet").to_pydict()
+    cols = {k: np.asarray(v) for k, v in t.items()}
+    cal = calibrate(probe, capacity_tokens=20000).to_dict()
+    cal["step_time_linear"] = step
+    assert frontend_latency(probe, cal)["overlapping"] == 0
+    # every 3rd request 0.9 s late to the client (a slow request, e.g. a GC pause): its interval now
+    # covers the next send; the median over the isolated ones stays at the frontend's 12 ms
+    late = np.arange(len(cols["finish_s"])) % 3 == 0
+    cols["first_token_s"] = cols["first_token_s"] + 0.012 + 0.9 * late
+    cols["finish_s"] = cols["finish_s"] + 0.012 + 0.9 * late
+    write_records(probe / "requests.parquet", RequestRecords.from_columns(cols))
+    fl = frontend_latency(probe, cal)
+    assert fl["overlapping"] == 20 and fl["samples"] == 10
+    assert fl["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+    cols["finish_s"] = cols["finish_s"] + 2.0  # now every request overlaps the next
+    write_records(probe / "requests.parquet", RequestRecords.from_columns(cols))
+    with pytest.raises(InputError, match="alone at the server.*deterministic:"):
+        frontend_latency(probe, cal)
 
 
 def test_sent_view_and_stream_move_late_sends():
@@ -285,3 +336,38 @@ def test_window_up_to_the_last_send(tmp_path, capsys):
     write_records(run / "requests.parquet", RequestRecords.from_columns(cols))
     assert main(["validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", "last-send"]) == 2
     assert "dispatched_s" in capsys.readouterr().err
+
+
+def test_steps_from_another_run_join_the_linear_fit(tmp_path, capsys):
+    """``calibrate --steps-from``: a low-load run's steps join the linear model's fit (M and b
+    stay the main run's). Runs with one linear step model give it back from both
+    together; a low-load run whose steps are cheaper (a concave engine's small batches) pulls
+    the fitted model towards them; a run without step records is a one-line error (exit 2)."""
+    import shutil
+
+    truth = "linear:c0=0.01:prefill=2e-5:decode=3e-4"
+    sat = _sim(tmp_path, "sat", truth, ["--arrival", "poisson:40", "--duration", "120"])
+    low = _sim(tmp_path, "low", truth, ["--arrival", "poisson:2", "--duration", "120"])
+    cheap = _sim(tmp_path, "cheap", "linear:c0=0.005:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:2",
+                                                                                "--duration", "120"])
+    capsys.readouterr()
+    from llmqueue.bench.calibrate import calibrate
+
+    alone = calibrate(sat)
+    both = calibrate(sat, steps_from=[low])
+    assert both.linear["c0"] == pytest.approx(0.01, rel=1e-6) and both.linear["decode"] == pytest.approx(3e-4, rel=1e-6)
+    assert both.linear["steps"] > alone.linear["steps"]
+    assert both.b == alone.b and both.capacity_tokens == alone.capacity_tokens
+    assert both.speed_sd == pytest.approx(alone.speed_sd, abs=1e-9)  # this run's steps, the same model
+    assert any(str(low) in n for n in both.notes)
+    pulled = calibrate(sat, steps_from=[cheap]).linear
+    assert pulled["c0"] < 0.0099  # below the saturation run's own 0.01
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(sat), "-o", str(cal), "--steps-from", str(cheap), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["linear"]["c0"] == pytest.approx(pulled["c0"])
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(low / "requests.parquet", bare / "requests.parquet")
+    assert main(["calibrate", str(sat), "-o", str(cal), "--steps-from", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert "steps_from" in err and len(err.strip().splitlines()) == 1

@@ -149,3 +149,65 @@ def test_sigterm_keeps_the_records(tmp_path):
     assert is_complete(out_dir / "requests.parquet") is False
     assert (r["status"] == "ok").sum() > 0 and (r["status"] == "unfinished").sum() > 0
     assert np.isnan(r["finish_s"][r["status"] == "unfinished"]).all()
+
+
+def _step_line(t: float | None, i: int) -> str:
+    stamp = "" if t is None else f"{t:.6f} "
+    return (f"{stamp}(APIServer pid=7) INFO 11-26 06:09:32 [loggers.py:199] Engine 000: Iteration({i}): "
+            "1 context requests, 20 context tokens, 3 generation requests, 3 generation tokens, "
+            "iteration elapsed time: 5.00 ms, CPU KV cache usage: 25.0%\n")
+
+
+def _bench_while_logging(capsys, stub, out_dir, log, *, stamped: bool):
+    """``llmqueue bench --server-log LOG`` while a thread appends step lines to LOG (as vLLM
+    does while it serves), with or without the epoch prefix."""
+    import threading
+
+    stop = threading.Event()
+
+    def server_logs():
+        i = 100
+        with open(log, "a") as f:
+            while not stop.is_set():
+                f.write(_step_line(time.time() if stamped else None, i))
+                f.flush()
+                i += 1
+                time.sleep(0.005)
+
+    th = threading.Thread(target=server_logs)
+    th.start()
+    try:
+        return run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out", str(out_dir),
+                   "--server-log", str(log), "--json", "--no-progress")
+    finally:
+        stop.set()
+        th.join()
+
+
+def test_server_log_becomes_step_records(stub, capsys, tmp_path):
+    """--server-log: the per-step lines the server logs while the run goes become steps.parquet
+    (on the run's clock); lines from before the run are left out; a log without sub-second time
+    stamps is a note, not a failure; a missing file is a one-line error (exit 2)."""
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(_step_line(time.time() - 100 + k, k) for k in range(5)))  # an earlier run
+    code, out, err = _bench_while_logging(capsys, stub, tmp_path / "run", log, stamped=True)
+    assert code == 0, err
+    s = json.loads(out)
+    from llmqueue.records import read_steps
+
+    steps = read_steps(tmp_path / "run" / "steps.parquet")
+    assert s["bench"]["server_log_steps"] == len(steps) > 5
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["bench"]["server_log_steps"] == len(steps)
+    assert steps["step"].min() >= 100  # the earlier run's lines are not this run's
+    end = steps["start_s"] + steps["duration_s"]
+    assert end.min() >= 0 and end.max() <= s["bench"]["t_end_s"] + 1.0
+    assert set(steps["prefill_tokens"]) == {20} and set(steps["decode_seqs"]) == {3}
+    # vLLM's own stamp has whole seconds: no cycle can be measured, so no steps and a note
+    coarse = tmp_path / "coarse.log"
+    coarse.write_text("")
+    code, out, err = _bench_while_logging(capsys, stub, tmp_path / "run2", coarse, stamped=False)
+    assert code == 0 and "whole-second" in err and "VLLM_LOGGING_PREFIX" in err
+    assert not (tmp_path / "run2" / "steps.parquet").exists()
+    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out",
+                         str(tmp_path / "run3"), "--server-log", str(tmp_path / "missing.log"), "--no-progress")
+    assert code == 2 and "server_log" in err and len(err.strip().splitlines()) == 1

@@ -179,3 +179,35 @@ def test_bad_server_argument_fails_fast_with_log_tail(vllm_venv, vllm_model_dir,
     assert time.monotonic() - t < 120
     assert "no-such-flag" in str(e.value)
     assert srv.pid is None
+
+
+def test_bench_server_log_calibrate_and_probe(vllm_server, tmp_path, capsys):
+    """The CLI path a user takes: ``llmqueue bench --server-log`` (vLLM's per-step lines become
+    steps.parquet on the run's clock), then ``calibrate --probe``: the step cycle b-bar and the
+    linear step model come from those steps, and the frontend delay from the probe's isolated
+    requests with the engine's logged prefill times taken out (a few ms on loopback)."""
+    from llmqueue.cli.main import main
+    from llmqueue.records import read_steps
+
+    common = ["--url", vllm_server.url, "--model", vllm_server.model, "--vocab-size", "4096",
+              "--server-log", str(vllm_server.log_path), "--no-progress", "--json"]
+    load = tmp_path / "load"
+    assert main(["bench", *common, "--arrival", "poisson:4", "--prompt", "fixed:48", "--output", "fixed:12",
+                 "--num-requests", "12", "--seed", "1", "--out", str(load)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["completed"] == 12 and s["bench"]["server_log_steps"] > 0
+    steps = read_steps(load / "steps.parquet")
+    assert steps["prefill_tokens"].sum() == 12 * 48            # every prompt token, in this run's steps
+    assert steps["decode_seqs"].sum() == 12 * 11               # the first token comes with the prefill
+    end = steps["start_s"] + steps["duration_s"]
+    assert end.min() >= 0 and end.max() <= s["bench"]["t_end_s"] + 1.0
+    probe = tmp_path / "probe"
+    assert main(["bench", *common, "--arrival", "deterministic:2", "--prompt", "uniform:16:64", "--output", "fixed:4",
+                 "--num-requests", "8", "--seed", "2", "--out", str(probe)]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", str(load), "-o", str(tmp_path / "cal.yaml"), "--probe", str(probe), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["b_estimator"] == "cycle" and 0 < cal["b"] < 5
+    assert cal["linear"] is not None and cal["linear"]["steps"] >= 20
+    assert 0 <= cal["frontend_latency_s"] < 0.2
+    assert any("step log" in n for n in cal["notes"])

@@ -141,26 +141,35 @@ def _estimators(x: np.ndarray, w: np.ndarray | None, alphas=(0.05, 0.10)) -> dic
     return out
 
 
-def fit_linear(steps, *, window: tuple[float, float] | None = None) -> dict | None:
+def _step_design(steps, window):
+    """(X, y, k) of the busy steps of one run: the columns (1, P, D, C), the step cycle, and
+    the steps each row stands for."""
+    mask, y, k = step_cycles(steps, window)
+    P = np.asarray(steps["prefill_tokens"], dtype=np.float64)[mask]
+    D = np.asarray(steps["decode_seqs"], dtype=np.float64)[mask]
+    C = np.asarray(steps["kv_tokens"], dtype=np.float64)[mask]
+    return np.column_stack([np.ones(len(P)), P, D, C]), y[mask], k[mask]
+
+
+def fit_linear(steps, *, window: tuple[float, float] | None = None, extra=()) -> dict | None:
     """Non-negative least squares of the step cycle on (1, prefill tokens, decode seqs, context).
 
     The target is each busy step's cycle (start to next start, see :func:`step_cycles`): the
     time the simulator must advance per step, the work between steps included (the engine's
     own elapsed time leaves it out). ``window``: (from, to) in run seconds, the steps used.
+    ``extra``: step records of other runs of the same server, all their busy steps added to the
+    fit (e.g. a low-load run: the small batches a saturation run hardly samples; each run's
+    cycles are taken within that run).
     """
     from scipy.optimize import nnls
 
-    if len(steps["duration_s"]) < 20:
+    parts = [_step_design(s, window if i == 0 else None) for i, s in enumerate([steps, *extra])
+             if s is not None and len(s["duration_s"]) >= 2]
+    if not parts or sum(len(p[1]) for p in parts) < 20:
         return None
-    mask, y, k = step_cycles(steps, window)
-    if mask.sum() < 20:
-        return None
-    k, y = k[mask], y[mask]
-    P = np.asarray(steps["prefill_tokens"], dtype=np.float64)[mask]
-    D = np.asarray(steps["decode_seqs"], dtype=np.float64)[mask]
-    C = np.asarray(steps["kv_tokens"], dtype=np.float64)[mask]
-    n = len(y)
-    X = np.column_stack([np.ones(n), P, D, C])
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    k = np.concatenate([p[2] for p in parts])
     sw = np.sqrt(k)
     scale = np.maximum(np.abs(X).max(axis=0), 1e-12)
     coef, _ = nnls((X / scale) * sw[:, None], y * sw)
@@ -236,14 +245,22 @@ def last_send_s(run_dir) -> float:
 
 
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
-              busy_only: bool = True, window: tuple[float, float] | None = None) -> Calibration:
+              busy_only: bool = True, window: tuple[float, float] | None = None, steps_from=()) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
 
     ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
     second, the quantity behind ``mu = M / (b E[g])``), when the run has step records with start
     times, else seed 004's ``median`` inter-token latency. ``window``: (from, to) run seconds
     measured (default: the whole run); a saturation run's arrival period after warm-up is the
-    steady part.
+    steady part. ``steps_from``: other run directories of the same server whose step records
+    join the linear step model's fit (``M`` and ``b`` stay this run's; the speed sd is this run's
+    steps against the joint model): a
+    saturation run samples batches of 30-40 sequences, and a decode step's time is concave in
+    the batch size, so a line through them can miss small batches (measured on vLLM's CPU build:
+    +35-45 % on a 4-sequence step after a prompt-heavy saturation run, whose steps confound c0
+    with the prefill cost; with a 0.3x run's steps added, 0.99-1.06 on that shape's 0.5x steps,
+    but on 2 cores that engine ran 10-15 % faster at 0.3x than at 0.5x for the same batch, so on
+    the balanced and decode-heavy shapes the joint fit under-predicted by as much).
     """
     from llmqueue.records import read_run
 
@@ -302,7 +319,16 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         notes.append(f"measured over [{window[0]:g}, {window[1]:g}) s")
     # the linear model is fitted on every busy step of the run, window or not: a saturated
     # window alone barely varies the batch (its decode coefficient would be unidentified)
-    lin = fit_linear(steps) if steps is not None and len(steps) and "prefill_tokens" in steps else None
+    extra = []
+    for other in steps_from:
+        st = read_run(Path(other)).steps if Path(other).is_dir() else None
+        if st is None or not len(st) or "prefill_tokens" not in st:
+            raise InputError("steps_from", f"{other} has no step records (steps.parquet)",
+                             "give a run benchmarked with --server-log, or a simulated one")
+        extra.append(st)
+    lin = fit_linear(steps, extra=extra) if steps is not None and len(steps) and "prefill_tokens" in steps else None
+    if lin is not None and extra:
+        notes.append(f"linear step model fitted on this run's steps and those of {', '.join(map(str, steps_from))}")
     known = {**((run.summary or {}).get("engine") or {}), **server}
     engine = {k: known[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
                                     "enable_chunked_prefill", "num_gpu_blocks") if known.get(k) is not None}
@@ -349,10 +375,20 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
 
     ``probe_dir``: a run of isolated requests (one at a time, spaced so that none waits: the
     benchmark with a low deterministic rate). Each request's measured TTFT (from its actual send)
-    is compared with the
-    simulated TTFT of the same request under ``calibration``'s step model (its prefill steps
-    alone); the median difference is the delay (seconds). Returns ``{"frontend_latency_s",
-    "samples", "p10", "p90"}``; ``frontend_latency_s`` is clamped at 0.
+    is compared with the time the engine spent on its prefill; the median difference is the
+    delay (seconds). The engine's time comes from the probe's step log (``steps.parquet``: the
+    prefill steps logged between the request's send and the next one's, when their prompt
+    tokens add up to the request's), else from the simulated TTFT of the request under
+    ``calibration``'s step model. The step log is preferred: the model's error on a lone
+    prefill step is the engine's, not the frontend's (measured on vLLM's CPU build: lone
+    prefills took 1.16 x the linear model fitted at saturation, and the model-based delay was
+    62 ms against 9 ms from the step log). Only the requests that were alone at the server
+    count (no other request between their send and their last token): a request that shares
+    steps waits for the other's prefill, and that wait is the engine's too (a 2-per-second probe
+    on an engine whose lone requests take 0.4-1 s put 199 ms on the frontend). Returns
+    ``{"frontend_latency_s", "samples", "overlapping", "method", "p10", "p90"}``;
+    ``frontend_latency_s`` is clamped at 0. Fewer than 5 isolated requests is an
+    :class:`InputError` that says how far apart to send them.
     """
     from llmqueue.bench.validate import engine_config, measured_stream, sent_stream, sent_view
     from llmqueue.engine.step_time import parse_step_time
@@ -365,6 +401,27 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     ok = (np.asarray(r["status"]) == "ok") & (np.asarray(r["attempt"]) == 1)
     if ok.sum() < 5:
         raise InputError("probe", f"{probe_dir} has {int(ok.sum())} finished requests; need >= 5")
+    alone = ok & _alone(np.asarray(r["arrival_s"], dtype=float), np.asarray(r["finish_s"], dtype=float))
+    if alone.sum() < 5:
+        e2el = np.asarray(r["finish_s"], dtype=float)[ok] - np.asarray(r["arrival_s"], dtype=float)[ok]
+        raise InputError("probe", f"{probe_dir}: {int(alone.sum())} of {int(ok.sum())} finished requests were "
+                                  f"alone at the server (need >= 5): send them further apart than the longest "
+                                  f"one took ({np.max(e2el):.2f} s), e.g. --arrival deterministic:"
+                                  f"{1 / (1.5 * np.max(e2el)):.3g}")
+    overlapping = int(ok.sum() - alone.sum())
+    ok = alone
+    rid = np.asarray(r["request_id"])[ok]
+    meas = (np.asarray(r["first_token_s"]) - np.asarray(r["arrival_s"]))[ok]
+    steps = read_run(probe_dir).steps
+    if steps is not None and len(steps) and "prefill_tokens" in steps:
+        eng = _logged_prefill_s(steps, np.asarray(r["arrival_s"], dtype=float), ok,
+                                np.asarray(r["prompt_tokens"], dtype=np.int64))
+        d = meas - eng
+        d = d[np.isfinite(d)]
+        if len(d) >= 5:
+            return {"frontend_latency_s": max(float(np.median(d)), 0.0), "samples": int(len(d)),
+                    "overlapping": overlapping, "method": "step log",
+                    "p10": float(np.percentile(d, 10)), "p90": float(np.percentile(d, 90))}
     spec_str = calibration.get("step_time_linear") if step_model == "linear" else None
     step = parse_step_time(spec_str or calibration["step_time"])
     cfg = engine_config(calibration, calibration.get("capacity_tokens") or 1e9)
@@ -372,12 +429,44 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     sim = run_simulation(SimSpec(engine=cfg, step_time=step, requests=stream)).records
     sim_ttft = dict(zip(np.asarray(sim["request_id"]).tolist(),
                         (np.asarray(sim["first_token_s"]) - np.asarray(sim["arrival_s"])).tolist()))
-    rid = np.asarray(r["request_id"])[ok]
-    meas = (np.asarray(r["first_token_s"]) - np.asarray(r["arrival_s"]))[ok]
     d = np.array([m - sim_ttft[i] for i, m in zip(rid.tolist(), meas.tolist()) if i in sim_ttft])
     d = d[np.isfinite(d)]
-    return {"frontend_latency_s": max(float(np.median(d)), 0.0), "samples": int(len(d)),
-            "p10": float(np.percentile(d, 10)), "p90": float(np.percentile(d, 90))}
+    return {"frontend_latency_s": max(float(np.median(d)), 0.0), "samples": int(len(d)), "overlapping": overlapping,
+            "method": "step model", "p10": float(np.percentile(d, 10)), "p90": float(np.percentile(d, 90))}
+
+
+def _logged_prefill_s(steps, send, keep, prompt):
+    """For each kept request (in ``send`` order of the records), the engine's time on its
+    prefill from the step log: first start to last end of the steps with prompt tokens logged
+    after its send and by the next request's send, when those add up to its prompt (NaN when
+    they do not: a step log that lags more than the idle gap, or a request not alone)."""
+    start = np.asarray(steps["start_s"], dtype=np.float64)
+    end = start + np.asarray(steps["duration_s"], dtype=np.float64)
+    pf = np.asarray(steps["prefill_tokens"], dtype=np.int64)
+    has = pf > 0
+    order = np.argsort(send, kind="stable")
+    nxt = np.full(len(send), np.inf)
+    nxt[order[:-1]] = send[order[1:]]
+    out = []
+    for i in np.flatnonzero(keep):
+        m = has & (end > send[i]) & (end <= nxt[i])
+        ok = m.any() and int(pf[m].sum()) == int(prompt[i])
+        out.append(float(end[m].max() - start[m].min()) if ok else np.nan)
+    return np.array(out)
+
+
+def _alone(start, finish):
+    """Which of the intervals [start, finish) overlap no other (an unfinished request, NaN
+    finish, lasts to the end)."""
+    end = np.where(np.isfinite(finish), finish, np.inf)
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    prev_end = np.maximum.accumulate(np.concatenate(([-np.inf], e[:-1])))  # latest end among earlier sends
+    next_start = np.concatenate((s[1:], [np.inf]))
+    ok = (prev_end <= s) & (e <= next_start)
+    out = np.empty_like(ok)
+    out[o] = ok
+    return out
 
 
 def with_frontend_latency(cal: Calibration, probe_dir) -> Calibration:
@@ -385,7 +474,9 @@ def with_frontend_latency(cal: Calibration, probe_dir) -> Calibration:
     import dataclasses
 
     fl = frontend_latency(probe_dir, cal.to_dict())
-    note = (f"frontend latency from {fl['samples']} isolated requests in {probe_dir} "
+    skipped = f", {fl['overlapping']} overlapping ones left out" if fl.get("overlapping") else ""
+    note = (f"frontend latency from {fl['samples']} isolated requests in {probe_dir}{skipped}, "
+            f"engine time from the {fl['method']} "
             f"(p10 {1e3 * fl['p10']:.1f} ms, p90 {1e3 * fl['p90']:.1f} ms)")
     return dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"], notes=tuple(cal.notes) + (note,))
 

@@ -830,6 +830,7 @@ class _Run:
         self.conn_fail_streak = 0
         self.probing = False
         self.t0 = 0.0
+        self.t0_epoch: float | None = None  # wall-clock time (epoch s) of the run's t = 0
         self.sched_task = None
         self.sem = asyncio.Semaphore(concurrency) if concurrency else None
         self.writer = None
@@ -1225,6 +1226,7 @@ class _Run:
             switch = sys.getswitchinterval()
             sys.setswitchinterval(min(switch, 0.0005))
             self.t0 = _pc()
+            self.t0_epoch = time.time()
             sampler = self.start_sampler()
             flusher = asyncio.get_running_loop().create_task(self.flusher(bar))
             self.sched_task = asyncio.get_running_loop().create_task(self.schedule())
@@ -1495,7 +1497,7 @@ class _Run:
             "closed_loop": bool(self.concurrency), "concurrency": self.concurrency, "requests": len(self.arrivals),
             "seed": self.seed, "prompt": "token ids" if self.endpoint == "completions" else "text (usage counts)",
             "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
-            "metrics_url": self.metrics_url,
+            "metrics_url": self.metrics_url, "t0_epoch_s": self.t0_epoch, "t_end_s": t_end,
         }
         if self.notes:
             s["notes"] = list(self.notes)

@@ -78,13 +78,16 @@ def server_model(url: str, api_key: str | None = None) -> str:
               help="Requests sent one by one before the run, not recorded.")
 @click.option("--metrics-url", help="Sample the server's Prometheus /metrics into timeseries.parquet "
               "(needs llmqueue.bench.prom).")
+@click.option("--server-log", type=click.Path(), help="The server's log file, written while the run goes (vLLM with "
+              "--enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): its per-step lines "
+              "become steps.parquet, for calibrate's step cycle and linear step-time model.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
-          exact_output, warmup, warmup_requests, metrics_url, api_key, out_dir, progress, as_json, **flags):
+          exact_output, warmup, warmup_requests, metrics_url, server_log, api_key, out_dir, progress, as_json, **flags):
     """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
 
     Sends each request at its intended arrival time (never waiting for earlier answers),
@@ -162,12 +165,33 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
         model = server_model(url, api_key)
     if out_dir is None:
         out_dir = str(Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
+    if server_log is not None:
+        from llmqueue.bench.steplog import log_offset
+
+        log_start = log_offset(server_log)
     if progress is None:
         progress = sys.stderr.isatty()
     res = run_bench(url, model, requests, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency,
                     timeout_s=timeouts, ttft_timeout_s=ttft_timeouts, seed=seed, vocab_size=vocab_size, retry=retry,
                     warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos)
+    if server_log is not None and res.summary.get("bench", {}).get("t0_epoch_s") is not None:
+        import json
+
+        from llmqueue.bench.steplog import write_run_steps
+
+        sj = Path(out_dir) / "server.json"
+        M = json.loads(sj.read_text()).get("M") if sj.exists() else None
+        b = res.summary["bench"]
+        n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
+                                  t_end_s=b.get("t_end_s"), M=M)
+        res.summary["bench"]["server_log_steps"] = n
+        if note:
+            res.summary.setdefault("notes", []).append(note)
+            click.echo(f"llmqueue: note: {note}", err=True)
+        from llmqueue.records import dump_summary
+
+        dump_summary(Path(out_dir) / "summary.json", res.summary)
     if as_json:
         print_json(res.summary)
     else:

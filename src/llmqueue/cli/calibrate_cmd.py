@@ -37,8 +37,11 @@ def _run_second(run, value, option: str):
 @click.option("--probe", type=click.Path(), default=None,
               help="A run of isolated requests (one at a time): measures the server's delay outside the engine "
                    "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate.")
+@click.option("--steps-from", "steps_from", type=click.Path(), multiple=True,
+              help="Another run of the same server whose step records join the linear step model's fit "
+                   "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json):
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
     The file feeds the simulator (`--step-time fitted:FILE`, `--capacity-tokens`) and `llmqueue validate`.
@@ -55,7 +58,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, as_json
         window = (t_from or 0.0, math.inf if t_to is None else t_to)
         if window[1] <= window[0]:
             raise InputError("--to", f"must be after --from (got {window[0]:g} .. {window[1]:g})")
-    cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window)
+    cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window, steps_from=steps_from)
     if probe is not None:
         from llmqueue.bench.calibrate import with_frontend_latency
 
