@@ -60,7 +60,6 @@ def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration:
 
 def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None) -> dict:
     from llmqueue.bench.client import run_bench
-
     from llmqueue.bench.steplog import write_run_steps
 
     offset = srv.log_path.stat().st_size if srv.log_path and srv.log_path.exists() else 0

@@ -62,8 +62,9 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from llmqueue.bench.calibrate import calibrate, last_send_s
+    from llmqueue.bench.calibrate import calibrate, frontend_latency, last_send_s, load_calibration
     from llmqueue.bench.validate import validate
+    from llmqueue.errors import InputError
 
     out = {}
     for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat" / "server.json").is_file()):  # finished saturation runs
@@ -90,9 +91,6 @@ def main() -> int:
                 row["linear"] = cal["linear"]
                 lin_cal = cal
         saved = sd / "calibration.yaml"
-        from llmqueue.bench.calibrate import frontend_latency, load_calibration
-        from llmqueue.errors import InputError
-
         try:  # the frontend latency, measured again on the probe's isolated requests
             lin_cal["frontend_latency_s"] = frontend_latency(sd / "probe", lin_cal)["frontend_latency_s"]
         except (InputError, FileNotFoundError) as e:  # no usable probe: as vllm_fidelity.py measured it

@@ -16,6 +16,20 @@ def _sim(tmp_path, name, step, extra=()):
     return out
 
 
+def _probe(tmp_path, step: str, rate: float):
+    """A simulated probe run (30 requests, 4 output tokens, ``rate`` per second) and its
+    request columns."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    probe = tmp_path / "probe"
+    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
+                 "--output", "fixed:4", "--arrival", f"deterministic:{rate:g}", "--num-requests", "30",
+                 "--out", str(probe), "--no-progress", "--json"]) == 0
+    t = pq.read_table(probe / "requests.parquet").to_pydict()
+    return probe, {k: np.asarray(v) for k, v in t.items()}
+
+
 def test_calibrate_recovers_the_step_model_and_capacity(tmp_path, capsys):
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
     capsys.readouterr()
@@ -103,20 +117,13 @@ def test_cycle_estimator_and_window(tmp_path, capsys):
 def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
     """A probe run whose every token reached the client 12 ms after the engine made it: the
     calibration finds the 12 ms, and validate adds it to TTFT and E2EL but not to TPOT."""
-    import numpy as np
-    import pyarrow.parquet as pq
 
     from llmqueue.bench.calibrate import calibrate, frontend_latency
     from llmqueue.bench.validate import validate
     from llmqueue.records import RequestRecords, write_records
 
     step = "linear:c0=0.01:prefill=2e-4:decode=1e-3"
-    probe = tmp_path / "probe"
-    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
-                 "--output", "fixed:4", "--arrival", "deterministic:2", "--num-requests", "30",
-                 "--out", str(probe), "--no-progress", "--json"]) == 0
-    t = pq.read_table(probe / "requests.parquet").to_pydict()
-    cols = {k: np.asarray(v) for k, v in t.items()}
+    probe, cols = _probe(tmp_path, step, 2)
     cols["first_token_s"] = cols["first_token_s"] + 0.012
     cols["finish_s"] = cols["finish_s"] + 0.012
     write_records(probe / "requests.parquet", RequestRecords.from_columns(cols))
@@ -152,7 +159,6 @@ def test_frontend_latency_counts_only_requests_alone_at_the_server(tmp_path):
     another's prefill is the engine's, not the frontend's. Only the isolated requests count, and
     a probe with fewer than 5 of them is an error that says how far apart to send them."""
     import numpy as np
-    import pyarrow.parquet as pq
 
     from llmqueue.bench.calibrate import _alone, calibrate, frontend_latency
     from llmqueue.errors import InputError
@@ -164,12 +170,7 @@ def test_frontend_latency_counts_only_requests_alone_at_the_server(tmp_path):
     assert _alone(np.array([1.0, 0.0]), np.array([2.0, 1.0])).tolist() == [True, True]  # touching ends
 
     step = "linear:c0=0.05:prefill=2e-3:decode=1e-3"  # a lone request takes 0.1-0.6 s
-    probe = tmp_path / "probe"
-    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
-                 "--output", "fixed:4", "--arrival", "deterministic:1", "--num-requests", "30",
-                 "--out", str(probe), "--no-progress", "--json"]) == 0
-    t = pq.read_table(probe / "requests.parquet").to_pydict()
-    cols = {k: np.asarray(v) for k, v in t.items()}
+    probe, cols = _probe(tmp_path, step, 1)
     cal = calibrate(probe, capacity_tokens=20000).to_dict()
     cal["step_time_linear"] = step
     assert frontend_latency(probe, cal)["overlapping"] == 0

@@ -396,7 +396,8 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     from llmqueue.simulate import SimSpec, run_simulation
 
     probe_dir = Path(probe_dir)
-    sent = read_run(probe_dir).requests
+    probe_run = read_run(probe_dir)
+    sent = probe_run.requests
     r = sent_view(sent)  # from the actual send: the client's own lag is not the server's
     ok = (np.asarray(r["status"]) == "ok") & (np.asarray(r["attempt"]) == 1)
     if ok.sum() < 5:
@@ -412,7 +413,7 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     ok = alone
     rid = np.asarray(r["request_id"])[ok]
     meas = (np.asarray(r["first_token_s"]) - np.asarray(r["arrival_s"]))[ok]
-    steps = read_run(probe_dir).steps
+    steps = probe_run.steps
     if steps is not None and len(steps) and "prefill_tokens" in steps:
         eng = _logged_prefill_s(steps, np.asarray(r["arrival_s"], dtype=float), ok,
                                 np.asarray(r["prompt_tokens"], dtype=np.int64))
