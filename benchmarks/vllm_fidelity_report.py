@@ -4,7 +4,10 @@ For each shape: calibrate with each b-bar estimator (median, mean, trimmed means
 busy step cycle), predict the saturated throughput by theory (E[g] in tokens as in the paper,
 and in whole KV blocks) and by simulation (constant b, and the fitted linear step model),
 measured over the arrival period of the saturation run after warm-up; stability verdicts at 0.5, 0.8,
-0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8.
+0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8,
+predicted with the engine's speed drift that calibration measured (validate's default: the mean
+over 8 draws of 10-s window speeds) and without it (a steady engine), and with the step model
+also fitted on the probe's (and a low-load run's, where there is one) steps.
 
 Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s SECONDS] [--warmup-s 15] [--json]
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 ESTIMATORS = ("median", "trimmed_0.1", "trimmed_0.05", "mean", "cycle")
 FACTORS = (0.5, 0.8, 0.9, 1.3)
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+EXTRA_FITS = {"lowload": "low-load run's steps", "probe": "probe's steps (isolated requests)"}
 
 
 def completion_rate_ci(run_dir: Path, window: tuple[float, float], level: float = 0.95):
@@ -77,7 +81,7 @@ def main() -> int:
             cal = calibrate(sd / "sat", capacity_tokens=M, estimator=est, window=window).to_dict()
             row["estimators"][est] = {"b": cal["b"]}
             for paged in (False, True):
-                v = validate(sd / "sat", cal, horizon_s=sat_end, paged=paged, speed_band=0.0)
+                v = validate(sd / "sat", cal, horizon_s=sat_end, paged=paged, speed_band=0.0, drift=0.0)  # steady engine
                 cap = v["capacity"]
                 meas = cap["measured"] or v["rows"][0]["measured"]
                 row["mu_measured"] = meas
@@ -100,18 +104,23 @@ def main() -> int:
         row["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
         row["speed_sd"] = lin_cal.get("speed_sd")
         if lin_cal.get("step_time_linear"):
-            v = validate(sd / "sat", lin_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0)
-            simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
-            row["linear_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
-        low_cal = None
-        if (sd / "lowload" / "steps.parquet").exists():  # vllm_fidelity.py --lowload: small batches in the fit
-            low_cal = calibrate(sd / "sat", capacity_tokens=M, estimator="cycle", window=window,
-                                steps_from=[sd / "lowload"]).to_dict()
-            low_cal["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
-            v = validate(sd / "sat", low_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0)
-            simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
-            row["lowload_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"],
-                                  "linear": low_cal["linear"]}
+            for key, dr in (("linear_sim", None), ("linear_sim_nodrift", 0.0)):  # None: the calibrated drift
+                v = validate(sd / "sat", lin_cal, horizon_s=sat_end, step_model="linear", speed_band=0.0, drift=dr)
+                simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
+                row[key] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
+        # other step-model fits: the saturation run's steps joined by a low-load run's
+        # (vllm_fidelity.py --lowload) or by the probe's isolated requests (lone prefills, decodes of 1)
+        extra_cals = {}
+        for name in EXTRA_FITS:
+            if (sd / name / "steps.parquet").exists():
+                xc = calibrate(sd / "sat", capacity_tokens=M, estimator="cycle", window=window,
+                               steps_from=[sd / name]).to_dict()
+                xc["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
+                v = validate(sd / "sat", xc, horizon_s=sat_end, step_model="linear", speed_band=0.0)
+                simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
+                row[f"{name}_sim"] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"],
+                                      "linear": xc["linear"]}
+                extra_cals[name] = xc
         runs = {}
         dirs = [(f, sd / f"x{f}") for f in FACTORS]
         dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-r*"))]  # repetitions (--repeat)
@@ -134,6 +143,11 @@ def main() -> int:
                                                        x.get("band"), x.get("in_band")]
                                        for x in vl["rows"] if x["quantity"] in LAT}
                 r["speed_band"] = vl["speed_band"]
+                r["drift"] = vl["drift"]
+                # the same prediction without the engine's speed drift (a steady engine)
+                vn = validate(d, lin_cal, horizon_s=horizon, step_model="linear", speed_band=0.0, drift=0.0)
+                r["latency_nodrift"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
+                                        for x in vn["rows"] if x["quantity"] in LAT}
                 # diagnosis, not prediction: the same simulation at the speed the engine had in
                 # this run (its step log against the calibrated model)
                 vd = validate(d, lin_cal, horizon_s=horizon, step_model="linear", speed_factor="run", speed_band=0.0)
@@ -142,11 +156,12 @@ def main() -> int:
                                              for x in vd["rows"] if x["quantity"] in LAT}
             r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                        for x in v["rows"] if x["quantity"] in LAT}
-            if low_cal is not None and f <= 0.8:
-                vw = validate(d, low_cal, horizon_s=horizon, step_model="linear")
-                r["latency_lowload"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"],
-                                                        x.get("band"), x.get("in_band")]
-                                        for x in vw["rows"] if x["quantity"] in LAT}
+            for name, xc in extra_cals.items():
+                if f <= 0.8:
+                    vw = validate(d, xc, horizon_s=horizon, step_model="linear")
+                    r[f"latency_{name}"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"],
+                                                            x.get("band"), x.get("in_band")]
+                                            for x in vw["rows"] if x["quantity"] in LAT}
             r["factor"] = f
             runs[d.name[1:]] = r
         row["runs"] = runs
@@ -172,6 +187,8 @@ def main() -> int:
             ls = row["linear_sim"]
             print(f"| linear step model (R2 {row['linear']['r2']:.2f}) | - | - | - | - | - | {ls['mu_sim']:.3f} | "
                   f"{100 * ls['err_sim']:+.1f}% |")
+            ln = row["linear_sim_nodrift"]
+            print(f"| linear step model, no drift | - | - | - | - | - | {ln['mu_sim']:.3f} | {100 * ln['err_sim']:+.1f}% |")
         print("\n| load | lam | window (s) | measured | simulated (cycle b) | simulated (linear) | theory (cycle b, paged) |")
         print("|---|---|---|---|---|---|---|")
         for f, r in row["runs"].items():
@@ -206,29 +223,48 @@ def main() -> int:
                 ok = sum(1 for _, _, x in v if x[2] is not None and abs(x[2]) <= 0.2)
                 print(f"| {f} | {q} | {len(v)} | {ok} of {len(v)} | "
                       + ", ".join(f"{100 * x[2]:+.0f}% (x{sp:.2f})" for _, sp, x in v) + " |")
-        if "lowload_sim" in row:
-            ls, lin = row["lowload_sim"], row["lowload_sim"]["linear"]
-            print(f"\nStep model fitted on the saturation run's and the low-load run's steps: c0={lin['c0']:.4g} "
+        for name, what in EXTRA_FITS.items():
+            if f"{name}_sim" not in row:
+                continue
+            ls, lin = row[f"{name}_sim"], row[f"{name}_sim"]["linear"]
+            print(f"\nStep model fitted on the saturation run's and the {what}: c0={lin['c0']:.4g} "
                   f"prefill={lin['prefill']:.3g} decode={lin['decode']:.3g} ctx={lin['ctx']:.3g} (R2 {lin['r2']:.2f}); "
                   f"simulated capacity {ls['mu_sim']:.3f} ({100 * ls['err_sim']:+.1f}%)")
-            print("\n| load | quantity | measured | simulated (linear, saturation + low-load steps) | err | band (engine +-2 sd) |")
+            print(f"\n| load | quantity | measured | simulated (linear, saturation + {name} steps) | err | "
+                  "band (engine +-2 sd) |")
             print("|---|---|---|---|---|---|")
+            ok = {}
             for f, r in row["runs"].items():
-                for q, x in r.get("latency_lowload", {}).items():
+                for q, x in r.get(f"latency_{name}", {}).items():
                     bd = "-" if not x[3] else f"{x[3][0]:,.1f}-{x[3][1]:,.1f}" + ("" if x[4] else " (outside)")
                     print(f"| {f} | {q} | {x[0]:,.1f} | {x[1]:,.1f} | {100 * x[2]:+.0f}% | {bd} |")
-        print("\n| load | quantity | measured | simulated (linear) | err | band (engine +-2 sd) | simulated (cycle b) | err |")
-        print("|---|---|---|---|---|---|---|---|")
+                    t = ok.setdefault(r["factor"], [0, 0])
+                    t[0] += x[2] is not None and abs(x[2]) <= 0.2
+                    t[1] += 1
+            print("\nWithin 20 %: " + "; ".join(f"{f}x {k} of {n}" for f, (k, n) in sorted(ok.items())))
+        print("\n| load | quantity | measured | simulated (linear, drift) | err | band (engine +-2 sd) | "
+              "simulated (linear, no drift) | err | simulated (cycle b) | err |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        tally: dict = {}
         for f, r in row["runs"].items():
             if r["factor"] > 0.8:
                 continue
             for q in LAT:
                 lm = r.get("latency_linear", {}).get(q, [None, None, None, None, None])
+                nm = r.get("latency_nodrift", {}).get(q, [None, None, None])
                 cm = r["latency_constant_b"][q]
+                for kind, x in (("drift", lm), ("no drift", nm)):
+                    t = tally.setdefault((r["factor"], kind), [0, 0])
+                    t[0] += x[2] is not None and abs(x[2]) <= 0.2
+                    t[1] += 1
                 fmt = lambda x: "-" if x is None else f"{x:,.1f}"  # noqa: E731
                 pe = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
                 bd = "-" if not lm[3] else f"{lm[3][0]:,.1f}-{lm[3][1]:,.1f}" + ("" if lm[4] else " (outside)")
-                print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {bd} | {fmt(cm[1])} | {pe(cm[2])} |")
+                print(f"| {f} | {q} | {fmt(cm[0])} | {fmt(lm[1])} | {pe(lm[2])} | {bd} | {fmt(nm[1])} | {pe(nm[2])} | "
+                      f"{fmt(cm[1])} | {pe(cm[2])} |")
+        if tally:
+            print("\nWithin 20 % (linear step model + frontend delay): " + "; ".join(
+                f"{f}x {kind} {ok} of {n}" for (f, kind), (ok, n) in sorted(tally.items())))
     return 0
 
 

@@ -372,3 +372,40 @@ def test_steps_from_another_run_join_the_linear_fit(tmp_path, capsys):
     assert main(["calibrate", str(sat), "-o", str(cal), "--steps-from", str(bare)]) == 2
     err = capsys.readouterr().err
     assert "steps_from" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_path, capsys):
+    """A "measured" engine whose speed drifts (CV 0.12 over 10-s windows): calibrate finds the
+    drift on its saturation run, and validate, simulating it, predicts a near-capacity run's
+    p99 TTFT (the mean over several runs of other drift draws) better than a steady engine."""
+    import numpy as np
+
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    base = "linear:c0=0.01:prefill=2e-5:decode=3e-4"
+    drifting = f"{base}:drift=0.12:span=10"
+    ref = _sim(tmp_path, "ref", drifting, ["--arrival", "poisson:40", "--seed", "101"])
+    capsys.readouterr()
+    cal = calibrate(ref, window=(15.0, 400.0)).to_dict()
+    assert cal["speed_sd"] == pytest.approx(0.12, rel=0.35)
+    mu = json.loads((ref / "summary.json").read_text())["request_throughput"]
+    p99, pred, steady = [], [], []
+    for seed in (102, 103, 104, 105):
+        run = _sim(tmp_path, f"load{seed}", drifting, ["--arrival", f"poisson:{0.85 * mu:.3f}", "--seed", str(seed)])
+        capsys.readouterr()
+        v = validate(run, cal, step_model="linear", speed_band=0.0)
+        assert v["drift"] == cal["speed_sd"] and v["drift_reps"] == 8
+        row = {r["quantity"]: r for r in v["rows"]}["p99_ttft_ms"]
+        assert row["drift_range"][0] < row["simulated"] < row["drift_range"][1]
+        p99.append(row["measured"])
+        pred.append(row["simulated"])
+        off = validate(run, cal, step_model="linear", speed_band=0.0, drift=0.0)
+        assert off["drift"] == 0.0 and "drift_range" not in off["rows"][0]
+        steady.append({r["quantity"]: r for r in off["rows"]}["p99_ttft_ms"]["simulated"])
+    err_drift = abs(np.mean(pred) - np.mean(p99)) / np.mean(p99)
+    err_steady = abs(np.mean(steady) - np.mean(p99)) / np.mean(p99)
+    assert np.mean(steady) < np.mean(pred)  # slow windows lengthen the tail
+    assert err_drift < err_steady, (p99, pred, steady)
+    with pytest.raises(Exception, match="drift"):
+        validate(run, cal, drift=1.5)

@@ -1,8 +1,8 @@
 """The fast replica must produce the same records as the plain reference stepper.
 
 Randomized scenarios cover chunked and unchunked prefill, tiny KV caches (preemption),
-token budgets that bind, every policy and preemption mode, noisy and composition-dependent
-step times, client timeouts, retries, admission limits and horizons.
+token budgets that bind, every policy and preemption mode, noisy, drifting and
+composition-dependent step times, client timeouts, retries, admission limits and horizons.
 """
 
 import numpy as np
@@ -37,7 +37,8 @@ def _scenario(seed: int):
         class_max_waiting={"b": 8} if rng.random() < 0.3 else {},
         class_max_queue_time_s={"a": 3.0} if rng.random() < 0.3 else {})
     step = str(rng.choice(["0.02", "exp:0.02", "linear:c0=0.005:prefill=2e-5:decode=3e-4:ctx=1e-7",
-                           "linear:c0=0.01:decode=1e-4:noise=gamma:cv=0.5"]))
+                           "linear:c0=0.01:decode=1e-4:noise=gamma:cv=0.5", "0.02:drift=0.3:span=0.7",
+                           "linear:c0=0.005:prefill=2e-5:decode=3e-4:ctx=1e-7:drift=0.2:span=1.3:noise=exp"]))
     rate = float(rng.choice([2, 10, 40]))
     wa = Workload(f"poisson:{rate}", prompt=prompt, output=output, class_name="a").generate(seed=seed, n=150)
     wb = Workload(f"gamma:{rate / 2}:cv=2", prompt=prompt, output=output, class_name="b").generate(seed=seed + 1000, n=100)

@@ -246,7 +246,7 @@ def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
     """One request at a time with fixed lengths and Poisson arrivals is exactly M/G/1."""
     cfg = spec.engine
     wl = spec.workload
-    if cfg.max_num_seqs != 1 or wl is None or lam is None:
+    if cfg.max_num_seqs != 1 or wl is None or lam is None or spec.step_time.drift_sd > 0:
         return None
     arrival = getattr(wl, "arrival", None)
     if type(arrival).__name__ != "Poisson":

@@ -86,7 +86,7 @@ def measured_stream(run_dir: Path, requests):
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
-             speed_factor: float | str | None = None) -> dict:
+             speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -108,7 +108,13 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     actually had in this run (its step log's busy cycles over the model's prediction for the same
     steps; :func:`llmqueue.bench.calibrate.run_speed`). Not a prediction (it reads the run's
     own steps): a diagnosis that tells a miss of the queueing model from an engine that ran at
-    another speed than calibrated.
+    another speed than calibrated. ``drift``: the engine's speed wandering within the run (CV of
+    its speed over 10-s windows; default: the calibration's ``speed_sd``, measured on the
+    calibration run; 0: off): each prediction is then the mean over ``drift_reps`` simulations
+    of the same request stream, each with its own draw of window speeds (the step-time model's
+    ``drift``; a service rate ``mu`` modulated in time, whose slow windows build the queue
+    episodes behind the p99 TTFT near capacity), and ``drift_range`` gives each quantity's
+    range over the draws.
     """
     from llmqueue.engine.base import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -153,14 +159,31 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     horizon = horizon_s or measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
     front = float(calibration.get("frontend_latency_s") or 0.0) if frontend else 0.0
 
-    def simulate(model):
-        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=seed, warmup_s=warm,
-                       options=SimOptions(seed=seed, horizon_s=horizon))
+    if drift is None:
+        drift = float(calibration.get("speed_sd") or 0.0)
+    if not 0.0 <= drift < 1.0:
+        raise InputError("drift", f"must be in [0, 1) (got {drift})", "e.g. 0.08 for an engine whose speed "
+                         "wanders by 8 % over 10-s windows; 0: off")
+    if drift > 0 and drift_reps < 1:
+        raise InputError("drift_reps", f"must be at least 1 (got {drift_reps})")
+    draws: list[dict] = []
+
+    def simulate_one(model, sim_seed):
+        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
+                       options=SimOptions(seed=sim_seed, horizon_s=horizon))
         out = run_simulation(spec)
         summ = out.summary
         if front > 0:
             summ = {**summ, **_latencies_with_frontend(out.records, front, warm, horizon)}
         return summ
+
+    def simulate(model, keep=False):
+        if drift <= 0:
+            return simulate_one(model, seed)
+        reps = [simulate_one(model.with_drift(drift), seed + k) for k in range(drift_reps)]
+        if keep:
+            draws.extend(reps)
+        return _mean_summary(reps)
 
     applied = None
     if speed_factor is not None:
@@ -180,7 +203,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             except (TypeError, ValueError):
                 raise InputError("speed_factor", f"expected a number or 'run' (got {speed_factor!r})") from None
         step = step.scaled(applied)
-    sim = simulate(step)
+    sim = simulate(step, keep=True)
     if speed_band is None:
         speed_band = 2.0 * float(calibration.get("speed_sd") or 0.0)
     if not 0.0 <= speed_band < 1.0:
@@ -204,6 +227,10 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             if vals:
                 row["band"] = [min(vals), max(vals)]
                 row["in_band"] = bool(m is not None and min(vals) <= m <= max(vals))
+        if draws:
+            vals = [v for v in (x.get(q) for x in draws) if v is not None and np.isfinite(v)]
+            if vals:
+                row["drift_range"] = [min(vals), max(vals)]
         rows.append(row)
     sat = str(measured.get("verdict", "")).startswith("unstable")
     cap = {"quantity": "capacity mu (req/s)", "theory": th.mu,
@@ -217,9 +244,32 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
             "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
+            "drift": drift, "drift_reps": drift_reps if drift > 0 else 0,
             "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
                                                             "step_time_linear", "frontend_latency_s",
                                                             "speed_sd")}}
+
+
+def _mean_summary(reps: list[dict]) -> dict:
+    """One summary from several simulations of the same stream (drift draws): each numeric
+    quantity the mean over the draws (the expected value of one run's figure, e.g. of its p99),
+    the verdict the most common one's, the rest from the first draw."""
+    from collections import Counter
+
+    out = dict(reps[0])
+    for k, v in reps[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals = [r.get(k) for r in reps]
+            vals = [float(x) for x in vals if isinstance(x, (int, float)) and np.isfinite(x)]
+            out[k] = float(np.mean(vals)) if vals else v
+    verdicts = [str(r.get("verdict", "")) for r in reps]
+    kinds = Counter(v.split(":")[0].split(" ")[0] for v in verdicts)
+    top = kinds.most_common(1)[0][0]
+    pick = next(r for r, v in zip(reps, verdicts) if v.split(":")[0].split(" ")[0] == top)
+    for k in ("verdict", "stable", "stability"):
+        if k in pick:
+            out[k] = pick[k]
+    return out
 
 
 def _latencies_with_frontend(records, front: float, warm: float, horizon: float) -> dict:

@@ -102,9 +102,14 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 @click.option("--speed-factor", default=None,
               help="Simulate with steps this many times as long, or 'run': at the engine's speed in this run "
                    "(from its step log; a diagnosis, not a prediction).")
+@click.option("--drift", type=float, default=None,
+              help="The engine's speed wander within a run (CV over 10-s windows) to simulate: each "
+                   "prediction is the mean over --drift-reps draws (default: the calibration's speed_sd; 0: off).")
+@click.option("--drift-reps", type=click.IntRange(1, 1000), default=8, show_default=True,
+              help="Simulations (speed draws) averaged when drift is on.")
 @json_option
 def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band, speed_factor,
-             as_json):
+             drift, drift_reps, as_json):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
@@ -112,7 +117,7 @@ def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, a
     horizon = _run_second(run, horizon, "--horizon")
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
-                 speed_factor=speed_factor)
+                 speed_factor=speed_factor, drift=drift, drift_reps=drift_reps)
     if as_json:
         print_json(res)
         return
@@ -140,5 +145,7 @@ def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, a
         head.append(f"sim, engine +-{100 * res['speed_band']:.0f}%")
     sf = res.get("speed_factor")
     title = f"Predicted vs measured ({res['run']}, lam = {res['lam']:.3f} req/s" + (
-        f"; engine speed x{sf:.3f} applied)" if sf else ")")
+        f"; engine speed x{sf:.3f} applied" if sf else "") + (
+        f"; speed drift {100 * res['drift']:.1f}% over 10-s windows, mean of {res['drift_reps']} draws)"
+        if res.get("drift") else ")")
     print_table(head, rows, title=title)

@@ -50,7 +50,7 @@ class SimOptions:
     ``predicted_output``: per-request predicted output lengths (the ``srpt`` policy's key);
     defaults to the true output lengths (an oracle).
     ``sample_dt``: time-series sampling interval (seconds); 0 disables the time series.
-    ``seed``: seeds the step-time noise stream.
+    ``seed``: seeds the step-time noise and drift streams.
     ``hash_ids``: per request, its prompt's prefix-unit ids (or None), for prefix caching;
     ``hash_block_tokens``: tokens per unit (Mooncake traces: 512).
     """
@@ -75,6 +75,7 @@ class BaseReplica:
         self.model: StepTimeModel = parse_step_time(step_time)
         self.opt = options or SimOptions()
         self.noise = self.model.noise_stream(self.opt.seed)
+        self.drift = self.model.drift_stream(self.opt.seed)
         self.bs = config.block_size
         self.total_blocks = config.num_kv_blocks
         self.free = config.num_kv_blocks
@@ -498,10 +499,14 @@ class BaseReplica:
         return out
 
     # ----------------------------------------------------------------------------------------
-    def step_duration(self, prefill: int, decode: int, context: int) -> float:
+    def step_duration(self, prefill: int, decode: int, context: int, t: float = 0.0) -> float:
+        """The step's duration: the model's time for this composition, times the step's noise
+        factor and the speed factor of the drift window holding its start ``t``."""
         d = self.model.base(prefill, decode, context)
         if self.noise is not None:
             d *= self.noise.at(self.steps_taken)
+        if self.drift is not None:
+            d *= self.drift.at(t)
         if not d > 0:
             raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
         return d

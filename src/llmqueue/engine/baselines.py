@@ -138,6 +138,7 @@ def static_batching(requests, *, B: int, step_time, horizon_s: float | None = No
     outp = np.zeros(n, dtype=np.int64)
     status = np.array(["unfinished"] * n, dtype=object)
     noise = model.noise_stream(0)
+    drift = model.drift_stream(0)
     rows, starts, ends, sizes = [], [], [], []
     step_no = 0
     t = 0.0
@@ -148,6 +149,8 @@ def static_batching(requests, *, B: int, step_time, horizon_s: float | None = No
         x = model.base(p, d, c)
         if noise is not None:
             x *= noise.at(step_no)
+        if drift is not None:
+            x *= drift.at(t)
         step_no += 1
         return x
 

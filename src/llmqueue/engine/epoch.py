@@ -28,7 +28,7 @@ def epoch_eligible(sim) -> bool:
     """Can ``sim`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
     m = sim.model
     cfg = sim.cfg
-    return (m.is_constant and sim.noise is None and not sim.opt.timeout_s and not sim.opt.ttft_timeout_s
+    return (m.is_constant and sim.noise is None and sim.drift is None and not sim.opt.timeout_s and not sim.opt.ttft_timeout_s
             and not cfg.max_waiting and not cfg.enable_prefix_caching and not cfg.class_max_waiting
             and not cfg.class_max_queue_time_s
             and not cfg.max_queue_time_s)

@@ -108,7 +108,7 @@ class ReferenceReplica(BaseReplica):
                 context += self.comp[i] + 1
             else:
                 prefill += new
-        dur = self.step_duration(prefill, decode, context)
+        dur = self.step_duration(prefill, decode, context, t)
         t_end = t + dur
         self.sample_until(t_end, self.n_waiting, len(self.running), (self.total_blocks - self.free) * self.bs)
         self.record_step(t, dur, prefill, decode, len(self.running), self.n_waiting,

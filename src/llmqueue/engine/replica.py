@@ -209,7 +209,7 @@ class Replica(ReferenceReplica):
                 context += self.comp[i] + 1
             else:
                 prefill += new
-        dur = self.step_duration(prefill, decode, context)
+        dur = self.step_duration(prefill, decode, context, t)
         t_end = t + dur
         used = (self.total_blocks - self.free) * self.bs
         self.sample_until(t_end, self.n_waiting, len(self.order), used)
@@ -381,10 +381,15 @@ class Replica(ReferenceReplica):
         # arrivals (they may be admitted, join a queue whose length is recorded, or bring a
         # deadline), deadlines and the horizon end a stretch at the first step boundary after them
         t_stop = min(self.horizon, self.next_arrival_time(), self.next_deadline())
+        # a drifting engine: the stretch ends at the first step boundary after its speed window
+        speed = 1.0
+        if self.drift is not None:
+            t_stop = min(t_stop, self.drift.next_boundary(t))
+            speed = self.drift.at(t)
         ctx0 = self.sum_dbase + n * self.D + n
         model = self.model
         if model.is_constant and self.noise is None:
-            b = model.c0
+            b = model.c0 * speed
             if t_stop < math.inf:
                 k_t = max(1, math.ceil((t_stop - t) / b - 1e-9))
                 while t + (k_t - 1) * b >= t_stop and k_t > 1:
@@ -399,6 +404,8 @@ class Replica(ReferenceReplica):
             durs = model.decode_stretch(n, ctx0, k_max)
             if self.noise is not None:
                 durs = durs * self.noise.slice(self.steps_taken, k_max)
+            if speed != 1.0:
+                durs = durs * speed
             ends = t + np.cumsum(durs)
             if t_stop < math.inf:
                 k = int(np.searchsorted(ends, t_stop, side="left")) + 1
@@ -423,12 +430,15 @@ class Replica(ReferenceReplica):
     def _sample_stretch(self, t: float, k: int, n: int) -> None:
         """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated."""
         model = self.model
+        speed = self.drift.at(t) if self.drift is not None else 1.0
         if model.is_constant and self.noise is None:
-            ends = t + model.c0 * np.arange(1, k + 1)
+            ends = t + model.c0 * speed * np.arange(1, k + 1)
         else:
             durs = model.decode_stretch(n, self.sum_dbase + n * self.D + n, k)
             if self.noise is not None:
                 durs = durs * self.noise.slice(self.steps_taken, k)
+            if speed != 1.0:
+                durs = durs * speed
             ends = t + np.cumsum(durs)
         used0 = self.total_blocks - self.free
         while self.next_sample < ends[-1] and self.next_sample <= self.horizon:

@@ -19,6 +19,16 @@ Noise (seed 000 section 5: service-time variance widens the tail): any model may
 ``exp:0.1`` is shorthand for ``const:0.1:noise=exp`` (exponential step times, mean 0.1 s).
 The noise factors are drawn from their own seeded stream and indexed by the global step
 number, so two steppers that take the same steps see the same step times.
+
+Drift (the engine's speed wandering in time, not step by step): any model may carry
+``:drift=0.08`` (and ``:span=10``): simulated time is cut into windows of ``span`` seconds
+(default 10) and every step that *starts* in window ``j`` is ``f_j`` times as long, the ``f_j``
+i.i.d. lognormal with mean one and coefficient of variation ``drift``. The service rate ``mu``
+is then modulated by a random environment (a Markov-modulated server): the mean speed is
+unchanged, but near capacity a slow window lets the queue grow by ``(lam - mu / f_j) x span``,
+which i.i.d. step noise of the same size averages away within a second. A real engine's speed
+measured over 10-s windows (:func:`llmqueue.bench.calibrate.speed_drift`) wanders by 5-10 % on a
+shared CPU machine. The factors come from their own seeded stream indexed by window number.
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ class StepTimeModel:
     noise: str = "none"
     noise_cv: float = 0.0
     spec: str = ""
+    drift_sd: float = 0.0
+    drift_span_s: float = 10.0
 
     @property
     def is_constant(self) -> bool:
@@ -97,6 +109,54 @@ class StepTimeModel:
 
     def noise_stream(self, seed) -> "NoiseStream | None":
         return NoiseStream(self.noise, self.noise_cv, seed) if self.noisy else None
+
+    def drift_stream(self, seed) -> "DriftStream | None":
+        return DriftStream(self.drift_sd, self.drift_span_s, seed) if self.drift_sd > 0 else None
+
+    def with_drift(self, sd: float, span_s: float = 10.0) -> "StepTimeModel":
+        """This model with the engine's speed drifting by ``sd`` (CV) over windows of ``span_s``
+        seconds (``sd = 0``: no drift)."""
+        import dataclasses
+
+        sd = nonnegative("drift", sd)
+        span_s = positive("span", span_s)
+        base = self.spec.split(":drift=")[0]
+        return dataclasses.replace(self, drift_sd=sd, drift_span_s=span_s,
+                                   spec=f"{base}:drift={sd:g}:span={span_s:g}" if sd > 0 else base)
+
+
+class DriftStream:
+    """Mean-one speed factors per window of ``span_s`` seconds of simulated time (seeded): a step
+    that starts at ``t`` lasts ``f[floor(t / span_s)]`` times its model time. Lognormal with CV
+    ``sd``; indexed by window number, so every stepper sees the same engine speed at time ``t``."""
+
+    CHUNK = 4096
+
+    def __init__(self, sd: float, span_s: float, seed):
+        self.sd, self.span = float(sd), float(span_s)
+        ss = np.random.SeedSequence(seed)
+        self._entropy, self._key = ss.entropy, ss.spawn_key
+        self._chunks: dict[int, np.ndarray] = {}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        arr = self._chunks.get(c)
+        if arr is None:
+            rng = np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(*self._key, 11, c)))
+            s2 = math.log1p(self.sd * self.sd)
+            arr = self._chunks[c] = rng.lognormal(-s2 / 2.0, math.sqrt(s2), self.CHUNK)
+        return arr
+
+    def window(self, t: float) -> int:
+        return int(t // self.span) if t > 0 else 0
+
+    def at(self, t: float) -> float:
+        """The speed factor (step-time multiplier) of the window holding time ``t``."""
+        j = self.window(t)
+        return float(self._chunk(j // self.CHUNK)[j % self.CHUNK])
+
+    def next_boundary(self, t: float) -> float:
+        """The start of the window after the one holding ``t``."""
+        return (self.window(t) + 1) * self.span
 
 
 class NoiseStream:
@@ -159,6 +219,45 @@ def _num(field: str, spec: str, key: str, v: str) -> float:
     return finite(field, x)
 
 
+def _split_suffixes(parts: list[str], field: str, s: str):
+    """Split ``parts`` into the model's own and its ``noise=KIND[:cv=X]`` / ``drift=SD[:span=S]``
+    groups (either order, each at most once); returns (model parts, noise, cv, drift, span)."""
+    groups: dict[str, dict] = {}
+    own: list[str] = []
+    cur = None
+    for p in parts:
+        key = p.split("=", 1)[0].strip().lower() if "=" in p else ""
+        if key in ("noise", "drift"):
+            if key in groups:
+                raise InputError(field, f"cannot parse {s!r}: {key}= given twice")
+            cur = groups[key] = {key: p.split("=", 1)[1].strip().lower()}
+        elif cur is not None:
+            cur.update(_kv_args([p], field, s))
+        else:
+            own.append(p)
+    noise, cv = "none", 0.0
+    if "noise" in groups:
+        rest = groups["noise"]
+        noise = rest.pop("noise")
+        if noise not in _NOISES:
+            raise InputError(field, f"cannot parse {s!r}: unknown noise {noise!r}", f"choose one of: {', '.join(_NOISES)}")
+        if noise in ("gamma", "lognormal"):
+            if "cv" not in rest:
+                raise InputError(field, f"cannot parse {s!r}: noise={noise} needs cv=X")
+            cv = positive(field, _num(field, s, "cv", rest.pop("cv")))
+        if rest:
+            raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(rest)}")
+    drift, span = 0.0, 10.0
+    if "drift" in groups:
+        rest = groups["drift"]
+        drift = nonnegative(field, _num(field, s, "drift", rest.pop("drift")))
+        if "span" in rest:
+            span = positive(field, _num(field, s, "span", rest.pop("span")))
+        if rest:
+            raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(rest)}", "drift takes span=SECONDS")
+    return own, noise, cv, drift, span
+
+
 def parse_step_time(spec, field: str = "step_time") -> StepTimeModel:
     """Parse a step-time spec (see the module docstring); a bare number is a constant."""
     if isinstance(spec, StepTimeModel):
@@ -169,23 +268,18 @@ def parse_step_time(spec, field: str = "step_time") -> StepTimeModel:
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(field, f"expected a step-time spec, got {spec!r}", "e.g. 0.0372, exp:0.1, linear:c0=0.01:decode=1e-4")
     s = spec.strip()
-    parts = s.split(":")
-    # split off a noise suffix: ...:noise=KIND[:cv=X]
-    noise, cv = "none", 0.0
-    for i, p in enumerate(parts):
-        if p.lower().startswith("noise="):
-            noise = p.split("=", 1)[1].strip().lower()
-            rest = _kv_args(parts[i + 1:], field, s)
-            if noise not in _NOISES:
-                raise InputError(field, f"cannot parse {s!r}: unknown noise {noise!r}", f"choose one of: {', '.join(_NOISES)}")
-            if noise in ("gamma", "lognormal"):
-                if "cv" not in rest:
-                    raise InputError(field, f"cannot parse {s!r}: noise={noise} needs cv=X")
-                cv = positive(field, _num(field, s, "cv", rest.pop("cv")))
-            if rest:
-                raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(rest)}")
-            parts = parts[:i]
-            break
+    parts, noise, cv, drift, span = _split_suffixes(s.split(":"), field, s)
+    if not parts:
+        raise InputError(field, f"cannot parse {s!r}: no step-time model before the noise/drift suffix")
+    m = _model_of(parts, noise, cv, field, s)
+    if drift > 0:
+        import dataclasses
+
+        m = dataclasses.replace(m, drift_sd=drift, drift_span_s=span, spec=s)
+    return m
+
+
+def _model_of(parts: list[str], noise: str, cv: float, field: str, s: str) -> StepTimeModel:
     head = parts[0].lower()
     try:
         b = float(head)
