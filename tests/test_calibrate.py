@@ -409,3 +409,13 @@ def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_p
     assert err_drift < err_steady, (p99, pred, steady)
     with pytest.raises(Exception, match="drift"):
         validate(run, cal, drift=1.5)
+    import yaml
+
+    (tmp_path / "cal.yaml").write_text(yaml.safe_dump(cal))
+    capsys.readouterr()
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
+                 "--drift", "0.1", "--drift-reps", "2", "--speed-band", "0"]) == 0
+    assert "speed drift 10.0% over 10-s windows, mean of 2 draws" in capsys.readouterr().out
+    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--drift", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "drift" in err and "Traceback" not in err
