@@ -172,7 +172,7 @@ def main() -> int:
                 fl = probe(srv, out / shape, SHAPES[shape][0], a.seed)
                 print(f"{shape}: frontend latency {1e3 * fl:.1f} ms", flush=True)
         return 0
-    factors = [float(f) for f in a.factors.split(",")]
+    factors = [] if a.factors in ("", "none") else [float(f) for f in a.factors.split(",")]  # none: calibration only
     if a.lowload:
         saved = json.loads((out / "fidelity.json").read_text())
         with VllmServer(model_dir, work_dir=work, log_path=out / "lowload-server.log", **SERVER) as srv:
