@@ -34,6 +34,8 @@ def test_drift_spec_parses_in_either_order_and_rejects_bad_values():
     m = parse_step_time("0.1:noise=exp:drift=0.1")
     assert (m.c0, m.noise, m.drift_sd, m.drift_span_s) == (0.1, "exp", 0.1, 10.0)
     assert parse_step_time(parse_step_time("linear:c0=0.01").with_drift(0.07).spec).drift_sd == 0.07
+    again = parse_step_time(parse_step_time("0.1:drift=0.3:span=5:noise=exp").with_drift(0.07).spec)
+    assert (again.drift_sd, again.drift_span_s, again.noise) == (0.07, 10.0, "exp")
     for bad, needle in [("0.1:drift=x", "not a number"), ("0.1:drift=0.1:foo=2", "unknown key"),
                         ("0.1:drift=0.1:drift=0.2", "twice"), ("drift=0.1", "no step-time model")]:
         with pytest.raises(InputError, match=needle):

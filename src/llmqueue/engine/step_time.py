@@ -34,6 +34,7 @@ shared CPU machine. The factors come from their own seeded stream indexed by win
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,7 +121,7 @@ class StepTimeModel:
 
         sd = nonnegative("drift", sd)
         span_s = positive("span", span_s)
-        base = self.spec.split(":drift=")[0]
+        base = re.sub(r":drift=[^:]*(:span=[^:]*)?", "", self.spec)  # keeps a noise= group after it
         return dataclasses.replace(self, drift_sd=sd, drift_span_s=span_s,
                                    spec=f"{base}:drift={sd:g}:span={span_s:g}" if sd > 0 else base)
 
