@@ -128,6 +128,10 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--out", default="runs/fidelity")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape-seeds", action="store_true",
+                    help="give each shape its own seed (--seed + 1,000,000 x its place in balanced,prompt,decode) so "
+                         "that the shapes' length and arrival draws are independent; without it all shapes "
+                         "share --seed's random numbers (a heavy draw is heavy on every shape)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--probe-only", action="store_true",
                     help="only (re)measure the frontend latency of existing runs (updates calibration.yaml)")
@@ -151,6 +155,9 @@ def main() -> int:
     ap.add_argument("--b-guess", type=float, default=0.03,
                     help="step time (s) for the first capacity guess that sets the saturation rate")
     a = ap.parse_args()
+
+    def seed_of(shape: str) -> int:
+        return a.seed + (1_000_000 * list(SHAPES).index(shape) if a.shape_seeds else 0)
     # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -169,7 +176,7 @@ def main() -> int:
     if a.probe_only:
         with VllmServer(model_dir, work_dir=work, log_path=out / "probe-server.log", **SERVER) as srv:
             for shape in a.shapes.split(","):
-                fl = probe(srv, out / shape, SHAPES[shape][0], a.seed)
+                fl = probe(srv, out / shape, SHAPES[shape][0], seed_of(shape))
                 print(f"{shape}: frontend latency {1e3 * fl:.1f} ms", flush=True)
         return 0
     factors = [] if a.factors in ("", "none") else [float(f) for f in a.factors.split(",")]  # none: calibration only
@@ -179,7 +186,7 @@ def main() -> int:
             for shape in a.shapes.split(","):
                 p, o = SHAPES[shape]
                 lam = a.lowload * saved["shapes"][shape]["mu_measured"]
-                reqs = exact_rate_stream(lam, p, o, a.seed + 77, LOWLOAD_S)
+                reqs = exact_rate_stream(lam, p, o, seed_of(shape) + 77, LOWLOAD_S)
                 meas = one_run(srv, out / shape / "lowload", reqs, warmup_s=a.warmup_s, knobs=SERVER)
                 print(f"{shape} lowload {a.lowload}x: {meas.get('completed')} requests, "
                       f"{meas.get('median_tpot_ms'):.1f} ms TPOT p50", flush=True)
@@ -194,7 +201,7 @@ def main() -> int:
                 for k in range(1, a.repeat + 1):
                     for f in factors:
                         lam = f * mu_meas
-                        seed = a.seed + int(100 * f) + (0 if a.same_seed else 1000 * k)
+                        seed = seed_of(shape) + int(100 * f) + (0 if a.same_seed else 1000 * k)
                         reqs = exact_rate_stream(lam, p, o, seed, RUN_S[f] * a.run_s / 100.0)
                         name = f"x{f}-s{k}" if a.same_seed else f"x{f}-r{k}"
                         meas = one_run(srv, sd / name, reqs, warmup_s=a.warmup_s, knobs=SERVER)
@@ -206,14 +213,14 @@ def main() -> int:
         p, o = SHAPES[shape]
         sd = out / shape
         sd.mkdir(parents=True, exist_ok=True)
-        row: dict = {"prompt": p, "output": o}
+        row: dict = {"prompt": p, "output": o, "seed": seed_of(shape)}
         with VllmServer(model_dir, work_dir=work, log_path=sd / "server.log", **SERVER) as srv:
             row["server_startup_s"] = srv.startup_s
             M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
             mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
                                     prompt=parse_length(p), output=parse_length(o)).mu
             lam_sat = 1.5 * mu_guess
-            reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(a.seed, duration=a.sat_s)
+            reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(seed_of(shape), duration=a.sat_s)
             # at most SAT_CONCURRENCY requests at the server: enough to keep its KV cache full, and
             # not the hundreds of open streams of an open-loop overload, whose handling by the
             # client and the API server takes CPU from the engine on a 2-core machine (measured:
@@ -226,7 +233,7 @@ def main() -> int:
             if cal.capacity_tokens is None:
                 raise SystemExit("no KV capacity recorded")
             write_calibration(cal, sd / "calibration.yaml")
-            row["frontend_latency_s"] = probe(srv, sd, p, a.seed)
+            row["frontend_latency_s"] = probe(srv, sd, p, seed_of(shape))
             from llmqueue.bench.calibrate import load_calibration
 
             c = load_calibration(sd / "calibration.yaml")
@@ -243,7 +250,7 @@ def main() -> int:
             for f in factors:
                 lam = f * mu_meas
                 run_s = RUN_S[f] * a.run_s / 100.0
-                reqs = exact_rate_stream(lam, p, o, a.seed + int(100 * f), run_s)
+                reqs = exact_rate_stream(lam, p, o, seed_of(shape) + int(100 * f), run_s)
                 one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
                 horizon = float(reqs.arrival_s[-1])
                 vc = validate(sd / f"x{f}", c, horizon_s=horizon, speed_band=0.0)

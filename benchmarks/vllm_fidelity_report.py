@@ -67,8 +67,10 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from llmqueue.bench.calibrate import calibrate, frontend_latency, last_send_s, load_calibration
+    from llmqueue.bench.speed import matched_speed
     from llmqueue.bench.validate import validate
     from llmqueue.errors import InputError
+    from llmqueue.records import read_run
 
     out = {}
     for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat" / "server.json").is_file()):  # finished saturation runs
@@ -122,6 +124,7 @@ def main() -> int:
                                       "linear": xc["linear"]}
                 extra_cals[name] = xc
         runs = {}
+        sat_steps = read_run(sd / "sat").steps
         dirs = [(f, sd / f"x{f}") for f in FACTORS]
         dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-r*"))]  # repetitions (--repeat)
         dirs += [(f, d) for f in FACTORS for d in sorted(sd.glob(f"x{f}-s*"))]  # replays (--repeat --same-seed)
@@ -152,6 +155,11 @@ def main() -> int:
                 # this run (its step log against the calibrated model)
                 vd = validate(d, lin_cal, horizon_s=horizon, step_model="linear", speed_factor="run", speed_band=0.0)
                 r["run_speed"] = vd["speed_factor"]
+                # the same ratio without the model: the run's steps against the whole saturation run's
+                # (ramp, saturation and drain) of the same composition (near 1 while run_speed is
+                # not: the step model's error, not the engine's speed)
+                ms = matched_speed(read_run(d).steps, sat_steps) if sat_steps is not None else None
+                r["matched_speed"] = ms
                 r["latency_at_run_speed"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
                                              for x in vd["rows"] if x["quantity"] in LAT}
             r["latency_constant_b"] = {x["quantity"]: [x["measured"], x["simulated"], x["rel_err_sim"]]
@@ -215,6 +223,14 @@ def main() -> int:
                 inb = sum(1 for x in v if x[4])
                 print(f"| {f} | {q} | {len(v)} | {min(ms):,.1f}-{max(ms):,.1f} | {ok} of {len(v)} | "
                       + ", ".join(f"{100 * x[2]:+.0f}%" for x in v) + f" | {inb} of {len(v)} |")
+        speeds = [(k, r["run_speed"], r.get("matched_speed")) for k, r in row["runs"].items() if r.get("run_speed")]
+        if speeds:
+            print("\n| run | engine speed against the step model (run_speed) | against the saturation run's steps "
+                  "of the same composition (matched_speed) | matched cells, share of the run's steps |")
+            print("|---|---|---|---|")
+            for k, rs, ms in speeds:
+                print(f"| x{k} | {rs:.3f} | " + ("- | -" if not ms else f"{ms['speed']:.3f} (cells' IQR "
+                      f"{ms['ratios_iqr'][0]:.2f}-{ms['ratios_iqr'][1]:.2f}) | {ms['cells']}, {100 * ms['share']:.0f} %") + " |")
         diag = by_load(row["runs"], "latency_at_run_speed", with_speed=True)
         if diag:
             print("\n| load | quantity | runs | within 20 % at the run's own engine speed | errors (speed) |")

@@ -169,6 +169,43 @@ def test_stubborn_server_is_killed_after_the_grace_period(fake_venv, tmp_path, m
     assert "ignoring SIGTERM" in srv.log_path.read_text()
 
 
+def test_sigterm_to_the_parent_stops_the_server(fake_venv, tmp_path):
+    """A program that holds the server in a ``with`` block and gets a SIGTERM (no handler of its
+    own) exits with 143 and leaves no server behind; a handler the program set stays its own."""
+    import signal
+    import subprocess
+
+    venv, model, _ = fake_venv
+    prog = tmp_path / "holder.py"
+    prog.write_text(
+        "import signal, sys, time\n"
+        "from llmqueue.bench.engine import VllmServer\n"
+        f"with VllmServer({str(model)!r}, venv={str(venv)!r}, work_dir={str(tmp_path / 'w')!r}, grace_s=2) as srv:\n"
+        "    assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL\n"
+        "    print(srv.pid, flush=True)\n"
+        "    time.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE, text=True)
+    pid = int(p.stdout.readline())
+    family = [pid, *_descendants(pid)]
+    assert all(_alive(x) for x in family) and len(family) >= 2
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143
+    _wait_dead(family)
+    # the holder's own handler is kept, and the default comes back after the block
+    prev = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with VllmServer(model, venv=venv, work_dir=tmp_path / "w2") as srv:
+            assert signal.getsignal(signal.SIGTERM) == srv._on_sigterm
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        own = lambda *a: None  # noqa: E731
+        signal.signal(signal.SIGTERM, own)
+        with VllmServer(model, venv=venv, work_dir=tmp_path / "w3"):
+            assert signal.getsignal(signal.SIGTERM) is own
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
 def test_crash_reports_the_log_tail(fake_venv, tmp_path, monkeypatch):
     venv, model, _ = fake_venv
     monkeypatch.setenv("FAKE_MODE", "crash")

@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -388,6 +389,7 @@ class VllmServer:
         self.env_overrides: dict[str, str] = {}
         self.startup_s: float | None = None
         self._log_file = None
+        self._sigterm_prev = None
 
     # -- description ------------------------------------------------------------------------
     @property
@@ -470,6 +472,7 @@ class VllmServer:
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self._log_file,
                                      stderr=subprocess.STDOUT, env=env, cwd=str(self.work_dir),
                                      start_new_session=True)
+        self._catch_sigterm()
         try:
             self._wait_healthy(t0)
         except BaseException:
@@ -500,8 +503,30 @@ class VllmServer:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
+    def _on_sigterm(self, signum, frame):
+        raise SystemExit(128 + signum)
+
+    def _catch_sigterm(self) -> None:
+        """The server runs in its own session, so a SIGTERM to this process does not reach it, and
+        Python's default SIGTERM ends this process without leaving the ``with`` block: while the
+        server runs, a SIGTERM that would do that (the default action, in the main thread) raises
+        ``SystemExit(143)`` instead, so the block's exit stops the server. A handler the program
+        set itself is left alone."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._sigterm_prev = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _release_sigterm(self) -> None:
+        if self._sigterm_prev is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._sigterm_prev)
+        self._sigterm_prev = None
+
     def stop(self) -> int | None:
         """Stop the server (SIGTERM to its process group, SIGKILL after ``grace_s``); its exit code."""
+        self._release_sigterm()
         proc, self.proc = self.proc, None
         rc = None
         if proc is not None:

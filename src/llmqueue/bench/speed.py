@@ -1,0 +1,70 @@
+"""The engine's speed in one run against another, on steps of the same composition.
+
+:func:`llmqueue.bench.calibrate.run_speed` measures a run's speed against the *linear step
+model* fitted on the calibration run: a ratio above 1 means either that the engine ran slower
+(the machine, another process, the API server's load) or that the model mispredicts the run's
+steps (a load run's small batches and short contexts lie outside the saturation run's range,
+where the fit is extrapolated). :func:`matched_speed` tells the two apart without a model: it
+compares the step cycles of two runs only where their steps had the same composition (prefill
+tokens, decode sequences, context), so a ratio away from 1 is the engine's speed, and one near
+1 beside a ``run_speed`` away from 1 is the step model's error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmqueue.bench.calibrate import step_cycles
+
+
+def _cells(steps, mask, prefill_bin: int, decode_bin: int, ctx_bin: int):
+    """Per busy step row: its composition cell (prefill tokens, decode sequences and KV tokens,
+    each in bins) and its cycle time per step."""
+    _, cyc, _ = step_cycles(steps)
+    key = np.stack([np.asarray(steps["prefill_tokens"], dtype=np.int64) // prefill_bin,
+                    np.asarray(steps["decode_seqs"], dtype=np.int64) // decode_bin,
+                    np.asarray(steps["kv_tokens"], dtype=np.int64) // ctx_bin], axis=1)
+    return key[mask], cyc[mask]
+
+
+def matched_speed(steps, ref_steps, *, prefill_bin: int = 32, decode_bin: int = 4, ctx_bin: int = 2048,
+                  min_steps: int = 5, window=None, ref_window=None) -> dict | None:
+    """How much longer the engine's steps took in ``steps`` than in ``ref_steps`` for the same
+    work: busy step cycles (as in ``b``, start to next start) grouped in composition cells of
+    ``prefill_bin`` prefill tokens x ``decode_bin`` decode sequences x ``ctx_bin`` KV tokens;
+    in each cell with at least ``min_steps`` busy steps in both runs, the ratio of the median
+    cycles; the speed is their geometric mean weighted by the smaller of the two counts (1.2:
+    the same steps took 20 % longer). A service-time ratio, in queueing terms ``mu_ref / mu``
+    at equal work per step.
+
+    Returns ``{"speed", "cells", "steps", "share", "ratios_iqr"}`` (``steps``: the matched busy
+    steps of ``steps``; ``share``: their fraction of its busy steps; ``ratios_iqr``: the spread of
+    the cells' ratios), or None when no cell has enough steps in both runs.
+    """
+    a_mask, _, _ = step_cycles(steps, window)
+    b_mask, _, _ = step_cycles(ref_steps, ref_window)
+    ka, ca = _cells(steps, a_mask, prefill_bin, decode_bin, ctx_bin)
+    kb, cb = _cells(ref_steps, b_mask, prefill_bin, decode_bin, ctx_bin)
+    if not len(ka) or not len(kb):
+        return None
+    ua, ia = np.unique(ka, axis=0, return_inverse=True)
+    ub, ib = np.unique(kb, axis=0, return_inverse=True)
+    ia, ib = ia.ravel(), ib.ravel()
+    where_b = {tuple(k): j for j, k in enumerate(ub)}
+    logs, weights, matched = [], [], 0
+    for i, k in enumerate(ua):
+        j = where_b.get(tuple(k))
+        if j is None:
+            continue
+        xa, xb = ca[ia == i], cb[ib == j]
+        if len(xa) < min_steps or len(xb) < min_steps:
+            continue
+        logs.append(np.log(np.median(xa) / np.median(xb)))
+        weights.append(min(len(xa), len(xb)))
+        matched += len(xa)
+    if not logs:
+        return None
+    lr, w = np.asarray(logs), np.asarray(weights, dtype=np.float64)
+    q1, q3 = np.exp(np.percentile(lr, [25, 75]))
+    return {"speed": float(np.exp(np.sum(w * lr) / w.sum())), "cells": len(lr), "steps": int(matched),
+            "share": matched / len(ka), "ratios_iqr": (float(q1), float(q3))}
