@@ -7,7 +7,10 @@ measured over the arrival period of the saturation run after warm-up; stability 
 0.9, 1.3 x the measured capacity over each run's arrival period; TTFT/TPOT p50/p99 at 0.5 and 0.8,
 predicted with the engine's speed drift that calibration measured (validate's default: the mean
 over 8 draws of 10-s window speeds) and without it (a steady engine), and with the step model
-also fitted on the probe's (and a low-load run's, where there is one) steps.
+also fitted on the probe's (and a low-load run's, where there is one) steps, and on all the
+shapes' saturation runs together ("pooled": one step model for the engine). For each load run,
+the engine's speed against the step model and, without a model, against the saturation run's
+steps of the same composition (``llmqueue.bench.speed.matched_speed``).
 
 Usage: python benchmarks/vllm_fidelity_report.py [--dir runs/fidelity] [--sat-s SECONDS] [--warmup-s 15] [--json]
 """
@@ -22,7 +25,8 @@ from pathlib import Path
 ESTIMATORS = ("median", "trimmed_0.1", "trimmed_0.05", "mean", "cycle")
 FACTORS = (0.5, 0.8, 0.9, 1.3)
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
-EXTRA_FITS = {"lowload": "low-load run's steps", "probe": "probe's steps (isolated requests)"}
+EXTRA_FITS = {"lowload": "low-load run's steps", "probe": "probe's steps (isolated requests)",
+              "pooled": "other shapes' saturation runs' steps (one step model for the engine)"}
 
 
 def completion_rate_ci(run_dir: Path, window: tuple[float, float], level: float = 0.95):
@@ -73,7 +77,8 @@ def main() -> int:
     from llmqueue.records import read_run
 
     out = {}
-    for sd in sorted(p for p in Path(a.dir).iterdir() if (p / "sat" / "server.json").is_file()):  # finished saturation runs
+    shape_dirs = sorted(p for p in Path(a.dir).iterdir() if (p / "sat" / "server.json").is_file())  # finished saturation runs
+    for sd in shape_dirs:
         M = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
         # the saturated run's steady part: after warm-up, up to the client's last send (the drain follows)
         sat_end = a.sat_s if a.sat_s is not None else last_send_s(sd / "sat")
@@ -111,12 +116,17 @@ def main() -> int:
                 simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
                 row[key] = {"mu_sim": simv, "err_sim": (simv - row["mu_measured"]) / row["mu_measured"]}
         # other step-model fits: the saturation run's steps joined by a low-load run's
-        # (vllm_fidelity.py --lowload) or by the probe's isolated requests (lone prefills, decodes of 1)
+        # (vllm_fidelity.py --lowload), by the probe's isolated requests (lone prefills, decodes
+        # of 1), or by the other shapes' saturation runs
         extra_cals = {}
         for name in EXTRA_FITS:
-            if (sd / name / "steps.parquet").exists():
+            # pooled: the step time is the engine's, not the workload's; the other shapes'
+            # saturation runs on the same server cover compositions this shape's run hardly samples
+            extra = ([o / "sat" for o in shape_dirs if o != sd and (o / "sat" / "steps.parquet").exists()]
+                     if name == "pooled" else [sd / name] if (sd / name / "steps.parquet").exists() else [])
+            if extra:
                 xc = calibrate(sd / "sat", capacity_tokens=M, estimator="cycle", window=window,
-                               steps_from=[sd / name]).to_dict()
+                               steps_from=extra).to_dict()
                 xc["frontend_latency_s"] = lin_cal.get("frontend_latency_s")
                 v = validate(sd / "sat", xc, horizon_s=sat_end, step_model="linear", speed_band=0.0)
                 simv = v["capacity"]["simulated"] or v["rows"][0]["simulated"]
