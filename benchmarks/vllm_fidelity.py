@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -158,8 +157,6 @@ def main() -> int:
 
     def seed_of(shape: str) -> int:
         return a.seed + (1_000_000 * list(SHAPES).index(shape) if a.shape_seeds else 0)
-    # a SIGTERM ends the run like Ctrl-C: the server's context manager stops it (no orphan server)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from llmqueue.bench.calibrate import calibrate, last_send_s, write_calibration
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version

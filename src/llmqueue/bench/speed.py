@@ -17,10 +17,10 @@ import numpy as np
 from llmqueue.bench.calibrate import step_cycles
 
 
-def _cells(steps, mask, prefill_bin: int, decode_bin: int, ctx_bin: int):
-    """Per busy step row: its composition cell (prefill tokens, decode sequences and KV tokens,
-    each in bins) and its cycle time per step."""
-    _, cyc, _ = step_cycles(steps)
+def _cells(steps, window, prefill_bin: int, decode_bin: int, ctx_bin: int):
+    """The busy step rows in ``window``: their composition cells (prefill tokens, decode
+    sequences and KV tokens, each in bins) and their cycle times per step."""
+    mask, cyc, _ = step_cycles(steps, window)
     key = np.stack([np.asarray(steps["prefill_tokens"], dtype=np.int64) // prefill_bin,
                     np.asarray(steps["decode_seqs"], dtype=np.int64) // decode_bin,
                     np.asarray(steps["kv_tokens"], dtype=np.int64) // ctx_bin], axis=1)
@@ -38,13 +38,11 @@ def matched_speed(steps, ref_steps, *, prefill_bin: int = 32, decode_bin: int = 
     at equal work per step.
 
     Returns ``{"speed", "cells", "steps", "share", "ratios_iqr"}`` (``steps``: the matched busy
-    steps of ``steps``; ``share``: their fraction of its busy steps; ``ratios_iqr``: the spread of
+    step rows of ``steps``, a row of a simulated decode stretch counting once; ``share``: their fraction of its busy steps; ``ratios_iqr``: the spread of
     the cells' ratios), or None when no cell has enough steps in both runs.
     """
-    a_mask, _, _ = step_cycles(steps, window)
-    b_mask, _, _ = step_cycles(ref_steps, ref_window)
-    ka, ca = _cells(steps, a_mask, prefill_bin, decode_bin, ctx_bin)
-    kb, cb = _cells(ref_steps, b_mask, prefill_bin, decode_bin, ctx_bin)
+    ka, ca = _cells(steps, window, prefill_bin, decode_bin, ctx_bin)
+    kb, cb = _cells(ref_steps, ref_window, prefill_bin, decode_bin, ctx_bin)
     if not len(ka) or not len(kb):
         return None
     ua, ia = np.unique(ka, axis=0, return_inverse=True)
