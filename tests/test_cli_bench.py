@@ -138,7 +138,7 @@ def test_sigterm_keeps_the_records(tmp_path):
                               "--duration", "30", "--out", str(out_dir), "--no-progress"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 20
-        while not (out_dir / "requests.parquet").exists() and time.monotonic() < deadline:
+        while not (out_dir / "requests.parquet.journal").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # some requests finished, some in flight
         p.send_signal(signal.SIGTERM)
@@ -149,6 +149,37 @@ def test_sigterm_keeps_the_records(tmp_path):
     assert is_complete(out_dir / "requests.parquet") is False
     assert (r["status"] == "ok").sum() > 0 and (r["status"] == "unfinished").sum() > 0
     assert np.isnan(r["finish_s"][r["status"] == "unfinished"]).all()
+    assert not (out_dir / "requests.parquet.journal").exists()
+
+
+def test_sigkill_keeps_every_written_batch(tmp_path):
+    """A client killed outright (SIGKILL: no handler runs, no file is closed) leaves every batch
+    it wrote readable: the records and their token times, as written once a second."""
+    out_dir = tmp_path / "kill"
+    with StubServer(token_delay_s=0.02) as s:
+        p = subprocess.Popen([sys.executable, "-m", "llmqueue.cli.main", "bench", "--url", s.url, "--model", "m",
+                              "--arrival", "deterministic:20", "--prompt", "fixed:4", "--output", "fixed:10",
+                              "--duration", "30", "--out", str(out_dir), "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        journal = out_dir / "requests.parquet.journal"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not journal.exists() or journal.stat().st_size < 2000):
+            time.sleep(0.1)  # until a flush with records has reached the journal
+        p.kill()
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGKILL, err
+    assert not (out_dir / "requests.parquet").exists() and not (out_dir / "summary.json").exists()
+    r = read_records(out_dir)
+    assert len(r) > 0 and (r["status"] == "ok").all()  # only finished attempts are written
+    assert is_complete(out_dir / "requests.parquet") is False
+    from llmqueue.records import finish_run
+    from llmqueue.records.journal import read_table
+
+    tok = read_table(out_dir / "tokens.parquet").to_pydict()
+    assert set(tok["request_id"]) == set(r["request_id"].tolist())
+    assert len(tok["t_s"]) == 10 * len(r)  # ten chunks per finished request
+    assert {p.name for p in finish_run(out_dir)} == {"requests.parquet", "tokens.parquet"}
+    assert len(read_records(out_dir / "requests.parquet")) == len(r)
 
 
 def _step_line(t: float | None, i: int) -> str:

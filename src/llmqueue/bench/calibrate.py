@@ -35,6 +35,7 @@ import numpy as np
 
 from llmqueue._result import Result
 from llmqueue.errors import InputError
+from llmqueue.records.journal import exists as journal_exists
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,9 @@ class Calibration(Result):
 def _itl_from_tokens(path: Path, window: tuple[float, float] | None = None) -> np.ndarray:
     """Decode inter-token gaps (s) from per-token times: consecutive tokens of one request
     (a gap counts in ``window`` when its later token does)."""
-    import pyarrow.parquet as pq
+    from llmqueue.records.journal import read_table
 
-    t = pq.read_table(path).to_pydict()
+    t = read_table(path).to_pydict()  # the file, or the journal of a client killed outright
     keys = [k for k in ("request_id", "attempt") if k in t]
     order = np.lexsort([np.asarray(t["index"])] + [np.asarray(t[k]) for k in reversed(keys)])
     ts = np.asarray(t["t_s"], dtype=np.float64)[order]
@@ -289,7 +290,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             notes.append("M unknown: give --capacity-tokens")
     tok = run_dir / "tokens.parquet"
     steps = run.steps
-    if tok.exists():
+    if journal_exists(tok):
         x = _itl_from_tokens(tok, window)
         w = None
         src = "decode inter-token latencies (tokens.parquet)"

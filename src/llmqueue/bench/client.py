@@ -98,8 +98,11 @@ thousands of requests per second on time. Each attempt has one deadline timer. F
 are written by a worker thread once a second, so writing never blocks sending.
 
 Files (``out_dir``): ``requests.parquet`` (records, in completion order, appended once a
-second), ``tokens.parquet`` (chunk times), ``workload.parquet`` (the intended stream: ids,
-classes, arrival times, requested lengths), ``summary.json``; with a metrics URL also
+second to its journal, ``requests.parquet.journal``, which becomes the Parquet file at the end:
+a client killed outright, even by SIGKILL, leaves every batch it wrote readable, see
+:mod:`llmqueue.records.journal`), ``tokens.parquet`` (chunk times, journaled the same way),
+``workload.parquet`` (the intended stream: ids, classes, arrival times, requested lengths),
+``summary.json``; with a metrics URL also
 ``timeseries.parquet`` (the server's queue gauges in the simulator's schema), ``metrics.parquet``
 (every sampled column: gauges, counters such as preemptions, histogram sums and counts) and
 ``server.json`` (its KV cache shape); the summary's ``server_counters`` are the counters' growth
@@ -1337,9 +1340,11 @@ class _Run:
                        "prompt_tokens": pa.array(r.prompt_tokens, pa.int64()),
                        "output_tokens": pa.array(r.output_tokens, pa.int64())})
         pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
-        self.writer = RunWriter(self.out_dir)
+        from llmqueue.records.journal import ParquetJournal
+
+        self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
         self.writer.writer("requests")
-        self.tok_writer = pq.ParquetWriter(str(self.out_dir / TOKENS_FILE), _TOKEN_SCHEMA(), compression="zstd")
+        self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, _TOKEN_SCHEMA())
         self._prewarm_writers()
 
     def _prewarm_writers(self) -> None:
@@ -1362,6 +1367,9 @@ class _Run:
         sink = pa.BufferOutputStream()
         w = pq.ParquetWriter(sink, _TOKEN_SCHEMA(), compression="zstd")
         w.write_table(pa.table({"request_id": [0], "attempt": [1], "index": [0], "t_s": [0.0]}, schema=_TOKEN_SCHEMA()))
+        w.close()
+        w = pa.ipc.new_stream(pa.BufferOutputStream(), arrow_schema("requests"))  # the journal's writes
+        w.write_table(recs.to_arrow())
         w.close()
 
     def close_files(self, complete: bool) -> None:

@@ -41,6 +41,7 @@ _EXPORTS = {
     "write_run": "io",
     "dump_summary": "io",
     "is_complete": "io",
+    "finish_run": "io",
     "REQUESTS_FILE": "io",
     "STEPS_FILE": "io",
     "TIMESERIES_FILE": "io",

@@ -15,9 +15,12 @@ Incremental writing: :class:`RecordWriter` appends one Parquet row group per ``w
 writes the footer on ``close()``; used as a context manager it closes on any exception
 (including ``KeyboardInterrupt``), so every batch written before the failure stays readable,
 and the file's metadata says ``llmqueue.complete = false``. A process killed outright
-(SIGKILL, power loss) never writes the footer: such a file is not readable. A long run that must
-survive that should write to a new file per chunk (e.g. ``requests-000.parquet``...) and read
-them with ``pyarrow.parquet.read_table(directory)`` / :func:`read_records` on each.
+(SIGKILL, the OOM killer) never writes the footer, and a Parquet file without one cannot be
+read: ``RecordWriter(..., journal=True)`` (the benchmark client's choice; see
+:mod:`llmqueue.records.journal`) writes each batch to an Arrow IPC journal beside the file
+(``requests.parquet.journal``) and the Parquet file at ``close()``. The readers here read a
+journal a killed writer left behind (every whole batch; :func:`is_complete` says ``False``), and
+:func:`finish_run` turns a run directory's journals into its Parquet files.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pyarrow.parquet as pq
 
 from llmqueue._result import _plain
 from llmqueue.errors import InputError
+from llmqueue.records.journal import ParquetJournal, exists, finish_journal, journal_path, read_journal
 from llmqueue.records.table import TABLES, RequestRecords, StepRecords, TimeSeries, _Table
 
 REQUESTS_FILE = "requests.parquet"
@@ -88,15 +92,21 @@ class RecordWriter:
             for batch in simulation:          # an exception here keeps earlier batches
                 w.write(batch)
 
-    ``rows`` counts rows written. Closing twice is harmless.
+    ``rows`` counts rows written. Closing twice is harmless. ``journal=True``: write through an
+    Arrow IPC journal (:class:`~llmqueue.records.journal.ParquetJournal`), so that a process
+    killed outright loses no written batch; the Parquet file appears at ``close()``.
     """
 
-    def __init__(self, path, schema="requests", *, optional=(), compression: str = "zstd"):
+    def __init__(self, path, schema="requests", *, optional=(), compression: str = "zstd",
+                 journal: bool = False):
         self.cls = _table_class(schema)
         self.path = Path(path)
         self.schema = arrow_schema(self.cls.KIND, optional)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(str(self.path), self.schema, compression=compression)
+        if journal:
+            self._writer = ParquetJournal(self.path, self.schema, compression=compression)
+        else:
+            self._writer = pq.ParquetWriter(str(self.path), self.schema, compression=compression)
         self.rows = 0
         self.closed = False
 
@@ -153,6 +163,12 @@ class RecordWriter:
 def _read(path, cls: type[_Table]):
     path = Path(path)
     if not path.exists():
+        if journal_path(path).exists():  # a writer killed outright: its whole batches
+            table = read_journal(path)
+            kind = (table.schema.metadata or {}).get(_KIND_KEY)
+            if kind is not None and kind.decode() != cls.KIND:
+                raise InputError("path", f"{journal_path(path)} holds {kind.decode()} records, not {cls.KIND}")
+            return cls.from_arrow(table)
         raise InputError("path", f"{path} does not exist")
     try:
         pf = pq.ParquetFile(str(path))
@@ -185,7 +201,10 @@ def read_timeseries(path) -> TimeSeries:
 
 
 def is_complete(path) -> bool | None:
-    """Whether a file's writer closed normally (``None`` if the file does not say)."""
+    """Whether a file's writer closed normally (``None`` if the file does not say; ``False`` for a
+    journal a killed writer left behind)."""
+    if not Path(path).exists() and journal_path(path).exists():
+        return False
     meta = pq.ParquetFile(str(path)).metadata.metadata or {}
     flag = meta.get(_COMPLETE_KEY)
     return None if flag is None else flag == b"true"
@@ -235,15 +254,15 @@ def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None 
 def read_run(directory) -> Run:
     """Read a run directory written by :func:`write_run` or :class:`RunWriter`."""
     d = Path(directory)
-    if not (d / REQUESTS_FILE).exists():
+    if not exists(d / REQUESTS_FILE):
         raise InputError("directory", f"{d} has no {REQUESTS_FILE}")
     summary = None
     if (d / SUMMARY_FILE).exists():
         summary = json.loads((d / SUMMARY_FILE).read_text())
     return Run(
         requests=read_records(d / REQUESTS_FILE),
-        steps=read_steps(d / STEPS_FILE) if (d / STEPS_FILE).exists() else None,
-        timeseries=read_timeseries(d / TIMESERIES_FILE) if (d / TIMESERIES_FILE).exists() else None,
+        steps=read_steps(d / STEPS_FILE) if exists(d / STEPS_FILE) else None,
+        timeseries=read_timeseries(d / TIMESERIES_FILE) if exists(d / TIMESERIES_FILE) else None,
         summary=summary,
     )
 
@@ -258,16 +277,18 @@ class RunWriter:
             run.write_summary(summarize(...))
 
     On an exception every opened file is closed (finished batches stay readable).
+    ``journal=True``: each file is written through a journal (see :class:`RecordWriter`).
     ``step_optional`` lists optional step columns (``["steps"]``) the simulator emits.
     """
 
     FILES = {"requests": REQUESTS_FILE, "steps": STEPS_FILE, "timeseries": TIMESERIES_FILE}
 
-    def __init__(self, directory, *, step_optional=(), compression: str = "zstd"):
+    def __init__(self, directory, *, step_optional=(), compression: str = "zstd", journal: bool = False):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._optional = {"steps": tuple(step_optional)}
         self._compression = compression
+        self._journal = journal
         self.writers: dict[str, RecordWriter] = {}
 
     def writer(self, kind: str) -> RecordWriter:
@@ -276,7 +297,7 @@ class RunWriter:
         if kind not in self.writers:
             self.writers[kind] = RecordWriter(self.directory / self.FILES[kind], kind,
                                               optional=self._optional.get(kind, ()),
-                                              compression=self._compression)
+                                              compression=self._compression, journal=self._journal)
         return self.writers[kind]
 
     def write(self, kind: str, batch) -> None:
@@ -298,3 +319,18 @@ class RunWriter:
         self.close(complete=exc_type is None)
         return False
 
+
+
+def finish_run(directory) -> list[Path]:
+    """Turn the journals a killed writer left in a run directory (``*.parquet.journal``) into
+    their Parquet files, marked ``llmqueue.complete = false``; the files written. Afterwards
+    ``pandas.read_parquet`` reads them like any run's."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError("directory", f"{d} is not a directory")
+    done = []
+    for j in sorted(d.glob("*.parquet.journal")):
+        p = finish_journal(j.with_name(j.name[: -len(".journal")]), {_COMPLETE_KEY: b"false"})
+        if p is not None:
+            done.append(p)
+    return done
