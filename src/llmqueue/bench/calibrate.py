@@ -35,7 +35,6 @@ import numpy as np
 
 from llmqueue._result import Result
 from llmqueue.errors import InputError
-from llmqueue.records.journal import exists as journal_exists
 
 
 @dataclass(frozen=True)
@@ -288,9 +287,11 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             notes.append("M from the run summary")
         else:
             notes.append("M unknown: give --capacity-tokens")
+    from llmqueue.records.journal import exists as journal_exists
+
     tok = run_dir / "tokens.parquet"
     steps = run.steps
-    if journal_exists(tok):
+    if journal_exists(tok):  # the file, or the journal of a client killed outright
         x = _itl_from_tokens(tok, window)
         w = None
         src = "decode inter-token latencies (tokens.parquet)"

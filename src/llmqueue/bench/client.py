@@ -1348,10 +1348,10 @@ class _Run:
         self._prewarm_writers()
 
     def _prewarm_writers(self) -> None:
-        """Run the write path once on a throwaway buffer, so that the first flush of the run does
-        not pay for lazy imports and codec set-up (tens of ms holding the GIL)."""
+        """Run the write path (the journals' Arrow IPC writes) once on a throwaway buffer, so that
+        the first flush of the run does not pay for lazy imports and set-up (tens of ms holding
+        the GIL). The Parquet files are written at the end, off the sending path."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         from llmqueue.records import RequestRecords, arrow_schema
 
@@ -1359,18 +1359,12 @@ class _Run:
                "first_scheduled_s": [math.nan], "first_token_s": [0.0], "finish_s": [0.0], "prompt_tokens": [1],
                "output_tokens": [1], "cached_prompt_tokens": [0], "status": ["ok"], "preemptions": [0],
                "replica": [0], "attempt": [1]}
-        recs = RequestRecords.from_columns(row)
-        sink = pa.BufferOutputStream()
-        w = pq.ParquetWriter(sink, arrow_schema("requests"), compression="zstd")
-        w.write_table(recs.to_arrow())
-        w.close()
-        sink = pa.BufferOutputStream()
-        w = pq.ParquetWriter(sink, _TOKEN_SCHEMA(), compression="zstd")
-        w.write_table(pa.table({"request_id": [0], "attempt": [1], "index": [0], "t_s": [0.0]}, schema=_TOKEN_SCHEMA()))
-        w.close()
-        w = pa.ipc.new_stream(pa.BufferOutputStream(), arrow_schema("requests"))  # the journal's writes
-        w.write_table(recs.to_arrow())
-        w.close()
+        tok = pa.table({"request_id": [0], "attempt": [1], "index": [0], "t_s": [0.0]}, schema=_TOKEN_SCHEMA())
+        for schema, table in ((arrow_schema("requests"), RequestRecords.from_columns(row).to_arrow()),
+                              (_TOKEN_SCHEMA(), tok)):
+            w = pa.ipc.new_stream(pa.BufferOutputStream(), schema)
+            w.write_table(table)
+            w.close()
 
     def close_files(self, complete: bool) -> None:
         self._drain_writes()

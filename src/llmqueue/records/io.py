@@ -35,7 +35,14 @@ import pyarrow.parquet as pq
 
 from llmqueue._result import _plain
 from llmqueue.errors import InputError
-from llmqueue.records.journal import ParquetJournal, exists, finish_journal, journal_path, read_journal
+from llmqueue.records.journal import (
+    JOURNAL_SUFFIX,
+    ParquetJournal,
+    exists,
+    finish_journal,
+    journal_path,
+    read_journal,
+)
 from llmqueue.records.table import TABLES, RequestRecords, StepRecords, TimeSeries, _Table
 
 REQUESTS_FILE = "requests.parquet"
@@ -162,24 +169,22 @@ class RecordWriter:
 
 def _read(path, cls: type[_Table]):
     path = Path(path)
-    if not path.exists():
-        if journal_path(path).exists():  # a writer killed outright: its whole batches
-            table = read_journal(path)
-            kind = (table.schema.metadata or {}).get(_KIND_KEY)
-            if kind is not None and kind.decode() != cls.KIND:
-                raise InputError("path", f"{journal_path(path)} holds {kind.decode()} records, not {cls.KIND}")
-            return cls.from_arrow(table)
+    if path.exists():
+        try:
+            pf = pq.ParquetFile(str(path))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise InputError("path", f"{path} is not a readable Parquet file ({e})",
+                             "a writer killed before close() leaves no footer") from None
+        schema, read = pf.schema_arrow, pf.read
+    elif journal_path(path).exists():  # a writer killed outright: its whole batches
+        table = read_journal(path)
+        schema, read = table.schema, lambda: table
+    else:
         raise InputError("path", f"{path} does not exist")
-    try:
-        pf = pq.ParquetFile(str(path))
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError("path", f"{path} is not a readable Parquet file ({e})",
-                         "a writer killed before close() leaves no footer") from None
-    meta = pf.schema_arrow.metadata or {}
-    kind = meta.get(_KIND_KEY)
+    kind = (schema.metadata or {}).get(_KIND_KEY)
     if kind is not None and kind.decode() != cls.KIND:
         raise InputError("path", f"{path} holds {kind.decode()} records, not {cls.KIND}")
-    return cls.from_arrow(pf.read())
+    return cls.from_arrow(read())
 
 
 def read_records(path) -> RequestRecords:
@@ -320,7 +325,6 @@ class RunWriter:
         return False
 
 
-
 def finish_run(directory) -> list[Path]:
     """Turn the journals a killed writer left in a run directory (``*.parquet.journal``) into
     their Parquet files, marked ``llmqueue.complete = false``; the files written. Afterwards
@@ -329,8 +333,8 @@ def finish_run(directory) -> list[Path]:
     if not d.is_dir():
         raise InputError("directory", f"{d} is not a directory")
     done = []
-    for j in sorted(d.glob("*.parquet.journal")):
-        p = finish_journal(j.with_name(j.name[: -len(".journal")]), {_COMPLETE_KEY: b"false"})
+    for j in sorted(d.glob(f"*.parquet{JOURNAL_SUFFIX}")):
+        p = finish_journal(j.with_name(j.name[: -len(JOURNAL_SUFFIX)]), {_COMPLETE_KEY: b"false"})
         if p is not None:
             done.append(p)
     return done
