@@ -80,26 +80,51 @@ def test_metrics_parse_and_kv_capacity(vllm_server, vllm_model_dir):
 
 
 def test_sampler_and_iteration_log_during_a_burst(vllm_server):
+    """Long "anchor" requests one at a time, then a burst of ``n`` short ones.
+
+    Whether a row was scraped while an anchor ran is read from the server's own counter in that
+    row, not from the client's clock: on these 2-core machines a process beside the busy engine
+    (this test, the sampler thread) can stall for seconds, so client time stamps of streamed
+    tokens lag the engine. While only anchors run, a row whose generation counter is part-way
+    through an anchor (``(G - G0) % a_olen != 0``) was taken mid-request: ``num_running == 1``.
+    Anchors are repeated until the sampler has two such rows (a stall outlasting one anchor).
+    """
     from llmqueue.bench.prom import MetricsSampler, iteration_steps, read_iteration_log
 
     rng = random.Random(2)
     n, plen, olen = 8, 64, 48
+    a_olen, max_anchors = 300, 6                  # an anchor decodes for about 4 s here
     t0_wall, t0 = time.time(), time.perf_counter()
     before = len(read_iteration_log(vllm_server.log_path)["step"])
     errors = []
 
-    def one(i):
+    def one(max_tokens):
         try:
-            c = _stream_completion(vllm_server, [rng.randrange(16, 4096) for _ in range(plen)], olen)
-            assert c[-1]["usage"]["completion_tokens"] == olen
+            c = _stream_completion(vllm_server, [rng.randrange(16, 4096) for _ in range(plen)], max_tokens)
+            assert c[-1]["usage"]["completion_tokens"] == max_tokens
         except Exception as e:  # noqa: BLE001
             errors.append(e)
+
+    def mid_anchor(cols, g0, t_end):
+        g = cols["generation_tokens"] - g0
+        taken = cols["t_s"] + cols["scrape_s"] / 2 < t_end             # scrape over before t_end
+        return taken & (g > 0) & (g % a_olen != 0)
 
     with MetricsSampler(vllm_server.url, interval_s=0.1, t0=t0) as sampler:
         deadline = time.monotonic() + 30
         while len(sampler.rows) < 2 and time.monotonic() < deadline:  # an idle sample or two first
             time.sleep(0.05)
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        idle = sampler.to_columns()
+        assert len(idle["t_s"]) >= 2 and idle["num_running"][-1] == 0, idle
+        g0 = idle["generation_tokens"][-1]
+        anchors = 0
+        while anchors < max_anchors:
+            one(a_olen)
+            anchors += 1
+            if mid_anchor(sampler.to_columns(), g0, time.perf_counter() - t0).sum() >= 2:
+                break
+        t_burst = time.perf_counter() - t0
+        threads = [threading.Thread(target=one, args=(olen,)) for _ in range(n)]
         for t in threads:
             t.start()
         for t in threads:
@@ -108,20 +133,23 @@ def test_sampler_and_iteration_log_during_a_burst(vllm_server):
     cols = sampler.to_columns()
     assert sampler.errors == 0, sampler.last_error
     assert len(cols["t_s"]) >= 4 and np.all(np.diff(cols["t_s"]) > 0)
-    assert np.nanmax(cols["num_running"]) >= 1
+    mid = mid_anchor(cols, g0, t_burst)
+    assert mid.sum() >= 2, f"{mid.sum()} scrapes part-way through {anchors} anchors of {a_olen} tokens"
+    assert np.all(cols["num_running"][mid] == 1), cols["num_running"][mid]
+    assert np.nanmax(cols["num_running"]) <= n
     assert np.all(np.diff(cols["generation_tokens"]) >= 0)        # counters never fall
-    assert cols["generation_tokens"][-1] - cols["generation_tokens"][0] >= n * olen - olen
+    assert cols["generation_tokens"][-1] - g0 >= anchors * a_olen + n * olen - olen
     assert sampler.cache_config is not None and sampler.cache_config.M > 0
     ts = sampler.to_timeseries()
     assert len(ts) == len(cols["t_s"])
 
-    # The per-step log: the burst's prompt and decode tokens are all there.
+    # The per-step log: the anchors' and the burst's prompt and decode tokens are all there.
     time.sleep(0.5)  # the API server logs a step just after it ends
     log = read_iteration_log(vllm_server.log_path)
     new = {k: v[before:] for k, v in log.items()}
-    assert new["prefill_tokens"].sum() == n * plen
+    assert new["prefill_tokens"].sum() == (anchors + n) * plen
     # each request's first output token comes from its prefill step, the rest from decode steps
-    assert new["decode_tokens"].sum() == n * (olen - 1)
+    assert new["decode_tokens"].sum() == anchors * (a_olen - 1) + n * (olen - 1)
     assert np.all(new["duration_s"] > 0) and np.all(np.isfinite(new["t_log"]))
     assert np.all(np.diff(new["step"]) == 1)
     steps = iteration_steps(new, t0_wall=t0_wall, M=sampler.cache_config.M)
