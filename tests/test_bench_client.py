@@ -162,6 +162,43 @@ def test_prompts_are_seeded_exact_and_in_range():
     assert token_id_range(8192) == (409, 7783)
 
 
+def test_prompts_from_prefix_hashes_share_exactly_the_shared_blocks():
+    """A hash stands for the same H ids everywhere; prompts are cut to their exact lengths."""
+    H = 16
+    reqs = RequestArrays(np.arange(6), np.arange(6) * 0.1, [3 * H - 5, 3 * H, 2 * H, 4 * H + 3, 10, 2 * H],
+                         [1, 2, 3, 4, 5, 6])
+    hashes = [[1, 2, 3], [1, 2, 9], [7, 2], [1, 2], None, []]
+
+    def make(seed=7, endpoint="completions", hash_ids=hashes):
+        return _Prompts(reqs, model="m", endpoint=endpoint, seed=seed, token_range=(100, 500), exact_output=True,
+                        extra_body=None, hash_ids=hash_ids, hash_block_tokens=H)
+
+    p = make()
+    ids = [json.loads(p.body(i))["prompt"] for i in range(len(reqs))]
+    assert [len(x) for x in ids] == list(reqs.prompt_tokens)
+    assert all(100 <= t < 500 for x in ids for t in x)
+    assert ids[0][:2 * H] == ids[1][:2 * H]                   # shared hashes 1, 2
+    assert ids[0][2 * H:] != ids[1][2 * H:3 * H - 5]          # hash 3 and hash 9 differ
+    assert ids[2][H:2 * H] == ids[0][H:2 * H]                 # hash 2 means the same ids in another place
+    assert ids[2][:H] != ids[0][:H]
+    assert ids[3][:2 * H] == ids[1][:2 * H]                   # two hashes for 4H + 3 tokens: the rest is
+    q = make()
+    assert all(p.body(i) == q.body(i) for i in range(len(reqs)))
+    r = make(seed=8)
+    assert json.loads(r.body(0))["prompt"] != ids[0]
+    # no hashes (None or empty): the request's own pool slice, as without hash_ids
+    plain = make(hash_ids=None)
+    assert p.body(4) == plain.body(4) and p.body(5) == plain.body(5)
+    assert ids[3][2 * H:] == json.loads(plain.body(3))["prompt"][:2 * H + 3]   # the request's own ids
+    words = [json.loads(make(endpoint="chat").body(i))["messages"][0]["content"].split() for i in range(2)]
+    assert words[0][:2 * H] == words[1][:2 * H] and words[0][2 * H:] != words[1][2 * H:3 * H - 5]
+    with pytest.raises(InputErrorType, match="hash_ids"):
+        make(hash_ids=hashes[:3])
+    with pytest.raises(InputErrorType, match="hash_block_tokens"):
+        _Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
+                 extra_body=None, hash_ids=hashes, hash_block_tokens=0)
+
+
 # -- statuses ---------------------------------------------------------------------------------
 
 def test_rejections_and_malformed_chunks_are_statuses(tmp_path):

@@ -242,3 +242,27 @@ def test_server_log_becomes_step_records(stub, capsys, tmp_path):
     code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out",
                          str(tmp_path / "run3"), "--server-log", str(tmp_path / "missing.log"), "--no-progress")
     assert code == 2 and "server_log" in err and len(err.strip().splitlines()) == 1
+
+
+def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
+    """A Mooncake trace: its hash ids reach the client (--no-prefix-hashes turns them off)."""
+    lines = []
+    for i in range(12):
+        hashes = [0, 1] + [100 + i] if i % 2 == 0 else [0, 2]
+        lines.append(json.dumps({"timestamp": 50 * i, "input_length": len(hashes) * 64 - 7, "output_length": 3,
+                                 "hash_ids": hashes}))
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    base = ["bench", "--url", stub.url, "--model", stub.model, "--trace", str(trace), "--prefix-block-tokens", "64",
+            "--json", "--no-progress"]
+    code, out, err = run(capsys, *base, "--out", str(tmp_path / "on"))
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["completed"] == 12 and s["bench"]["prefix_hashes"] == {"block_tokens": 64, "requests": 12}
+    r = read_records(tmp_path / "on")
+    assert sorted(r["prompt_tokens"]) == sorted(len(h) * 64 - 7 for h in ([0, 1, 9], [0, 2]) for _ in range(6))
+    code, out, err = run(capsys, *base, "--no-prefix-hashes", "--out", str(tmp_path / "off"))
+    assert code == 0, err
+    assert json.loads(out)["bench"]["prefix_hashes"] is None
+    code, out, err = run(capsys, *base, "--prefix-block-tokens", "0", "--out", str(tmp_path / "bad"))
+    assert code == 2 and "--prefix-block-tokens" in err and "Traceback" not in err

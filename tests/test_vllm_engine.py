@@ -196,6 +196,52 @@ def test_kv_pressure_preempts_and_stop_kills_every_process(vllm_venv, vllm_model
     assert srv.pid is None
 
 
+def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm_model_dir, tmp_path, capsys):
+    """A Mooncake-style trace replayed with its hash ids against vLLM with prefix caching on: the
+    server's prefix-cache hits (tokens) equal what llmqueue's simulator predicts for the same
+    trace; without the hash ids (random prompts) the server finds nothing to reuse."""
+    from llmqueue.bench.client import run_bench
+    from llmqueue.bench.engine import VllmServer
+    from llmqueue.cli.main import main
+    from llmqueue.records import read_run
+    from llmqueue.workload.traces import load_trace, trace_to_requests
+    from tests.conftest import VLLM_TEST_MODEL
+
+    H = 64                                         # tokens a hash: two vLLM blocks of 32
+    lines = []
+    for i in range(10):
+        doc = i % 3                                # three documents, each a two-hash prefix
+        hashes = [10 * doc, 10 * doc + 1, 1000 + i] + ([2000 + i] if i % 2 else [])
+        lines.append(json.dumps({"timestamp": 400 * i, "input_length": len(hashes) * H - 9, "output_length": 4,
+                                 "hash_ids": hashes}))
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    tr = load_trace(str(trace))
+    reqs = trace_to_requests(tr)
+    assert main(["simulate", "--trace", str(trace), "--enable-prefix-caching", "--prefix-block-tokens", str(H),
+                 "--block-size", "32", "--capacity-tokens", "100000", "--step-time", "0.01",
+                 "--out", str(tmp_path / "sim"), "--json"]) == 0
+    capsys.readouterr()
+    predicted = int(read_run(tmp_path / "sim").requests["cached_prompt_tokens"].sum())
+    assert predicted == 7 * 2 * H                  # each document's 2nd, 3rd... request reuses 2 hashes
+
+    vocab = VLLM_TEST_MODEL["vocab_size"]
+    srv = VllmServer(vllm_model_dir, venv=vllm_venv, work_dir=tmp_path / "work", log_path=tmp_path / "server.log",
+                     enable_prefix_caching=True, max_model_len=1024, iteration_details=False)
+    with srv:
+        hits = {}
+        for name, h in (("hashes", tr.hash_ids), ("random", None)):
+            # one request at a time: a client stall cannot put two of a document's requests in one step
+            res = run_bench(srv.url, srv.model, reqs, vocab_size=vocab, hash_ids=h, hash_block_tokens=H,
+                            metrics_url=srv.url, metrics_interval_s=0.2, seed=1 if h is None else 0, concurrency=1)
+            assert res.error is None and (res.records["status"] == "ok").all(), res.summary["errors"]
+            c = res.summary["server_counters"]
+            assert c["prefix_cache_queries"] == reqs.prompt_tokens.sum()
+            hits[name] = c["prefix_cache_hits"]
+    assert hits["hashes"] == predicted
+    assert hits["random"] == 0
+
+
 def test_bad_server_argument_fails_fast_with_log_tail(vllm_venv, vllm_model_dir, tmp_path):
     from llmqueue.bench.engine import VllmServer, VllmServerError
 

@@ -247,10 +247,17 @@ class _Prompts:
     Token ids come from one random pool; request ``i`` takes ``prompt_tokens[i]`` consecutive
     ids from a random offset, so prompts differ (no shared prefix blocks across requests) and the
     JSON text is a join of pre-formatted ids.
+
+    With ``hash_ids`` (one list per request, or None: a Mooncake trace's prefix-block hashes),
+    request ``i``'s prompt is instead the blocks of its hashes, ``hash_block_tokens`` ids each,
+    cut to its length: a hash stands for the same ids in every request (drawn from a generator
+    seeded by ``(seed, hash)``), so requests that share leading hashes share that prompt prefix
+    and a server's prefix cache can hit on it, as it would on the traced prompts. Tokens past the
+    last hash come from the request's own pool slice.
     """
 
     def __init__(self, requests, *, model: str, endpoint: str, seed: int, token_range, exact_output: bool,
-                 extra_body: Mapping | None):
+                 extra_body: Mapping | None, hash_ids=None, hash_block_tokens: int = 512):
         s = np.asarray(requests.prompt_tokens, dtype=np.int64)
         lo, hi = token_range
         if not (isinstance(lo, (int, np.integer)) and isinstance(hi, (int, np.integer)) and 0 <= lo < hi):
@@ -266,6 +273,18 @@ class _Prompts:
             self.pool = [str(x) for x in rng.integers(int(lo), int(hi), pool_n).tolist()]
         self.offsets = rng.integers(0, pool_n - np.maximum(s, 0) + 1).tolist()
         self.s = s.tolist()
+        self.hash_ids = None
+        if hash_ids is not None:
+            if len(hash_ids) != len(s):
+                raise InputError("hash_ids", f"{len(hash_ids)} hash lists for {len(s)} requests")
+            H = hash_block_tokens
+            if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or H < 1:
+                raise InputError("hash_block_tokens", f"must be a positive integer (got {H!r})")
+            self.hash_ids = [None if h is None else [int(x) for x in h] for h in hash_ids]
+            self.H = int(H)
+            self._seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+            self._lo, self._hi = int(lo), int(hi)
+            self._blocks: dict[int, list[str]] = {}
         self.o = np.asarray(requests.output_tokens, dtype=np.int64).tolist()
         m = json.dumps(model).replace("%", "%%")  # the templates below are %-formatted
         tail = ',"stream":true,"stream_options":{"include_usage":true}'
@@ -281,14 +300,38 @@ class _Prompts:
                 ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
         self.exact = exact_output
 
-    def body(self, i: int) -> bytes:
+    def block(self, h: int) -> list[str]:
+        """The ``hash_block_tokens`` ids (chat: words) that prefix hash ``h`` stands for."""
+        b = self._blocks.get(h)
+        if b is None:
+            g = np.random.default_rng(np.random.SeedSequence([self._seed, h & 0xFFFFFFFFFFFFFFFF], spawn_key=(0x7C,)))
+            if self.chat:
+                b = [_WORDS[k] for k in g.integers(0, len(_WORDS), self.H).tolist()]
+            else:
+                b = [str(x) for x in g.integers(self._lo, self._hi, self.H).tolist()]
+            if len(self._blocks) >= 4096:   # a bounded cache: a long trace has many hashes
+                self._blocks.clear()
+            self._blocks[h] = b
+        return b
+
+    def tokens(self, i: int) -> list[str]:
+        """Request ``i``'s prompt, as pre-formatted ids (chat: words)."""
         a = self.offsets[i]
         s = self.s[i]
+        hs = self.hash_ids[i] if self.hash_ids is not None else None
+        if not hs:
+            return self.pool[a:a + s]
+        out: list[str] = []
+        for h in hs[:-(-s // self.H)]:
+            out += self.block(h)[:s - len(out)]
+        return out + self.pool[a:a + s - len(out)]
+
+    def body(self, i: int) -> bytes:
         o = self.o[i]
         if self.chat:
-            prompt = json.dumps(" ".join(self.pool[a:a + s]))
+            prompt = json.dumps(" ".join(self.tokens(i)))
         else:
-            prompt = ",".join(self.pool[a:a + s])
+            prompt = ",".join(self.tokens(i))
         return (self._fmt % ((prompt, o, o) if self.exact else (prompt, o))).encode()
 
 
@@ -772,7 +815,7 @@ class _Run:
     def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
                  flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, api_key,
-                 slos, metrics_interval_s):
+                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512):
         self.url = url
         self.model = model
         self.requests = requests
@@ -799,7 +842,8 @@ class _Run:
         self.ttft_timeouts = _per_class(ttft_timeout_s, "ttft_timeout_s", classes)
         self.retry = _retry_function(retry, seed, requests)
         self.prompts = _Prompts(requests, model=model, endpoint=endpoint, seed=seed, token_range=token_range,
-                                exact_output=exact_output, extra_body=extra_body)
+                                exact_output=exact_output, extra_body=extra_body, hash_ids=hash_ids,
+                                hash_block_tokens=hash_block_tokens)
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -1500,6 +1544,9 @@ class _Run:
             "seed": self.seed, "prompt": "token ids" if self.endpoint == "completions" else "text (usage counts)",
             "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
             "metrics_url": self.metrics_url, "t0_epoch_s": self.t0_epoch, "t_end_s": t_end,
+            "prefix_hashes": (None if self.prompts.hash_ids is None else
+                              {"block_tokens": self.prompts.H,
+                               "requests": sum(1 for h in self.prompts.hash_ids if h)}),
         }
         if self.notes:
             s["notes"] = list(self.notes)
@@ -1683,7 +1730,8 @@ def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | 
              warmup_requests: int = 0, progress: bool = False, metrics_url: str | None = None,
              metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0, abort_after: int = 3,
              abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
-             extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None) -> dict:
+             extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
+             hash_ids=None, hash_block_tokens: int = 512) -> dict:
     if endpoint not in ("completions", "chat"):
         raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
     if concurrency is not None:
@@ -1709,7 +1757,8 @@ def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | 
                 warmup_s=float(warmup_s), warmup_requests=int(warmup_requests), progress=progress,
                 metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
                 abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
-                extra_body=extra_body, api_key=api_key, slos=slos)
+                extra_body=extra_body, api_key=api_key, slos=slos, hash_ids=hash_ids,
+                hash_block_tokens=hash_block_tokens)
 
 
 def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
@@ -1719,7 +1768,7 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
               metrics_url: str | None = None, metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0,
               abort_after: int = 3, abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
               extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
-              use_uvloop: bool = True) -> BenchResult:
+              hash_ids=None, hash_block_tokens: int = 512, use_uvloop: bool = True) -> BenchResult:
     """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
     OpenAI-compatible server on their open-loop schedule; return records and summary.
 
@@ -1735,6 +1784,9 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
     ``decide(request_id, attempt, status, t_end)`` function (:mod:`llmqueue.workload.client`).
     ``warmup_s``: seconds left out of the statistics; ``warmup_requests``: requests sent one by
     one before the run, not recorded. ``slos``: targets for goodput (``summarize``'s ``slos``).
+    ``hash_ids``: per request, its prompt's prefix-block hashes or None (a Mooncake trace's
+    ``hash_ids``, ``hash_block_tokens`` tokens each): requests sharing leading hashes share that
+    prompt prefix, so the server's prefix cache sees the trace's reuse.
     ``spin_s``: how a wait for a send time ends (the loop's timers tick in milliseconds):
     ``None`` (default) sleeps to the nearest tick and polls the clock for any rest (a few tenths
     of a ms late); ``0`` never polls (up to ~1 ms late, no CPU spent waiting: better when the
@@ -1746,7 +1798,8 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
                     retry=retry, warmup_s=warmup_s, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, metrics_interval_s=metrics_interval_s,
                     flush_interval_s=flush_interval_s, abort_after=abort_after, abort_grace_s=abort_grace_s,
-                    spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos)
+                    spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos,
+                    hash_ids=hash_ids, hash_block_tokens=hash_block_tokens)
     if not isinstance(model, str) or not model:
         raise InputError("model", f"must be a non-empty model name (got {model!r})")
     if len(requests) == 0:

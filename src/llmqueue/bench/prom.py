@@ -356,7 +356,8 @@ class MetricsSampler:
             num_running=c["num_running"][ok].astype(np.int64), kv_tokens=kv_tokens)
 
 
-COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens", "requests_finished")
+COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens", "requests_finished", "prefix_cache_queries",
+            "prefix_cache_hits")
 """Sampler columns that are Prometheus counters (monotone over a server's life)."""
 
 

@@ -15,12 +15,15 @@ from llmqueue.cli.simulate_cmd import workload_options
 
 
 def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, duration, seed):
-    """The request stream from the workload flags (the same flags and rules as ``simulate``)."""
+    """The request stream from the workload flags (the same flags and rules as ``simulate``):
+    ``(requests, hash_ids)``, ``hash_ids`` the trace's prefix-block hashes or None."""
     from llmqueue.cli.simulate_cmd import workload_from_flags
 
-    wl, requests, _ = workload_from_flags(trace=trace, arrival=arrival, prompt=prompt, output=output,
-                                          lengths=lengths, num_requests=num_requests, duration=duration)
-    return requests if requests is not None else wl.generate(seed, n=num_requests, duration=duration)
+    wl, requests, hash_ids = workload_from_flags(trace=trace, arrival=arrival, prompt=prompt, output=output,
+                                                 lengths=lengths, num_requests=num_requests, duration=duration)
+    if requests is None:
+        return wl.generate(seed, n=num_requests, duration=duration), None
+    return requests, hash_ids
 
 
 def server_model(url: str, api_key: str | None = None) -> str:
@@ -81,13 +84,19 @@ def server_model(url: str, api_key: str | None = None) -> str:
 @click.option("--server-log", type=click.Path(), help="The server's log file, written while the run goes (vLLM with "
               "--enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): its per-step lines "
               "become steps.parquet, for calibrate's step cycle and linear step-time model.")
+@click.option("--prefix-hashes/--no-prefix-hashes", default=True, show_default=True,
+              help="With a trace that has prefix-block hashes (Mooncake): requests sharing a hash share that "
+              "prompt block, so the server's prefix cache sees the trace's reuse.")
+@click.option("--prefix-block-tokens", type=int, default=512, show_default=True,
+              help="Tokens per prefix hash id (Mooncake: 512; a multiple of the server's block size).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
-          exact_output, warmup, warmup_requests, metrics_url, server_log, api_key, out_dir, progress, as_json, **flags):
+          exact_output, warmup, warmup_requests, metrics_url, server_log, prefix_hashes, prefix_block_tokens, api_key,
+          out_dir, progress, as_json, **flags):
     """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
 
     Sends each request at its intended arrival time (never waiting for earlier answers),
@@ -102,6 +111,8 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
       --output fixed:128 --duration 120 --out runs/p5
 
       llmqueue bench --url http://127.0.0.1:8000 --scenario chat --duration 300 --json
+
+      llmqueue bench --url http://127.0.0.1:8000 --trace mooncake.jsonl --duration 600 --vocab-size 32000
     """
     import sys
     import time
@@ -118,6 +129,9 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
             raise InputError(name, f"must be > 0 seconds (got {v:g})")
     if warmup is not None and not warmup >= 0:
         raise InputError("warmup", f"must be >= 0 seconds (got {warmup:g})")
+    if prefix_block_tokens < 1:
+        raise InputError("prefix_block_tokens", f"must be a positive number of tokens (got {prefix_block_tokens})")
+    hash_ids = None
     if warmup_requests < 0:
         raise InputError("warmup_requests", f"must be >= 0 (got {warmup_requests})")
     if vocab_size is not None and vocab_size < 40:
@@ -156,7 +170,9 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
         if warmup is None:
             warmup = run.warmup_s
     else:
-        requests = build_requests(**flags)
+        requests, hash_ids = build_requests(**flags)
+        if not prefix_hashes:
+            hash_ids = None
         if max_attempts is not None and max_attempts > 1:
             retry = _retry_behavior(max_attempts)
     if len(requests) == 0:
@@ -174,7 +190,8 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
     res = run_bench(url, model, requests, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency,
                     timeout_s=timeouts, ttft_timeout_s=ttft_timeouts, seed=seed, vocab_size=vocab_size, retry=retry,
                     warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
-                    metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos)
+                    metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos,
+                    hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens)
     if server_log is not None and res.summary.get("bench", {}).get("t0_epoch_s") is not None:
         import json
 
@@ -242,6 +259,9 @@ def print_report(s: dict, out_dir=None) -> None:
     ]
     if s.get("request_goodput") is not None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
+    ph = b.get("prefix_hashes")
+    if ph:
+        rows.append(("prompts from prefix hashes", f"{ph['requests']} requests, {ph['block_tokens']} tokens a hash"))
     if s.get("not_sent"):
         rows.append(("requests not sent (run stopped)", s.get("not_sent")))
     if s.get("errors"):
