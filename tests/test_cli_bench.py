@@ -261,8 +261,16 @@ def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     assert s["completed"] == 12 and s["bench"]["prefix_hashes"] == {"block_tokens": 64, "requests": 12}
     r = read_records(tmp_path / "on")
     assert sorted(r["prompt_tokens"]) == sorted(len(h) * 64 - 7 for h in ([0, 1, 9], [0, 2]) for _ in range(6))
+    # the run keeps the hashes beside its workload, for validate's simulation
+    from llmqueue.bench.client import load_requests_parquet
+    from llmqueue.bench.validate import measured_hashes
+
+    stream = load_requests_parquet(tmp_path / "on" / "workload.parquet")
+    hashes, H = measured_hashes(tmp_path / "on", stream)
+    assert H == 64 and hashes == [[0, 1, 100 + i] if i % 2 == 0 else [0, 2] for i in range(12)]
     code, out, err = run(capsys, *base, "--no-prefix-hashes", "--out", str(tmp_path / "off"))
     assert code == 0, err
     assert json.loads(out)["bench"]["prefix_hashes"] is None
+    assert measured_hashes(tmp_path / "off", stream) == (None, 0)
     code, out, err = run(capsys, *base, "--prefix-block-tokens", "0", "--out", str(tmp_path / "bad"))
     assert code == 2 and "--prefix-block-tokens" in err and "Traceback" not in err

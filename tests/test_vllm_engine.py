@@ -233,13 +233,25 @@ def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm
         for name, h in (("hashes", tr.hash_ids), ("random", None)):
             # one request at a time: a client stall cannot put two of a document's requests in one step
             res = run_bench(srv.url, srv.model, reqs, vocab_size=vocab, hash_ids=h, hash_block_tokens=H,
-                            metrics_url=srv.url, metrics_interval_s=0.2, seed=1 if h is None else 0, concurrency=1)
+                            metrics_url=srv.url, metrics_interval_s=0.2, seed=1 if h is None else 0, concurrency=1,
+                            out_dir=tmp_path / name)
             assert res.error is None and (res.records["status"] == "ok").all(), res.summary["errors"]
             c = res.summary["server_counters"]
             assert c["prefix_cache_queries"] == reqs.prompt_tokens.sum()
             hits[name] = c["prefix_cache_hits"]
     assert hits["hashes"] == predicted
     assert hits["random"] == 0
+    # validate simulates the measured run with its prompts' hashes (the server counted prefix-cache
+    # queries, so it had caching on) and sets the server's hits beside the simulated ones
+    from llmqueue.bench.validate import validate
+
+    cal = {"capacity_tokens": 100000, "b": 0.01, "step_time": "0.01", "engine": {"block_size": 32}}
+    v = validate(tmp_path / "hashes", cal)
+    row = next(r for r in v["rows"] if r["quantity"] == "prefix_cache_hits")
+    assert row["measured"] == row["simulated"] == predicted
+    assert v["prefix_caching"] == {"hash_block_tokens": H, "requests_with_hashes": 10}
+    v = validate(tmp_path / "random", cal)
+    assert v["prefix_caching"] is None and "prefix_cache_hits" not in [r["quantity"] for r in v["rows"]]
 
 
 def test_bad_server_argument_fails_fast_with_log_tail(vllm_venv, vllm_model_dir, tmp_path):

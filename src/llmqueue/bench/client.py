@@ -101,8 +101,8 @@ Files (``out_dir``): ``requests.parquet`` (records, in completion order, appende
 second to its journal, ``requests.parquet.journal``, which becomes the Parquet file at the end:
 a client killed outright, even by SIGKILL, leaves every batch it wrote readable, see
 :mod:`llmqueue.records.journal`), ``tokens.parquet`` (chunk times, journaled the same way),
-``workload.parquet`` (the intended stream: ids, classes, arrival times, requested lengths),
-``summary.json``; with a metrics URL also
+``workload.parquet`` (the intended stream: ids, classes, arrival times, requested lengths, and
+the prompts' prefix-block ``hash_ids`` when they were built from a trace's), ``summary.json``; with a metrics URL also
 ``timeseries.parquet`` (the server's queue gauges in the simulator's schema), ``metrics.parquet``
 (every sampled column: gauges, counters such as preemptions, histogram sums and counts) and
 ``server.json`` (its KV cache shape); the summary's ``server_counters`` are the counters' growth
@@ -1383,6 +1383,9 @@ class _Run:
                        "arrival_s": pa.array(r.arrival_s, pa.float64()),
                        "prompt_tokens": pa.array(r.prompt_tokens, pa.int64()),
                        "output_tokens": pa.array(r.output_tokens, pa.int64())})
+        if self.prompts.hash_ids is not None:   # the prompts' prefix-block hashes, for validate's simulation
+            wl = wl.append_column("hash_ids", pa.array(self.prompts.hash_ids, pa.list_(pa.int64())))
+            wl = wl.replace_schema_metadata({b"llmqueue.hash_block_tokens": str(self.prompts.H).encode()})
         pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
         from llmqueue.records.journal import ParquetJournal
 

@@ -83,6 +83,23 @@ def measured_stream(run_dir: Path, requests):
                          requests["class"][first])
 
 
+def measured_hashes(run_dir: Path, stream) -> tuple[list | None, int]:
+    """The prompts' prefix-block hashes of a run that built its prompts from a trace's hash ids
+    (``workload.parquet``'s ``hash_ids``), in ``stream``'s order, and the tokens a hash stands
+    for; ``(None, 0)`` for a run without them."""
+    wp = Path(run_dir) / "workload.parquet"
+    if not wp.exists():
+        return None, 0
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(wp)
+    if "hash_ids" not in t.column_names:
+        return None, 0
+    H = int((t.schema.metadata or {}).get(b"llmqueue.hash_block_tokens", b"512"))
+    by_id = dict(zip(t.column("request_id").to_pylist(), t.column("hash_ids").to_pylist()))
+    return [by_id.get(i) or None for i in np.asarray(stream.request_id).tolist()], H
+
+
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
@@ -150,6 +167,15 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     if not M:
         raise InputError("calibration", "the calibration has no capacity_tokens (M)", "give --capacity-tokens to calibrate")
     cfg = engine_config(calibration, M)
+    # prefix caching: the server had it on when it counted prefix-cache queries during the run;
+    # the simulator then reuses the prompts' prefix blocks as the run built them (trace hash ids)
+    counters = (run.summary or {}).get("server_counters") or {}
+    hash_ids, H = measured_hashes(run_dir, stream)
+    prefix = bool(counters.get("prefix_cache_queries")) and hash_ids is not None
+    if prefix:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, enable_prefix_caching=True)
     if step_model == "linear":
         if not calibration.get("step_time_linear"):
             raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
@@ -169,10 +195,13 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     draws: list[dict] = []
 
     def simulate_one(model, sim_seed):
-        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
-                       options=SimOptions(seed=sim_seed, horizon_s=horizon))
+        opts = (SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H) if prefix
+                else SimOptions(seed=sim_seed, horizon_s=horizon))
+        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm, options=opts)
         out = run_simulation(spec)
         summ = out.summary
+        if prefix:
+            summ = {**summ, "prefix_cache_hits": float(np.sum(out.records["cached_prompt_tokens"]))}
         if front > 0:
             summ = {**summ, **_latencies_with_frontend(out.records, front, warm, horizon)}
         return summ
@@ -232,6 +261,10 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             if vals:
                 row["drift_range"] = [min(vals), max(vals)]
         rows.append(row)
+    if prefix:   # the whole run's prompt tokens served from the prefix cache (the server's counter)
+        m, p = counters.get("prefix_cache_hits"), sim.get("prefix_cache_hits")
+        rows.append({"quantity": "prefix_cache_hits", "measured": m, "simulated": p,
+                     "rel_err_sim": (p - m) / m if (m and p is not None) else None})
     sat = str(measured.get("verdict", "")).startswith("unstable")
     cap = {"quantity": "capacity mu (req/s)", "theory": th.mu,
            "simulated": sim.get("request_throughput") if sat else None,
@@ -241,6 +274,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
     verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": th.verdict}
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
+            "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
+                               if prefix else None),
             "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
             "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
