@@ -68,11 +68,11 @@ def main() -> int:
     import os
 
     from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
-    from llmqueue.bench.client import run_bench
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
-    from llmqueue.bench.steplog import write_run_steps
     from llmqueue.bench.validate import validate
     from llmqueue.workload.traces import load_trace, trace_to_requests
+    from vllm_fidelity import MODEL as FIDELITY_MODEL
+    from vllm_fidelity import one_run
 
     out = Path(a.out)
     H = a.tokens_per_hash
@@ -83,26 +83,19 @@ def main() -> int:
     reqs = trace_to_requests(tr)
     work = Path(os.environ.get("LLMQUEUE_VLLM_WORK") or ".vllm-work").absolute()
     model_dir = build_tiny_model(work / "models" / f"tiny-llama-512x4-v{MODEL['vocab_size']}", **MODEL)
+    FIDELITY_MODEL["vocab_size"] = MODEL["vocab_size"]  # one_run's prompt ids
     knobs = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=a.max_model_len,
                  num_gpu_blocks_override=a.kv_blocks)
     run_dir = out / "run"
+    M = (a.kv_blocks - 1) * 32  # vLLM holds one null block back (one_run writes it as M_usable)
     t = time.time()
     with VllmServer(model_dir, work_dir=work, log_path=out / "server.log", enable_prefix_caching=True, **knobs) as srv:
-        offset = srv.log_path.stat().st_size if srv.log_path.exists() else 0
-        res = run_bench(srv.url, srv.model, reqs, out_dir=run_dir, metrics_url=srv.url, vocab_size=MODEL["vocab_size"],
-                        hash_ids=tr.hash_ids, hash_block_tokens=H, progress=sys.stderr.isatty())
-        M = (a.kv_blocks - 1) * 32  # vLLM holds one null block back
-        sj = run_dir / "server.json"
-        server = json.loads(sj.read_text()) if sj.exists() else {}
-        server.update({k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len")},
-                      enable_chunked_prefill=True, M_usable=M)
-        sj.write_text(json.dumps(server, indent=2))
-        b = res.summary["bench"]
-        write_run_steps(run_dir, srv.log_path, offset=offset, t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"], M=M)
+        summary = one_run(srv, run_dir, reqs, warmup_s=0.0, knobs=knobs, hash_ids=tr.hash_ids, hash_block_tokens=H,
+                          progress=sys.stderr.isatty())
     run_s = time.time() - t
     version = vllm_version()
-    if res.error is not None:
-        raise SystemExit(f"the run stopped: {res.error}")
+    if summary["bench"]["stopped_early"]:
+        raise SystemExit(f"the run stopped: {summary['bench']['stopped_early']}")
     write_calibration(calibrate(run_dir, capacity_tokens=M), out / "calibration.yaml")
     cal = load_calibration(out / "calibration.yaml")
     cal["capacity_tokens"] = M
@@ -115,11 +108,11 @@ def main() -> int:
     def hits(x):
         return next((r for r in x["rows"] if r["quantity"] == "prefix_cache_hits"), None)
 
-    c = res.summary["server_counters"]
+    c = summary["server_counters"]
     row = hits(v)
     result = {
         "trace": str(a.trace), "requests": kept, "tokens_per_hash": H, "kv_blocks": a.kv_blocks, "M": M,
-        "vllm": version, "run_s": round(run_s, 1), "completed": res.summary.get("completed"),
+        "vllm": version, "run_s": round(run_s, 1), "completed": summary.get("completed"),
         "prompt_tokens": int(reqs.prompt_tokens.sum()), "server_prefix_queries": c.get("prefix_cache_queries"),
         "hits_measured": row and row["measured"], "hits_simulated": row and row["simulated"],
         "hits_rel_err": row and row["rel_err_sim"],

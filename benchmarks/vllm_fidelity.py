@@ -57,13 +57,16 @@ def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration:
     return RequestArrays(r.request_id, t, r.prompt_tokens, r.output_tokens, r.class_name)
 
 
-def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None) -> dict:
+def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None,
+            **bench_kwargs) -> dict:
+    """One benchmark run with the server's metrics and step log; ``server.json`` gets the engine
+    knobs and ``M_usable``. ``bench_kwargs`` go to :func:`run_bench` (e.g. ``hash_ids``)."""
     from llmqueue.bench.client import run_bench
     from llmqueue.bench.steplog import write_run_steps
 
     offset = srv.log_path.stat().st_size if srv.log_path and srv.log_path.exists() else 0
     res = run_bench(srv.url, srv.model, reqs, out_dir=run_dir, metrics_url=srv.url, warmup_s=warmup_s,
-                    vocab_size=MODEL["vocab_size"], concurrency=concurrency)
+                    vocab_size=MODEL["vocab_size"], concurrency=concurrency, **bench_kwargs)
     sj = run_dir / "server.json"
     server = json.loads(sj.read_text()) if sj.exists() else {}
     nb = server.get("num_gpu_blocks") or knobs["num_gpu_blocks_override"]

@@ -112,6 +112,7 @@ over the run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import math
@@ -284,7 +285,7 @@ class _Prompts:
             self.H = int(H)
             self._seed = int(seed) & 0xFFFFFFFFFFFFFFFF
             self._lo, self._hi = int(lo), int(hi)
-            self._blocks: dict[int, list[str]] = {}
+            self.block = functools.lru_cache(maxsize=4096)(self._block)  # a long trace has many hashes
         self.o = np.asarray(requests.output_tokens, dtype=np.int64).tolist()
         m = json.dumps(model).replace("%", "%%")  # the templates below are %-formatted
         tail = ',"stream":true,"stream_options":{"include_usage":true}'
@@ -300,19 +301,13 @@ class _Prompts:
                 ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
         self.exact = exact_output
 
-    def block(self, h: int) -> list[str]:
-        """The ``hash_block_tokens`` ids (chat: words) that prefix hash ``h`` stands for."""
-        b = self._blocks.get(h)
-        if b is None:
-            g = np.random.default_rng(np.random.SeedSequence([self._seed, h & 0xFFFFFFFFFFFFFFFF], spawn_key=(0x7C,)))
-            if self.chat:
-                b = [_WORDS[k] for k in g.integers(0, len(_WORDS), self.H).tolist()]
-            else:
-                b = [str(x) for x in g.integers(self._lo, self._hi, self.H).tolist()]
-            if len(self._blocks) >= 4096:   # a bounded cache: a long trace has many hashes
-                self._blocks.clear()
-            self._blocks[h] = b
-        return b
+    def _block(self, h: int) -> list[str]:
+        """The ``hash_block_tokens`` ids (chat: words) that prefix hash ``h`` stands for
+        (``self.block``: the same, cached)."""
+        g = np.random.default_rng(np.random.SeedSequence([self._seed, h & 0xFFFFFFFFFFFFFFFF], spawn_key=(0x7C,)))
+        if self.chat:
+            return [_WORDS[k] for k in g.integers(0, len(_WORDS), self.H).tolist()]
+        return [str(x) for x in g.integers(self._lo, self._hi, self.H).tolist()]
 
     def tokens(self, i: int) -> list[str]:
         """Request ``i``'s prompt, as pre-formatted ids (chat: words)."""

@@ -176,6 +176,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         import dataclasses
 
         cfg = dataclasses.replace(cfg, enable_prefix_caching=True)
+    else:
+        hash_ids, H = None, 512
     if step_model == "linear":
         if not calibration.get("step_time_linear"):
             raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
@@ -195,9 +197,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     draws: list[dict] = []
 
     def simulate_one(model, sim_seed):
-        opts = (SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H) if prefix
-                else SimOptions(seed=sim_seed, horizon_s=horizon))
-        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm, options=opts)
+        spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
+                       options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H))
         out = run_simulation(spec)
         summ = out.summary
         if prefix:

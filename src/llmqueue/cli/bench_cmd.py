@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from llmqueue.cli.common import command, json_option, print_json, print_kv
-from llmqueue.cli.simulate_cmd import workload_options
+from llmqueue.cli.simulate_cmd import prefix_block_tokens_option, workload_options
 
 
 def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, duration, seed):
@@ -87,8 +87,7 @@ def server_model(url: str, api_key: str | None = None) -> str:
 @click.option("--prefix-hashes/--no-prefix-hashes", default=True, show_default=True,
               help="With a trace that has prefix-block hashes (Mooncake): requests sharing a hash share that "
               "prompt block, so the server's prefix cache sees the trace's reuse.")
-@click.option("--prefix-block-tokens", type=int, default=512, show_default=True,
-              help="Tokens per prefix hash id (Mooncake: 512; a multiple of the server's block size).")
+@prefix_block_tokens_option
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
@@ -131,13 +130,13 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
         raise InputError("warmup", f"must be >= 0 seconds (got {warmup:g})")
     if prefix_block_tokens < 1:
         raise InputError("prefix_block_tokens", f"must be a positive number of tokens (got {prefix_block_tokens})")
-    hash_ids = None
     if warmup_requests < 0:
         raise InputError("warmup_requests", f"must be >= 0 (got {warmup_requests})")
     if vocab_size is not None and vocab_size < 40:
         raise InputError("vocab_size", f"must be at least 40 (got {vocab_size})")
     retry = None
     slos = None
+    hash_ids = None  # a trace's prefix-block hashes (a scenario carries none)
     timeouts = timeout if timeout is not None else DEFAULT_TIMEOUT_S
     ttft_timeouts = ttft_timeout
     seed = flags["seed"]

@@ -104,6 +104,11 @@ def workload_from_flags(*, trace, arrival, prompt, output, lengths, num_requests
     return wl, None, None
 
 
+prefix_block_tokens_option = click.option(
+    "--prefix-block-tokens", type=int, default=512, show_default=True,
+    help="Tokens per prefix hash id (Mooncake: 512; a multiple of the KV block size).")
+
+
 def engine_options(f):
     """The engine and hardware flags shared with other commands (vLLM's names)."""
     opts = [
@@ -128,8 +133,7 @@ def engine_options(f):
         click.option("--max-queue-time", type=float, default=0.0, help="Shed requests waiting longer (s; 0: off)."),
         click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=False, show_default=True,
                      help="Reuse cached prompt prefixes (needs hash ids, e.g. a Mooncake --trace)."),
-        click.option("--prefix-block-tokens", type=int, default=512, show_default=True,
-                     help="Tokens per prefix hash id (Mooncake: 512)."),
+        prefix_block_tokens_option,
     ]
     for o in reversed(opts):
         f = o(f)
