@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -391,7 +392,8 @@ def test_metrics_url_samples_a_time_series(stub, tmp_path):
                     metrics_interval_s=0.05)
     ts = read_timeseries(tmp_path)
     assert len(ts) >= 2 and res.summary["mean_num_running"] is not None
-    assert ts["t_s"].min() >= 0  # on the run's clock
+    # on the run's clock; the first row is the baseline scraped just before the first send
+    assert -1.0 < ts["t_s"].min() <= 0 < ts["t_s"][1]
     # every sampled column (counters too) is kept beside the records, and the counters' growth
     # over the run is in the summary: the stub counts what it served, so it can be checked
     import pyarrow.parquet as pq
@@ -403,7 +405,32 @@ def test_metrics_url_samples_a_time_series(stub, tmp_path):
     assert c["preemptions"] is None  # the stub has no such counter: unknown, not zero
     gen = m["generation_tokens"].to_numpy()
     assert c["generation_tokens"] == gen[-1] - gen[0] > 0
-    assert 0 < c["requests_finished"] <= 60
+    assert c["requests_finished"] == 60 and (res.records["status"] == "ok").all()
+    assert c["prompt_tokens"] == res.records["prompt_tokens"].sum()
+
+
+def test_server_counters_cover_every_request_when_the_sampler_thread_stalls(stub, tmp_path, monkeypatch):
+    """The counters' growth is measured from a scrape taken before the first send, not from the
+    polling thread's first scrape: a thread that starts late (on a busy 2-core machine it stalled
+    for seconds beside a CPU vLLM engine) must not lose the first requests from the counts."""
+    pytest.importorskip("llmqueue.bench.prom")
+    from llmqueue.bench.prom import MetricsSampler
+
+    run = MetricsSampler._run
+
+    def late_run(self):
+        time.sleep(0.4)
+        run(self)
+
+    monkeypatch.setattr(MetricsSampler, "_run", late_run)
+    reqs = _reqs(rate=200, n=40, seed=4)
+    assert reqs.arrival_s[5] < 0.4  # requests that the stalled thread's first scrape would miss
+    res = run_bench(stub.url, stub.model, reqs, metrics_url=stub.url, metrics_interval_s=0.05)
+    assert (res.records["status"] == "ok").all()
+    c = res.summary["server_counters"]
+    assert c["requests_finished"] == 40
+    assert c["prompt_tokens"] == reqs.prompt_tokens.sum()
+    assert c["generation_tokens"] == res.records["output_tokens"].sum()
 
 
 def _sse(events):

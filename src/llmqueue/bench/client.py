@@ -106,7 +106,8 @@ the prompts' prefix-block ``hash_ids`` when they were built from a trace's), ``s
 ``timeseries.parquet`` (the server's queue gauges in the simulator's schema), ``metrics.parquet``
 (every sampled column: gauges, counters such as preemptions, histogram sums and counts) and
 ``server.json`` (its KV cache shape); the summary's ``server_counters`` are the counters' growth
-over the run.
+over the run: from a scrape taken before the first send to one taken after the last answer (and
+after the server's finished-requests counter caught up with the answers, up to 2 s).
 """
 
 from __future__ import annotations
@@ -1267,9 +1268,11 @@ class _Run:
             # within 0.5 ms instead of Python's default 5 ms.
             switch = sys.getswitchinterval()
             sys.setswitchinterval(min(switch, 0.0005))
+            sampler = self.start_sampler()  # its first scrape (the counters' baseline) comes before any send
             self.t0 = _pc()
             self.t0_epoch = time.time()
-            sampler = self.start_sampler()
+            if sampler is not None:
+                sampler.start(t0=self.t0)
             flusher = asyncio.get_running_loop().create_task(self.flusher(bar))
             self.sched_task = asyncio.get_running_loop().create_task(self.schedule())
             try:
@@ -1417,7 +1420,12 @@ class _Run:
 
     def start_sampler(self):
         """The /metrics hook: :class:`llmqueue.bench.prom.MetricsSampler` (a thread scraping the
-        server's Prometheus metrics every ``metrics_interval_s``), on the run's clock (``t0``)."""
+        server's Prometheus metrics every ``metrics_interval_s``), on the run's clock (``t0``).
+
+        It scrapes once here, before the first request is sent: the server counters' growth
+        (``server_counters``) is measured from that baseline, so it covers every request of the
+        run even when the polling thread's first scrape comes late. The caller starts the
+        thread (``start(t0=...)``)."""
         if not self.metrics_url:
             return None
         try:
@@ -1427,8 +1435,9 @@ class _Run:
                               "no server time series")
             return None
         try:
-            return MetricsSampler(self.metrics_url, interval_s=self.metrics_interval_s, t0=self.t0,
-                                  clock=_pc).start()
+            s = MetricsSampler(self.metrics_url, interval_s=self.metrics_interval_s, clock=_pc)
+            s.sample_once()
+            return s
         except Exception as e:  # noqa: BLE001 - the sampler is optional
             self.notes.append(f"metrics sampler did not start: {e}")
             return None
@@ -1438,7 +1447,7 @@ class _Run:
         every sampled column (metrics.parquet)."""
         ts = server = cols = None
         try:
-            s.stop()
+            s.stop(finished_at_least=int(sum(st == "ok" for st in self.c_status)))
             if len(getattr(s, "rows", ())):
                 ts = s.to_timeseries()
                 cols = s.to_columns()

@@ -301,9 +301,18 @@ class MetricsSampler:
                     delay = next_t - self.clock()
                 self._stop.wait(max(0.0, delay))
 
-    def start(self) -> "MetricsSampler":
+    def start(self, t0: float | None = None) -> "MetricsSampler":
+        """Start the polling thread. ``t0`` (on ``clock``) sets the time axis now; rows scraped
+        before (a baseline taken with :meth:`sample_once` before the load began) are moved onto
+        it, so a baseline reads a small negative ``t_s``."""
         if self._thread is not None:
             raise RuntimeError("sampler already started")
+        if t0 is not None:
+            with self._lock:
+                if self.t0 is not None:
+                    for r in self.rows:
+                        r["t_s"] += self.t0 - t0
+            self.t0 = t0
         if self.t0 is None:
             self.t0 = self.clock()
         self._stop.clear()
@@ -311,15 +320,31 @@ class MetricsSampler:
         self._thread.start()
         return self
 
-    def stop(self, final_sample: bool = True) -> None:
-        """Stop the thread (and take one last sample, so counters cover the whole run)."""
+    def stop(self, final_sample: bool = True, *, finished_at_least: int = 0, settle_s: float = 2.0) -> None:
+        """Stop the thread (and take one last sample, so counters cover the whole run).
+
+        A server may count a request's statistics a moment after streaming its last token:
+        with ``finished_at_least = n`` the last sample is repeated (every 50 ms, for at most
+        ``settle_s``) until the server's finished-requests counter grew by ``n`` since the first
+        row. A server without that counter gets one last sample."""
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join(timeout=self.timeout_s + self.interval_s + 1)
         self._thread = None
-        if final_sample:
-            self.sample_once()
+        if not final_sample:
+            return
+        row = self.sample_once()
+        deadline = self.clock() + settle_s
+        while finished_at_least > 0 and self.clock() < deadline:
+            with self._lock:
+                first = next((r.get("requests_finished") for r in self.rows
+                              if math.isfinite(r.get("requests_finished", math.nan))), None)
+            last = (row or {}).get("requests_finished", math.nan)
+            if first is None or not math.isfinite(last) or last - first >= finished_at_least:
+                break
+            time.sleep(0.05)
+            row = self.sample_once()
 
     def __enter__(self) -> "MetricsSampler":
         return self.start()
