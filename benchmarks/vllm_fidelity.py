@@ -77,7 +77,7 @@ def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurren
     if srv.log_path:  # the server's per-step log lines of this run, as steps.parquet
         b = res.summary["bench"]
         write_run_steps(run_dir, srv.log_path, offset=offset, t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"],
-                        M=server["M_usable"])
+                        M=server["M_usable"], finish_s=res.records["finish_s"])
     return res.summary
 
 

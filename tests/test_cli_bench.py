@@ -244,6 +244,43 @@ def test_server_log_becomes_step_records(stub, capsys, tmp_path):
     assert code == 2 and "server_log" in err and len(err.strip().splitlines()) == 1
 
 
+def test_wait_for_steps_returns_once_the_last_answers_step_is_logged(tmp_path):
+    """vLLM logs a step after streaming it: the log is read once a step stamped after the last
+    answer is there (a half-written line does not count); a server that logs nothing more is
+    waited for ``quiet_s``, one that keeps logging older steps for ``timeout_s``."""
+    import threading
+
+    from llmqueue.bench.steplog import steps_from_log, wait_for_steps
+
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(_step_line(time.time() - 50 + k, k) for k in range(3)))
+    offset = log.stat().st_size
+    after = time.time()
+    written = {}
+
+    def late_line():
+        time.sleep(0.3)
+        line = _step_line(time.time(), 7)
+        with open(log, "a") as f:
+            f.write(line[:40])
+            f.flush()
+            time.sleep(0.2)
+            written["t"] = time.monotonic()
+            f.write(line[40:])
+
+    th = threading.Thread(target=late_line)
+    th.start()
+    assert wait_for_steps(log, offset=offset, after_epoch_s=after, quiet_s=3.0, timeout_s=10.0)
+    assert time.monotonic() >= written["t"]  # not before the whole line was there
+    th.join()
+    steps, note = steps_from_log(log, offset=offset, t0_epoch_s=after - 1.0)
+    assert note is None and list(steps["step"]) == [7]
+    t = time.monotonic()
+    assert not wait_for_steps(log, offset=log.stat().st_size, after_epoch_s=time.time(), quiet_s=0.2,
+                              timeout_s=10.0)
+    assert time.monotonic() - t < 5.0  # quiet for 0.2 s: gave up long before the 10-s cap
+
+
 def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     """A Mooncake trace: its hash ids reach the client (--no-prefix-hashes turns them off)."""
     lines = []

@@ -15,6 +15,7 @@ exact and ``start_s`` is late by that much (see :func:`llmqueue.bench.prom.itera
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,39 @@ def log_offset(path) -> int:
 
 LOG_LAG_S = 1.0
 """How long after the run's end a step line still counts (the log lags the steps by ~0.1 s)."""
+
+
+def wait_for_steps(path, *, offset: int = 0, after_epoch_s: float, quiet_s: float = LOG_LAG_S,
+                   timeout_s: float = 5.0, poll_s: float = 0.05) -> bool:
+    """Wait until the server's log holds the step that produced a run's last token.
+
+    The API server logs a step after streaming its output (about 0.1 s later on vLLM 0.32's CPU
+    build, more when the machine is busy), so a log read the moment the last answer arrived can
+    miss the run's last steps. Polls the lines written after byte ``offset``: True as soon as a
+    step line stamped at or after ``after_epoch_s`` (epoch seconds of the last answer) is there;
+    False when no new step line came for ``quiet_s`` (a server that logs before streaming, or
+    logs no steps) or after ``timeout_s`` in all."""
+    from llmqueue.bench.prom import parse_iteration_log
+
+    t_start = time.monotonic()
+    t_new = t_start
+    pos, tail = offset, ""
+    while True:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            f.seek(pos)
+            chunk = f.read()
+            pos = f.tell()
+        lines = (tail + chunk).split("\n")
+        tail = lines.pop()                       # a line still being written
+        t = parse_iteration_log(lines)["t_log"]
+        now = time.monotonic()
+        if len(t):
+            if np.nanmax(t) >= after_epoch_s:
+                return True
+            t_new = now
+        if now - t_new >= quiet_s or now - t_start >= timeout_s:
+            return False
+        time.sleep(poll_s)
 
 
 def steps_from_log(path, *, offset: int = 0, t0_epoch_s: float, t_end_s: float | None = None,
@@ -66,10 +100,16 @@ def steps_from_log(path, *, offset: int = 0, t0_epoch_s: float, t_end_s: float |
 
 
 def write_run_steps(run_dir, path, *, offset: int = 0, t0_epoch_s: float, t_end_s: float | None = None,
-                    M: float | None = None) -> tuple[int, str | None]:
-    """:func:`steps_from_log` written as ``run_dir/steps.parquet``; returns (steps, note)."""
+                    M: float | None = None, finish_s=None) -> tuple[int, str | None]:
+    """:func:`steps_from_log` written as ``run_dir/steps.parquet``; returns (steps, note).
+    ``finish_s``: the run's answer times (run seconds; NaN for none): the log is read once the
+    last answer's step is in it (:func:`wait_for_steps`)."""
     from llmqueue.records import write_records
 
+    fin = np.asarray(finish_s if finish_s is not None else (), dtype=np.float64)
+    fin = fin[np.isfinite(fin)]
+    if len(fin):
+        wait_for_steps(path, offset=offset, after_epoch_s=t0_epoch_s + float(fin.max()))
     steps, note = steps_from_log(path, offset=offset, t0_epoch_s=t0_epoch_s, t_end_s=t_end_s, M=M)
     if steps is None:
         return 0, note

@@ -200,7 +200,7 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
         M = json.loads(sj.read_text()).get("M") if sj.exists() else None
         b = res.summary["bench"]
         n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
-                                  t_end_s=b.get("t_end_s"), M=M)
+                                  t_end_s=b.get("t_end_s"), M=M, finish_s=res.records["finish_s"])
         res.summary["bench"]["server_log_steps"] = n
         if note:
             res.summary.setdefault("notes", []).append(note)
