@@ -124,6 +124,22 @@ def test_nonsensical_knobs_one_line_error(args, needle):
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error:") and needle in lines[0], p.stderr
 
 
+def test_a_stream_too_large_for_memory_is_refused_before_it_is_generated():
+    """poisson:1e6 for an hour is 3.6e9 requests: one line with the estimate and the fix, exit 2,
+    in well under a second (nothing is allocated); the same for --num-requests."""
+    import time
+
+    base = [sys.executable, "-m", "llmqueue.cli.main", "simulate", "--step-time", "0.03", "--prompt", "fixed:100",
+            "--output", "fixed:100", "--capacity-tokens", "100000", "--json"]
+    t = time.perf_counter()
+    p = subprocess.run([*base, "--arrival", "poisson:1e6", "--duration", "3600"], capture_output=True, text=True)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "--duration" in p.stderr and "3.6e+09 requests" in p.stderr and "give --duration 2.7" in p.stderr
+    assert time.perf_counter() - t < 30
+    p = subprocess.run([*base, "--arrival", "poisson:1", "--num-requests", str(10 ** 12)], capture_output=True, text=True)
+    assert p.returncode == 2 and "--num-requests" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 def test_trace_replay_with_prefix_caching(tmp_path, capsys):
     """A Mooncake-format trace whose requests share prefix blocks: caching serves the shared
     512-token units from the cache and cuts prefill work."""

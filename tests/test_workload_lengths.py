@@ -55,7 +55,7 @@ def test_uniform_exact_moments(lo, hi):
 def test_uniform_seed004_values():
     # seed 004, P/D 1:1: Uniform(10, 1600) for prompt and output
     d = Uniform(10, 1600)
-    assert d.mean() == 805.0
+    assert d.mean() == pytest.approx(805.0)
     assert d.var() == (1591 ** 2 - 1) / 12
 
 
@@ -165,7 +165,7 @@ def test_empirical_pmf_and_moments():
     d = Empirical([1, 1, 2, 5])
     v, p = d.pmf()
     assert v.tolist() == [1, 2, 5] and p.tolist() == [0.5, 0.25, 0.25]
-    assert d.mean() == 2.25
+    assert d.mean() == pytest.approx(2.25)
     assert d.second_moment() == pytest.approx((1 + 1 + 4 + 25) / 4)
     assert d.support() == (1, 5)
     x = d.sample(np.random.default_rng(0), 100_000)
@@ -195,17 +195,17 @@ def test_empirical_files(tmp_path):
 
     csvf = tmp_path / "lens.csv"
     csvf.write_text("id,prompt_tokens,output_tokens\na,100,7\nb,300,9\n")
-    assert parse_length(f"empirical:{csvf}:column=output_tokens").mean() == 8.0
-    assert parse_length(f"empirical:{csvf}", "prompt").mean() == 200.0  # known column for the field
+    assert parse_length(f"empirical:{csvf}:column=output_tokens").mean() == pytest.approx(8.0)
+    assert parse_length(f"empirical:{csvf}", "prompt").mean() == pytest.approx(200.0)  # known column for the field
     assert parse_length(f"empirical:{csvf}", "output").spec == f"empirical:{csvf}:column=output_tokens"
 
     bom = tmp_path / "bom.csv"
     bom.write_bytes("\ufeffContextTokens,GeneratedTokens\n5,1\n7,3\n".encode())
-    assert parse_length(f"empirical:{bom}", "prompt").mean() == 6.0  # BOM stripped from the header
+    assert parse_length(f"empirical:{bom}", "prompt").mean() == pytest.approx(6.0)  # BOM stripped from the header
 
     jl = tmp_path / "t.jsonl"
     jl.write_text('{"input_length": 4, "output_length": 2}\n{"input_length": 6, "output_length": 2}\n')
-    assert parse_length(f"empirical:{jl}:column=input_length").mean() == 5.0
+    assert parse_length(f"empirical:{jl}:column=input_length").mean() == pytest.approx(5.0)
 
     bad = tmp_path / "bad.csv"
     bad.write_text("x\n3\n0\n")

@@ -336,11 +336,11 @@ class BaseReplica:
             k, extra = self.pc.lookup(self.hashes[i], (self.prompt[i] - 1) // self.H)
             comp = k * self.H
         new = self.prompt[i] + self.outp[i] - comp
-        if not cfg.enable_chunked_prefill and new > budget:
-            return None
         thr = cfg.long_prefill_token_threshold
         if thr and new > thr:
             new = thr
+        if not cfg.enable_chunked_prefill and new > budget:
+            return None
         if new > budget:
             new = budget
         held = self.blocks[i] + k * (self.ub if k else 0)

@@ -1,141 +1,273 @@
-"""The plain reference stepper: one engine step at a time, every request handled explicitly.
+"""``ReferenceReplica``: the executable specification of one serving replica, built from the
+engine's nouns (:class:`Request`, :class:`KVCacheManager`, :class:`RequestQueue`, the policies,
+:class:`Scheduler`). One engine step at a time, every request an object; written to be read,
+not to be fast. The fast replica (:mod:`llmqueue.engine.replica`) shares no scheduling code
+with it and must produce the same records; hand-worked traces in ``tests/test_engine_traces.py``
+pin this one to vLLM's scheduler.
 
-Written for obviousness, not speed: each step walks the running list in order exactly as
-vLLM v1's ``Scheduler.schedule()`` does (running requests first, then waiting ones; a token
-budget per step; preempt the newest, or lowest-priority, running request when KV blocks run
-out, and schedule no waiting request in a step that preempted). The fast simulator
-(:mod:`llmqueue.engine.replica`) must produce the same records; tests compare them.
+A replica steps on a clock it can share with others: :meth:`submit` a request (any time before
+its arrival), :meth:`next_event_time`, :meth:`advance` up to a time, read-only :meth:`state`.
+Finished requests (ok, rejected, timed out) go to ``on_finish`` as they leave.
+
+Event semantics:
+
+- A request arriving at ``t`` joins the waiting queue at ``t`` and is first considered by the
+  scheduler at the start of the first step that starts at or after ``t``.
+- At arrival it is rejected (``outcome = rejected``, ``finish_time = arrival``) when it can never
+  run (prompt + output above ``max_model_len`` or the whole KV cache, an empty prompt or output)
+  or when the waiting queue already holds ``max_waiting`` requests (in all, or of its class).
+- Client deadlines (``timeout``: arrival + the class's timeout, or arrival + its TTFT timeout while
+  no first token has come) and queue-time shedding (``max_queue_time_s``, for requests never
+  scheduled) apply at step boundaries; ``finish_time`` is the deadline itself. A request whose
+  last token came after a deadline (inside the step) timed out at the deadline.
+- A step's duration is the step-time model's price of its composition, times the noise factor
+  of the step's global index and the drift factor of the window holding its start.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 
-from llmqueue.engine.base import BaseReplica
+from llmqueue.engine.request import RequestStatus
+from llmqueue.engine.scheduler import Scheduler
+from llmqueue.engine.step_time import parse_step_time
+from llmqueue.errors import InputError
+
+DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
 
 
-class ReferenceReplica(BaseReplica):
-    """Step-by-step simulation of one replica; ``run()`` returns nothing, read the records."""
+class ReferenceReplica:
+    """One replica on a shared clock (see the module docstring).
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.running: list[int] = []
+    ``timeout_s`` / ``ttft_timeout_s``: per class, the client's deadlines (seconds from arrival).
+    ``on_finish(request)``: called when a request leaves (its ``outcome`` set). ``on_step(row)`` and
+    ``on_sample(row)``: the step records and time-series rows as they happen (``sample_dt`` 0: none).
+    """
 
-    # -- KV blocks ------------------------------------------------------------------------------
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.bs)
+    def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
+                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None,
+                 on_finish=None, on_step=None, on_sample=None, sample_dt: float = 0.0):
+        self.config = config
+        self.model = parse_step_time(step_time)
+        self.noise = self.model.noise_stream(seed)
+        self.drift = self.model.drift_stream(seed)
+        self.scheduler = Scheduler(config, hash_block_tokens=hash_block_tokens)
+        self.timeout_s = timeout_s or {}
+        self.ttft_timeout_s = ttft_timeout_s or {}
+        self.on_finish = on_finish or (lambda r: None)
+        self.on_step = on_step or (lambda row: None)
+        self.on_sample = on_sample
+        self.sample_dt = sample_dt
+        self.next_sample = 0.0 if (sample_dt > 0 and on_sample is not None) else math.inf
+        self.now = 0.0
+        self.steps_taken = 0
+        self._arrivals: list = []   # (arrival_time, retry?, seq, request)
+        self._deadlines: list = []  # (time, kind, seq, request)
+        self._deadline_of: dict = {}  # request -> {kind: time}
+        self._pending = None        # a step scheduled but not yet ended: (output, start, end)
+        self.max_total = min(config.max_model_len or 10**18, config.capacity_tokens)
 
-    def remove_running(self, i: int) -> None:
-        self.running.remove(i)
-        self.release(i)
+    # -- the shared clock ------------------------------------------------------------------------
+    def submit(self, request) -> None:
+        """Hand over a request that arrives at ``request.arrival_time`` (not before ``now``)."""
+        heapq.heappush(self._arrivals, (request.arrival_time, request.attempt > 1, request.seq, request))
 
-    def preempt_victim(self) -> int:
-        if self.cfg.preemption == "lowest-priority":
-            return max(self.running, key=lambda j: (self.prio[j], self.arr[j], j))
-        return self.running[-1]
+    def next_event_time(self) -> float:
+        """When this replica next changes state: the end of the step in progress, else the next
+        arrival or deadline (``inf`` when none)."""
+        if self._pending is not None:
+            return self._pending[2]
+        if self.scheduler.has_work():
+            return self.now
+        return self._next_external()
 
-    # -- one step ---------------------------------------------------------------------------------
-    def schedule(self):
-        """vLLM v1's schedule(): returns [(request, new_tokens)] and the number preempted."""
-        cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
-        thr = cfg.long_prefill_token_threshold
-        scheduled: list[tuple[int, int]] = []
-        preempted = 0
-        k = 0
-        while k < len(self.running) and budget > 0:
-            i = self.running[k]
-            new = self.prompt[i] + self.outp[i] - self.comp[i]
-            if thr and new > thr:
-                new = thr
-            new = min(new, budget)
-            ok = True
-            while True:
-                need = self.blocks_for(self.comp[i] + new) - self.blocks[i]
-                if need <= self.free:
-                    self.alloc(need)
-                    self.blocks[i] += need
-                    break
-                v = self.preempt_victim()
-                pos = self.running.index(v)
-                if pos < k:  # already scheduled in this step (priority preemption): undo it
-                    for m, (j, nj) in enumerate(scheduled):
-                        if j == v:
-                            budget += nj
-                            del scheduled[m]
-                            break
-                    k -= 1
-                self.running.remove(v)
-                self.release(v)
-                self.comp[v] = 0
-                self.npre[v] += 1
-                self.state[v] = 1
-                self.wait_inc(v)
-                self.push_waiting(v, front=True)
-                preempted += 1
-                if v == i:
-                    ok = False
-                    break
-            if not ok:
-                continue  # i left the running list; k now points at the next request
-            scheduled.append((i, new))
-            budget -= new
-            k += 1
-        if preempted == 0:
-            while budget > 0 and len(self.running) < cfg.max_num_seqs:
-                got = self.admit_head(budget)
-                if got is None:
-                    break
-                i, new = got
-                self.running.append(i)
-                scheduled.append((i, new))
-                budget -= new
-        return scheduled, preempted
+    def advance(self, until: float) -> None:
+        """Run up to ``until``: steps that end by then are applied; a step that starts by then
+        but ends later stays in progress (its schedule is visible in :meth:`state`)."""
+        while True:
+            if self._pending is not None:
+                out, start, end = self._pending
+                if end > until:
+                    return
+                self._pending = None
+                self._end_step(out, end)
+                self.now = end
+                continue
+            t = self.now
+            if t > until:
+                return
+            self._take_arrivals(t)
+            self._expire(t)
+            step = self._begin_step(t) if self.scheduler.has_work() else None
+            if step is not None:
+                self._pending = step
+                continue
+            nxt = self._next_external()
+            if nxt > until:
+                self._sample_until(until)
+                return
+            self._sample_until(nxt)
+            self.now = nxt
 
-    def step(self, t: float) -> float:
-        scheduled, preempted = self.schedule()
-        while not scheduled and preempted:
+    def run(self, horizon: float = math.inf) -> None:
+        """Run until every submitted request is done, or until ``horizon``: steps start only
+        before it (a step that starts before it ends whole)."""
+        self._horizon = horizon
+        t = self.now
+        while t < horizon:
+            self._take_arrivals(t)
+            self._expire(t)
+            step = self._begin_step(t) if self.scheduler.has_work() else None
+            if step is not None:
+                self._end_step(step[0], step[2])
+                t = step[2]
+                continue
+            nxt = self._next_external()
+            if nxt == math.inf:
+                break
+            self._sample_until(min(nxt, horizon))
+            t = nxt
+        self.now = t
+
+    def in_system(self) -> list:
+        """The requests that arrived and have not left (running, then waiting)."""
+        return [*self.scheduler.running, *self.scheduler.waiting]
+
+    def state(self) -> dict:
+        """A read-only view: waiting and running counts, KV blocks used and free, prompt tokens
+        still to prefill in the queue and in service, the cached prefix units."""
+        s = self.scheduler
+        kv = s.kv
+        queued = sum(r.num_tokens - r.num_computed_tokens for r in s.waiting)
+        prefilling = sum(r.num_tokens - r.num_computed_tokens for r in s.running if not r.is_decoding)
+        return {"time": self.now, "num_waiting": len(s.waiting), "num_running": len(s.running),
+                "kv_blocks_used": kv.num_used_blocks, "kv_blocks_free": kv.num_free_blocks,
+                "queued_prefill_tokens": queued + prefilling, "busy": self._pending is not None,
+                "cached_prefix_units": frozenset(kv.pool.ref) | frozenset(kv.pool.evictable) if kv.pool else frozenset()}
+
+    # -- arrivals and deadlines ------------------------------------------------------------------
+    def _next_external(self) -> float:
+        t = self._arrivals[0][0] if self._arrivals else math.inf
+        d = self._deadlines
+        while d and d[0][3].is_finished:
+            heapq.heappop(d)
+        return min(t, d[0][0]) if d else t
+
+    def _take_arrivals(self, t: float) -> None:
+        a = self._arrivals
+        while a and a[0][0] <= t:
+            self._arrive(heapq.heappop(a)[3])
+
+    def _arrive(self, r) -> None:
+        cfg = self.config
+        s, o = r.num_prompt_tokens, r.max_tokens
+        q = self.scheduler.waiting
+        why = None
+        if s < 1 or o < 1:
+            why = "empty prompt or output"
+        elif s + o > self.max_total:
+            why = (f"prompt+output {s + o} > max_model_len {cfg.max_model_len}"
+                   if cfg.max_model_len and s + o > cfg.max_model_len
+                   else f"prompt+output {s + o} exceeds the KV cache ({cfg.capacity_tokens} tokens)")
+        elif cfg.max_waiting and len(q) >= cfg.max_waiting:
+            why = "waiting queue full"
+        elif cfg.class_max_waiting.get(r.class_name) and q.count(r.class_name) >= cfg.class_max_waiting[r.class_name]:
+            why = f"waiting queue of class {r.class_name} full"
+        if why is not None:
+            r.status = RequestStatus.FINISHED
+            return self._finish(r, "rejected", r.arrival_time, why)
+        self.scheduler.add_request(r)
+        marks = {}
+        to = self.timeout_s.get(r.class_name)
+        if to:
+            marks[DEADLINE_TOTAL] = r.arrival_time + to
+        tt = self.ttft_timeout_s.get(r.class_name)
+        if tt:
+            marks[DEADLINE_TTFT] = r.arrival_time + tt
+        qt = cfg.class_max_queue_time_s.get(r.class_name) or cfg.max_queue_time_s
+        if qt:
+            marks[DEADLINE_SHED] = r.arrival_time + qt
+        for kind, when in marks.items():
+            heapq.heappush(self._deadlines, (when, kind, r.seq, r))
+        if marks:
+            self._deadline_of[r] = marks
+
+    def _expire(self, t: float) -> None:
+        d = self._deadlines
+        while d and d[0][0] <= t:
+            when, kind, _, r = heapq.heappop(d)
+            if r.is_finished:
+                continue
+            if kind == DEADLINE_SHED:
+                if r.status is RequestStatus.WAITING and math.isnan(r.first_scheduled_time):
+                    self.scheduler.abort(r)
+                    self._finish(r, "rejected", when, "queue time limit")
+                continue
+            if kind == DEADLINE_TTFT and r.first_token_time <= when:
+                continue
+            self.scheduler.abort(r)
+            self._finish(r, "timeout", when)
+
+    def _finish(self, r, outcome: str, t: float, reason: str | None = None) -> None:
+        marks = self._deadline_of.pop(r, None)
+        if outcome == "ok" and marks:
+            late = [d for k, d in marks.items() if (k == DEADLINE_TOTAL and d < t)
+                    or (k == DEADLINE_TTFT and d < r.first_token_time)]
+            if late:
+                outcome, t = "timeout", min(late)
+        r.outcome = outcome
+        r.finish_time = t
+        r.reason = reason
+        self.on_finish(r)
+
+    # -- steps ------------------------------------------------------------------------------------
+    def _begin_step(self, t: float):
+        """Schedule a step starting at ``t``: ``(output, start, end)``, or None when nothing can run."""
+        s = self.scheduler
+        out = s.schedule()
+        preempted = len(out.preempted)
+        while not out.scheduled and out.preempted:
             # everything scheduled was preempted: the freed blocks let the next pass admit work
-            scheduled, more = self.schedule()
-            preempted += more
-        if not scheduled:
-            return t
-        prefill = decode = context = 0
-        for i, new in scheduled:
-            if self.first_sched[i] != self.first_sched[i]:
-                self.first_sched[i] = t
-            if new == 1 and self.comp[i] == self.prompt[i] + self.outp[i] - 1 and self.outp[i] > 0:
-                decode += 1
-                context += self.comp[i] + 1
-            else:
-                prefill += new
-        dur = self.step_duration(prefill, decode, context, t)
-        t_end = t + dur
-        self.sample_until(t_end, self.n_waiting, len(self.running), (self.total_blocks - self.free) * self.bs)
-        self.record_step(t, dur, prefill, decode, len(self.running), self.n_waiting,
-                         (self.total_blocks - self.free) * self.bs, preempted)
+            out = s.schedule()
+            preempted += len(out.preempted)
+        if not out.scheduled:
+            return None
+        for r, _ in out.scheduled:
+            if math.isnan(r.first_scheduled_time):
+                r.first_scheduled_time = t
+        dur = self._duration(out, t)
+        end = t + dur
+        kv_tokens = s.kv.num_used_blocks * self.config.block_size
+        self._sample_until(end, (len(s.waiting), len(s.running), kv_tokens))
+        self.on_step((self.steps_taken, t, dur, out.num_prefill_tokens, out.num_decode_seqs, len(s.running),
+                      len(s.waiting), kv_tokens, preempted, 1))
         self.steps_taken += 1
-        for i, new in scheduled:
-            if self.advance(i, new, t_end) == 2:
-                self.running.remove(i)
-                self.release(i)
-                self.end(i, "ok", t_end)
-        return t_end
+        return out, t, end
 
-    # -- the loop ---------------------------------------------------------------------------------
-    def run(self) -> "ReferenceReplica":
-        t = 0.0
-        while t < self.horizon:
-            self.take_arrivals(t)
-            self.expire(t)
-            t2 = self.step(t) if (self.running or self.n_waiting) else t
-            if t2 == t:  # idle (or nothing schedulable): jump to the next event
-                nxt = self.idle_until_next_event(len(self.running))
-                if nxt is None:
-                    break
-                t = nxt
-            else:
-                t = t2
-            if self.opt.progress is not None:
-                self.opt.progress(t)
-        self.finalize()
-        return self
+    def _end_step(self, out, end: float) -> None:
+        for r in self.scheduler.update_from_output(out, end):
+            self._finish(r, "ok", end)
+
+    def _duration(self, out, t: float) -> float:
+        d = self.model.base(out.num_prefill_tokens, out.num_decode_seqs, out.context_tokens)
+        if self.noise is not None:
+            d *= self.noise.at(self.steps_taken)
+        if self.drift is not None:
+            d *= self.drift.at(t)
+        if not d > 0:
+            raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
+        return d
+
+    def _sample_until(self, t_end: float, st: tuple | None = None) -> None:
+        """Time-series rows for the sample times before ``t_end``, in the current state."""
+        if self.next_sample >= t_end:
+            return
+        if st is None:
+            s = self.scheduler
+            st = (len(s.waiting), len(s.running), s.kv.num_used_blocks * self.config.block_size)
+        while self.next_sample < t_end and self.next_sample <= self._horizon:
+            self.on_sample((self.next_sample, *st))
+            self.next_sample += self.sample_dt
+
+    _horizon = math.inf

@@ -16,9 +16,10 @@ the state in between is known in advance:
 A run of decode-only steps up to the first of these events is taken in one jump. Steps with
 prefill work or admissions are taken one at a time with the decoders aggregated (their
 budget and block needs are counts); a step that must preempt, or whose token budget binds
-in an order that matters, falls back to the reference scheduler of
-:mod:`llmqueue.engine.reference` on a materialized copy of the state. Tests check that the
-records equal the reference stepper's.
+in an order that matters, falls back to the exact step of :mod:`llmqueue.engine.exact` on a
+materialized copy of the state. Tests check that the records equal those of the reference
+replica (:mod:`llmqueue.engine.reference`), which is built from the engine's nouns and shares
+no scheduling code with this module.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import math
 
 import numpy as np
 
-from llmqueue.engine.reference import ReferenceReplica
+from llmqueue.engine.exact import ExactStepper
 
 
-class Replica(ReferenceReplica):
+class Replica(ExactStepper):
     """Fast simulation of one replica. ``run()`` fills the same records as the reference."""
 
     def __init__(self, *a, **kw):
@@ -103,7 +104,7 @@ class Replica(ReferenceReplica):
         for i in list(self.order):
             if self.state[i] != 2:
                 del self.order[i]
-        # keep the order of self.running (the reference's list) in the dict
+        # keep the order of self.running (the exact step's list) in the dict
         self.order = {i: self.order[i] for i in self.running}
         for i, s in self.order.items():
             if self.outp[i] > 0 and self.comp[i] == self.prompt[i] + self.outp[i] - 1:
@@ -167,7 +168,7 @@ class Replica(ReferenceReplica):
             elif blocks_needed > self.free:
                 # out of KV blocks: preempt from the tail. While the victims are prefilling requests
                 # (they come after every decoder), the outcome does not depend on the decoders'
-                # order and is computed here; otherwise the reference scheduler decides.
+                # order and is computed here; otherwise the exact step decides.
                 tail = (self._preempt_tail(n, need_dec, B - n, thr)
                         if n and cfg.preemption == "newest" and self.pc is None else None)
                 if tail is None:
@@ -238,7 +239,7 @@ class Replica(ReferenceReplica):
         decoders allocate first, preempting prefilling requests from the tail as needed, then the
         remaining prefilling requests take their chunks in order, preempting the tail when short.
         Returns ``(plan, budget_left, preempted)`` with ``self.free`` updated, or None when a decoder
-        would have to be preempted (the caller then runs the reference scheduler)."""
+        would have to be preempted (the caller then takes the exact step)."""
         pf = list(self.prefilling)
         blocks = self.blocks
         avail = self.free
@@ -305,10 +306,10 @@ class Replica(ReferenceReplica):
             self.end(i, "ok", t_end)
 
     def _exact_step(self, t: float) -> float:
-        """A step that preempts or whose budget binds out of order: the reference scheduler."""
+        """A step that preempts or whose budget binds out of order: the exact step."""
         self._materialize_all()
         self.running = list(self.order)
-        t_end = ReferenceReplica.step(self, t)
+        t_end = ExactStepper.step(self, t)
         self._rebuild()
         return t_end
 
@@ -327,10 +328,10 @@ class Replica(ReferenceReplica):
         if self.pc is not None:
             return False  # with prefix caching the admission check needs the cache: take a step
         new = self.prompt[i] + self.outp[i] - self.comp[i]
-        if not cfg.enable_chunked_prefill and new > budget:
-            return True
         if cfg.long_prefill_token_threshold and new > cfg.long_prefill_token_threshold:
             new = cfg.long_prefill_token_threshold
+        if not cfg.enable_chunked_prefill and new > budget:
+            return True
         new = min(new, budget)
         if -(-(self.comp[i] + new) // self.bs) - self.blocks[i] > self.free:
             return True

@@ -407,6 +407,9 @@ class ClassMix:
             n = positive_int("n", n, minimum=0)
         else:
             duration = positive("duration", duration)
+        from llmqueue.workload.generate import check_stream_size
+
+        check_stream_size(n=n, duration=duration, rate=self.rate)
         root = _root(seed)
         parts = []
         if any(c.share is not None for c in self.classes):

@@ -181,6 +181,7 @@ class Workload:
             n = positive_int("n", n, minimum=0)
         else:
             duration = positive("duration", duration)
+        check_stream_size(n=n, duration=duration, rate=self.arrival.rate)
         arr_ss, prompt_ss, output_ss = _streams(seed, 3)
         t = self.arrival.sample_times(np.random.default_rng(arr_ss), n=n, horizon=duration)
         m = t.size
@@ -190,6 +191,27 @@ class Workload:
             s = self.prompt.sample(np.random.default_rng(prompt_ss), m)
             o = self.output.sample(np.random.default_rng(output_ss), m)
         return RequestArrays(np.arange(m, dtype=np.int64), t, s, o, self.class_name)
+
+
+MAX_STREAM_REQUESTS = 3_000_000
+"""The most requests one generated stream may hold: the simulator keeps about 500 bytes per
+request (measured), so this bounds a run near 1.5 GB. Longer runs: several seeds, or a shorter
+window."""
+
+
+def check_stream_size(*, n: int | None, duration: float | None, rate: float) -> None:
+    """Refuse, before generating, a stream of more than :data:`MAX_STREAM_REQUESTS` requests
+    (``n`` given, or ``rate x duration`` expected), with the estimate and the flags to change."""
+    if n is not None:
+        if n > MAX_STREAM_REQUESTS:
+            raise InputError("num_requests", f"{n:,} requests are more than the {MAX_STREAM_REQUESTS:,} one run "
+                             "holds in memory (about 500 bytes each)", "give a smaller --num-requests")
+        return
+    expected = rate * duration
+    if expected > MAX_STREAM_REQUESTS:
+        raise InputError("duration", f"about {expected:.3g} requests would arrive ({rate:g} req/s x {duration:g} s), "
+                         f"more than the {MAX_STREAM_REQUESTS:,} one run holds in memory (about 500 bytes each)",
+                         f"give --duration {0.9 * MAX_STREAM_REQUESTS / rate:.3g} or less, or a lower rate")
 
 
 def _streams(seed, k: int) -> list[np.random.SeedSequence]:
