@@ -3,7 +3,7 @@
 import numpy as np
 
 from llmqueue.engine import EngineConfig, simulate
-from llmqueue.engine.base import SimOptions
+from llmqueue.engine.options import SimOptions
 from llmqueue.workload import Workload
 
 

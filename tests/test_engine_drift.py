@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmqueue.engine import EngineConfig, simulate
-from llmqueue.engine.base import SimOptions
+from llmqueue.engine.options import SimOptions
 from llmqueue.engine.step_time import DriftStream, parse_step_time
 from llmqueue.errors import InputError
 from llmqueue.workload import Workload

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmqueue.engine import EngineConfig, simulate
-from llmqueue.engine.base import SimOptions
+from llmqueue.engine.options import SimOptions
 from llmqueue.workload import Workload
 
 FLOAT_COLS = ("arrival_s", "dispatched_s", "first_scheduled_s", "first_token_s", "finish_s")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from llmqueue.engine import EngineConfig, simulate
-from llmqueue.engine.base import SimOptions
+from llmqueue.engine.options import SimOptions
 from llmqueue.engine.prefix_cache import PrefixCache
 from llmqueue.workload import Workload
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmqueue.engine.base import SimOptions
+from llmqueue.engine.options import SimOptions
 from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel, parse_step_time

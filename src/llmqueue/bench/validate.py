@@ -133,7 +133,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     episodes behind the p99 TTFT near capacity), and ``drift_range`` gives each quantity's
     range over the draws.
     """
-    from llmqueue.engine.base import SimOptions
+    from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
     from llmqueue.simulate import SimSpec, run_simulation

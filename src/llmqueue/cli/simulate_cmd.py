@@ -14,7 +14,7 @@ def build_spec(*, capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_
                slo_tpot_ms, slo_e2el_ms, trace=None, enable_prefix_caching=False, prefix_block_tokens=512,
                srpt_predictor_cv=0.0):
     """Turn the command's flags into a :class:`llmqueue.simulate.SimSpec`."""
-    from llmqueue.engine.base import SimOptions
+    from llmqueue.engine.options import SimOptions
     from llmqueue.engine.config import EngineConfig
     from llmqueue.engine.step_time import parse_step_time, roofline_model
     from llmqueue.errors import InputError

@@ -1,17 +1,22 @@
-"""Vectorized epochs: many steps at once while no scheduling constraint binds.
+"""Vectorized epochs: many steps of the fast replica at once while no scheduling constraint binds.
 
 With a constant, noise-free step time ``b`` the steps of a busy period fall on a fixed grid
 ``t0 + k b``. As long as (1) every arriving request is admitted at the first step boundary
 after it arrives and prefilled in that one step, (2) the token budget, ``max_num_seqs`` and
 the KV cache never bind, and (3) the replica never idles, requests do not interact: request
 ``r`` arriving at ``a_r`` is prefilled in step ``k_r = ceil((a_r - t0)/b)``, gets its first token at
-``t0 + (k_r + 1) b`` and finishes at ``t0 + (k_r + o_r) b``. So an epoch computes, with numpy,
-every step's running count, token count and KV blocks from difference arrays, finds the first
-step ``K`` where a constraint would bind (or the replica would idle), and commits everything
-before ``K`` exactly. From ``K`` on the step-by-step simulator takes over. The blocks a request
-holds in step ``k`` are ``ceil((X_r + k) / block_size)`` with ``X_r = s_r - k_r`` (new requests) or
-its KV tokens plus one (running decoders); their sum is split into a linear part and a
-residue part counted per residue class, so the whole check is O(block_size x K).
+``t0 + (k_r + 1) b`` and finishes at ``t0 + (k_r + o_r) b`` (an M/D/infinity stretch of the
+queue). So an epoch computes, with numpy, every step's running count, token count and KV
+blocks from difference arrays, finds the first step ``K`` where a constraint would bind (or the
+replica would idle), and commits everything before ``K`` exactly. From ``K`` on the replica's
+step-by-step path takes over. The blocks a request holds in step ``k`` are ``ceil((X_r + k) /
+block_size)`` with ``X_r = s_r - k_r`` (new requests) or its KV tokens plus one (running
+decoders); their sum is split into a linear part and a residue part counted per residue class,
+so the whole check is O(block_size x K).
+
+Requests that finish inside an epoch never become :class:`Request` objects: their records are
+written as columns (``on_records``). Those still running at its end join the replica's implicit
+decoders.
 """
 
 from __future__ import annotations
@@ -21,44 +26,45 @@ import math
 
 import numpy as np
 
+from llmqueue.engine.request import RequestStatus
+
 MAX_CHUNK = 50_000  # arrivals considered per epoch, at most
 
 
-def epoch_eligible(sim) -> bool:
-    """Can ``sim`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
-    m = sim.model
-    cfg = sim.cfg
-    return (m.is_constant and sim.noise is None and sim.drift is None and not sim.opt.timeout_s and not sim.opt.ttft_timeout_s
-            and not cfg.max_waiting and not cfg.enable_prefix_caching and not cfg.class_max_waiting
-            and not cfg.class_max_queue_time_s
-            and not cfg.max_queue_time_s)
+def epoch_eligible(rep) -> bool:
+    """Can ``rep`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
+    m = rep.model
+    cfg = rep.cfg
+    return (rep._stream is not None and m.is_constant and rep.noise is None and rep.drift is None
+            and not rep.timeout_s and not rep.ttft_timeout_s and not cfg.max_waiting and not cfg.enable_prefix_caching
+            and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s)
 
 
-def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None:
-    """Try to advance ``sim`` from the step boundary ``t0`` by a vectorized epoch.
+def advance_epoch(rep, t0: float, chunk: int = 1024):
+    """Try to advance ``rep`` from the step boundary ``t0`` by a vectorized epoch.
 
-    Preconditions (checked by the caller): no request prefilling, none waiting, no retry or
-    deadline pending. ``chunk`` arrivals are considered. Returns ``(new time, arrivals taken,
-    whether the epoch ran to the end of its chunk)``, or None when not even one step could be taken.
+    Preconditions (checked by the caller): no request prefilling, none waiting. ``chunk``
+    arrivals of the fed stream are considered. Returns ``(new time, arrivals taken, whether the
+    epoch ran to the end of its chunk)``, or None when not even one step could be taken.
     """
-    b = sim.model.c0
-    cfg = sim.cfg
-    bs = sim.bs
-    lo = sim._next_pre
-    hi = min(sim._n_pre, lo + chunk)
-    if sim._retry_heap or sim.deadlines:
+    if rep._arrivals or rep.deadlines:
         return None
+    b = rep.model.c0
+    cfg = rep.cfg
+    bs = rep.bs
+    stream = rep._stream
+    lo = rep.stream_position()
+    hi = min(stream.n, lo + chunk)
     # --- candidate steps --------------------------------------------------------------------
-    horizon_steps = math.inf if sim.horizon == math.inf else max(0, math.ceil((sim.horizon - t0) / b - 1e-12))
+    horizon_steps = math.inf if rep.horizon == math.inf else max(0, math.ceil((rep.horizon - t0) / b - 1e-12))
     if lo < hi:
-        a = sim.arr_np[lo:hi]
+        a = stream.arrival_s[lo:hi]
         k_arr = np.ceil((a - t0) / b - 1e-12).astype(np.int64)
         np.maximum(k_arr, 0, out=k_arr)
         k_max = int(k_arr[-1])  # arrivals at later steps belong to the next epoch
     else:
-        a = np.empty(0)
         k_arr = np.empty(0, dtype=np.int64)
-        k_max = max(sim.dfin.values()) - sim.D if sim.dfin else 0
+        k_max = max(rep.dfin.values()) - rep.D if rep.dfin else 0
     if horizon_steps < math.inf:
         k_max = min(k_max, int(horizon_steps))
     if k_max <= 0:
@@ -68,17 +74,17 @@ def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None
     sel = k_arr < K
     idx = np.arange(lo, hi)[sel]
     kr = k_arr[sel]
-    s = sim.prompt_np[lo:hi][sel]
-    o = sim.target_np[lo:hi][sel]
-    # arrivals that the reference rejects on arrival (never fit / unschedulable): they take no
-    # resources; with a retry function they would spawn new arrivals, so stop before them
-    bad = (s < 1) | (o < 1) | (s + o > sim.max_total)
+    s = stream.prompt[lo:hi][sel]
+    o = stream.output[lo:hi][sel]
+    # a request rejected at arrival (it can never run) may be retried by the client, and one
+    # whose prompt exceeds an unchunked budget would wait at the head: the epoch stops before it
+    bad = (s < 1) | (o < 1) | (s + o > rep.max_total)
     if not cfg.enable_chunked_prefill:
         bad |= s + o - 1 > cfg.max_num_batched_tokens
-    if bad.any() and sim.opt.retry is not None:
-        K = min(K, int(kr[bad][0]))
-    thr = cfg.long_prefill_token_threshold
     viol = []
+    if bad.any():
+        viol.append(int(kr[bad][0]))
+    thr = cfg.long_prefill_token_threshold
     if thr:
         over = (~bad) & (s > thr)
         if over.any():
@@ -87,11 +93,11 @@ def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None
     kr_ok, s_ok, o_ok = kr[ok], s[ok], o[ok]
     end_ok = kr_ok + o_ok - 1  # last step index (inclusive)
     # --- running decoders -------------------------------------------------------------------------
-    dec = list(sim.dbase)  # dbase and dfin share their insertion order
+    dec = list(rep.dbase)  # dbase and dfin share their insertion order
     n0 = len(dec)
     if n0:
-        c0 = np.fromiter(sim.dbase.values(), dtype=np.int64, count=n0) + sim.D
-        f0 = np.fromiter(sim.dfin.values(), dtype=np.int64, count=n0) - sim.D
+        c0 = np.fromiter(rep.dbase.values(), dtype=np.int64, count=n0) + rep.D
+        f0 = np.fromiter(rep.dfin.values(), dtype=np.int64, count=n0) - rep.D
         X0 = c0 + 1
     else:
         c0 = f0 = X0 = np.empty(0, dtype=np.int64)
@@ -125,7 +131,7 @@ def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None
         blocks = lin
     blocks = np.rint(blocks).astype(np.int64)
     bad_step = (seqs > cfg.max_num_seqs) | (tokens > cfg.max_num_batched_tokens) | \
-        (blocks > sim.total_blocks) | (seqs == 0)
+        (blocks > rep.total_blocks) | (seqs == 0)
     if bad_step.any():
         viol.append(int(np.argmax(bad_step)))
     full = not viol and K == k_max
@@ -133,45 +139,54 @@ def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None
         K = min(K, min(viol))
     if K <= 0:
         return None
-    # --- commit steps [0, K) ----------------------------------------------------------------------
-    t_of = lambda k: t0 + k * b  # noqa: E731
-    seqs, tokens, blocks, pre_tok, pre_cnt = seqs[:K], tokens[:K], blocks[:K], pre_tok[:K], pre_cnt[:K]
-    sim.record_steps_bulk(t0 + b * np.arange(K), np.full(K, b), pre_tok.astype(np.int64),
-                          (seqs - pre_cnt).astype(np.int64), seqs.astype(np.int64),
-                          np.zeros(K, dtype=np.int64), blocks * bs)
-    if sim.opt.sample_dt > 0 and sim.next_sample < t_of(K):
+    _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks)
+    taken_until = lo + int(np.searchsorted(k_arr, K, side="left"))
+    rep._seek(taken_until)
+    return t0 + K * b, taken_until - lo, full
+
+
+def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks) -> None:
+    """Commit steps ``[0, K)`` of an epoch: step and time-series records, finished requests,
+    and the still-running ones as implicit decoders."""
+    bs = rep.bs
+    seqs, blocks, pre_tok, pre_cnt = seqs[:K], blocks[:K], pre_tok[:K], pre_cnt[:K]
+    rep.add_step_chunk({
+        "step": rep.steps_taken + np.arange(K, dtype=np.int64), "start_s": t0 + b * np.arange(K),
+        "duration_s": np.full(K, b), "prefill_tokens": pre_tok.astype(np.int64),
+        "decode_seqs": (seqs - pre_cnt).astype(np.int64), "num_running": seqs.astype(np.int64),
+        "num_waiting": np.zeros(K, dtype=np.int64), "kv_tokens": blocks * bs,
+        "preempted": np.zeros(K, dtype=np.int64), "steps": np.ones(K, dtype=np.int64)})
+    t_end = t0 + K * b
+    if rep.next_sample < t_end:
         ts = []
-        while sim.next_sample < t_of(K) and sim.next_sample <= sim.horizon:
-            ts.append(sim.next_sample)
-            sim.next_sample += sim.opt.sample_dt
-        ts = np.asarray(ts)
-        kk_s = np.minimum(np.floor((ts - t0) / b + 1e-12).astype(np.int64), K - 1)
-        sim.record_samples_bulk(ts, np.zeros(len(ts), dtype=np.int64), seqs[kk_s], blocks[kk_s] * bs)
-    sim.D += K
-    sim.steps_taken += K
-    sim.stretches += 1
-    sim.epoch_steps += K
-    # existing decoders that finish inside the epoch
+        while rep.next_sample < t_end and rep.next_sample <= rep.horizon:
+            ts.append(rep.next_sample)
+            rep.next_sample += rep.sample_dt
+        if ts:
+            ts = np.asarray(ts)
+            k_s = np.minimum(np.floor((ts - t0) / b + 1e-12).astype(np.int64), K - 1)
+            rep.add_sample_chunk(ts, np.zeros(len(ts), dtype=np.int64), seqs[k_s], blocks[k_s] * bs)
+    rep.D += K
+    rep.steps_taken += K
+    rep.stretches += 1
+    rep.epoch_steps += K
+    D = rep.D
+    # decoders that were running before the epoch and finish inside it
     fin_j = np.nonzero(f0 <= K)[0]
     if len(fin_j):
-        dbase, obase, dfin, order, hist = sim.dbase, sim.obase, sim.dfin, sim.order, sim.hist
-        fin_ids = [dec[j] for j in fin_j.tolist()]
-        t_fin = (t0 + f0[fin_j] * b).tolist()
-        for i, tf in zip(fin_ids, t_fin):
-            db = dbase.pop(i)
-            del obase[i], dfin[i], order[i]
+        dbase, obase, dfin, order, hist = rep.dbase, rep.obase, rep.dfin, rep.order, rep.hist
+        for j, tf in zip(fin_j.tolist(), (t0 + f0[fin_j] * b).tolist()):
+            r = dec[j]
+            db = dbase.pop(r)
+            del obase[r], dfin[r], order[r]
             hist[db % bs] -= 1
-            sim.sum_dbase -= db
-            sim.outp[i] = sim.target[i]
-            sim.blocks[i] = 0
-            sim.state[i] = 3
-            sim.status[i] = "ok"
-            sim.finish[i] = tf
-        sim.late.clear()
-    # new requests: rejected ones (as at arrival), then admitted ones
-    taken_until = lo + int(np.searchsorted(k_arr, K, side="left"))
-    for pos in np.nonzero(bad & (kr < K))[0]:
-        sim.arrive(int(idx[pos]))
+            rep.sum_dbase -= db
+            r.num_output_tokens = r.max_tokens
+            r.num_computed_tokens = db + D
+            r.status = RequestStatus.FINISHED
+            rep._end(r, "ok", tf)
+        rep.late.clear()
+    # requests admitted in the epoch: records for those done, decoders for the rest
     adm = np.nonzero(ok & (kr < K))[0]
     if len(adm):
         ids = idx[adm]
@@ -179,54 +194,50 @@ def advance_epoch(sim, t0: float, chunk: int = 1024) -> tuple[float, int] | None
         sa, oa = s[adm], o[adm]
         e = k0 + oa - 1
         done = e < K
-        _scatter(sim.first_sched, ids, t0 + k0 * b)
-        _scatter(sim.first_tok, ids, t0 + (k0 + 1) * b)
-        d_ids = ids[done]
-        if len(d_ids):
-            _scatter(sim.outp, d_ids, oa[done])
-            _scatter(sim.finish, d_ids, t0 + (e[done] + 1) * b)
-            _scatter(sim.state, d_ids, np.full(len(d_ids), 3))
-            _scatter(sim.status, d_ids, ["ok"] * len(d_ids))
-        r_ids = ids[~done]
-        if len(r_ids):
-            produced = K - k0[~done]
-            comp = sa[~done] + produced - 1
-            _scatter(sim.outp, r_ids, produced)
-            _scatter(sim.comp, r_ids, comp)
-            _scatter(sim.blocks, r_ids, -(-comp // bs))
-            _scatter(sim.state, r_ids, np.full(len(r_ids), 2))
-            # as decoders: dbase = comp - D, obase = outp - D, D_fin = target - obase
-            db = comp - sim.D
-            ob = produced - sim.D
-            fin = oa[~done] - ob
-            rl = r_ids.tolist()
-            seq0 = sim.seq
-            sim.order.update(zip(rl, range(seq0 + 1, seq0 + 1 + len(rl))))
-            sim.seq = seq0 + len(rl)
-            sim.dbase.update(zip(rl, db.tolist()))
-            sim.obase.update(zip(rl, ob.tolist()))
-            sim.dfin.update(zip(rl, fin.tolist()))
-            sim.fin.extend(zip(fin.tolist(), rl))
-            heapq.heapify(sim.fin)
+        if done.any():
+            stream = rep._stream
+            d = ids[done]
+            arrival = stream.arrival_s[d]
+            rep.on_records({
+                "seq": d.astype(np.int64), "request_id": stream.request_id[d],
+                "class": np.asarray(stream.classes, dtype=object)[stream.class_index[d]],
+                "arrival_s": arrival, "dispatched_s": arrival.copy(),
+                "first_scheduled_s": t0 + k0[done] * b, "first_token_s": t0 + (k0[done] + 1) * b,
+                "finish_s": t0 + (e[done] + 1) * b, "prompt_tokens": sa[done], "output_tokens": oa[done],
+                "cached_prompt_tokens": np.zeros(len(d), dtype=np.int64),
+                "status": np.full(len(d), "ok", dtype=object), "preemptions": np.zeros(len(d), dtype=np.int64),
+                "attempt": np.ones(len(d), dtype=np.int64)})
+        live = ~done
+        if live.any():
+            produced = K - k0[live]
+            comp = sa[live] + produced - 1
+            db = comp - D
+            ob = produced - D
+            fin = oa[live] - ob
+            make = rep._stream.make
+            order, dbase, obase, dfin, heap = rep.order, rep.dbase, rep.obase, rep.dfin, rep.fin
+            for i, k, c, p, dbi, obi, fi in zip(ids[live].tolist(), k0[live].tolist(), comp.tolist(),
+                                                produced.tolist(), db.tolist(), ob.tolist(), fin.tolist()):
+                r = make(i)
+                r.first_scheduled_time = t0 + k * b
+                r.first_token_time = t0 + (k + 1) * b
+                r.num_output_tokens = p
+                r.num_computed_tokens = c
+                r.num_cached_tokens = 0
+                r.status = RequestStatus.RUNNING
+                rep.seq += 1
+                order[r] = rep.seq
+                dbase[r] = dbi
+                obase[r] = obi
+                dfin[r] = fi
+                heap.append((fi, rep.seq, r))
+            heapq.heapify(heap)
             h = np.bincount(db % bs, minlength=bs)
-            sim.hist = [x + int(y) for x, y in zip(sim.hist, h)]
-            sim.sum_dbase += int(db.sum())
-    sim._next_pre = taken_until
+            rep.hist = [x + int(y) for x, y in zip(rep.hist, h)]
+            rep.sum_dbase += int(db.sum())
     # free blocks: recount what the running decoders hold
-    if sim.dbase:
-        dbv = np.fromiter(sim.dbase.values(), dtype=np.int64, count=len(sim.dbase))
-        sim.free = sim.total_blocks - int((-(-(dbv + sim.D) // bs)).sum())
+    if rep.dbase:
+        dbv = np.fromiter(rep.dbase.values(), dtype=np.int64, count=len(rep.dbase))
+        rep.free = rep.total_blocks - int((-(-(dbv + D) // bs)).sum())
     else:
-        sim.free = sim.total_blocks
-    return t_of(K), taken_until - lo, full
-
-
-def _scatter(lst: list, ids: np.ndarray, values) -> None:
-    """``lst[ids[j]] = values[j]`` for a Python list (ids ascending)."""
-    vals = values.tolist() if hasattr(values, "tolist") else list(values)
-    ids_l = ids.tolist()
-    if ids_l and ids_l[-1] - ids_l[0] + 1 == len(ids_l):  # a contiguous run: one slice assignment
-        lst[ids_l[0]: ids_l[-1] + 1] = vals
-    else:
-        for i, v in zip(ids_l, vals):
-            lst[i] = v
+        rep.free = rep.total_blocks

@@ -1,10 +1,15 @@
-"""The fast replica simulator: vLLM v1 scheduling semantics, cost not proportional to
-decode steps x batch size.
+"""``Replica``: the fast simulator of one serving replica, on the engine's nouns.
 
-Decoding requests are kept implicitly. Between events every decoding request gains one
-token per step, so request ``i``'s KV tokens are ``dbase[i] + D`` and its outputs
-``obase[i] + D``, where ``D`` counts the steps in which all decoders advanced. What changes
-the state in between is known in advance:
+Same semantics as the reference replica (:mod:`llmqueue.engine.reference`, the executable
+specification), at a cost not proportional to decode steps x batch size. It shares the nouns
+(:class:`~llmqueue.engine.request.Request`, :class:`~llmqueue.engine.request_queue.RequestQueue`,
+the policy objects, the prefix cache's block pool) but no scheduling code with it; tests check
+that the two produce the same records.
+
+Decoding requests are kept implicitly. Between events every decoding request gains one token
+per step, so a decoder's KV tokens are ``dbase[r] + D`` and its outputs ``obase[r] + D``, where
+``D`` counts the steps in which all decoders advanced. What changes the state in between is
+known in advance:
 
 - the next completion is the smallest ``D_fin`` in a heap;
 - a decoder needs a new KV block in the step where its token count is a multiple of the
@@ -13,13 +18,15 @@ the state in between is known in advance:
 - the next arrival, client deadline or horizon is a time: the step boundary at or after it
   follows from the closed-form (constant) or cumulative (other models) step times.
 
-A run of decode-only steps up to the first of these events is taken in one jump. Steps with
-prefill work or admissions are taken one at a time with the decoders aggregated (their
-budget and block needs are counts); a step that must preempt, or whose token budget binds
-in an order that matters, falls back to the exact step of :mod:`llmqueue.engine.exact` on a
-materialized copy of the state. Tests check that the records equal those of the reference
-replica (:mod:`llmqueue.engine.reference`), which is built from the engine's nouns and shares
-no scheduling code with this module.
+A run of decode-only steps up to the first of these events is taken in one jump (a
+*stretch*). Steps with prefill work or admissions are taken one at a time with the decoders
+aggregated (their budget and block needs are counts); a step that must preempt a decoder, or
+whose token budget binds in an order that matters, is taken exactly (:meth:`Replica._exact_step`:
+vLLM's ``schedule()`` on the materialized running list).
+
+The replica steps on a clock it can share: :meth:`submit`, :meth:`next_event_time`,
+:meth:`advance`, :meth:`state`, and ``on_finish(request)`` as requests leave. Event semantics
+are the reference's (see its module docstring).
 """
 
 from __future__ import annotations
@@ -29,88 +36,538 @@ import math
 
 import numpy as np
 
-from llmqueue.engine.exact import ExactStepper
+from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
+from llmqueue.engine.policies import victim_policy
+from llmqueue.engine.request import RequestStatus
+from llmqueue.engine.request_queue import RequestQueue
+from llmqueue.engine.step_time import parse_step_time
+from llmqueue.errors import InputError
+
+WAITING, RUNNING, PREEMPTED, FINISHED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
+                                        RequestStatus.FINISHED)
+DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
+NAN = math.nan
 
 
-class Replica(ExactStepper):
-    """Fast simulation of one replica. ``run()`` fills the same records as the reference."""
+class Replica:
+    """Fast simulation of one replica (see the module docstring).
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.order: dict[int, int] = {}       # running requests -> admission sequence number
-        self.prefilling: dict[int, int] = {}  # running requests not decoding (same seq values)
+    ``timeout_s`` / ``ttft_timeout_s``: per class, the client's deadlines. ``on_finish(request)``:
+    called as each request leaves (``outcome`` set). ``sample_dt``: time-series interval (0: none).
+    """
+
+    def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
+                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
+                 sample_dt: float = 0.0, horizon: float = math.inf, progress=None):
+        self.cfg = config
+        self.model = parse_step_time(step_time)
+        self._b0 = self.model.c0 if self.model.is_constant else 0.0  # a constant step time
+        self.noise = self.model.noise_stream(seed)
+        self.drift = self.model.drift_stream(seed)
+        self.bs = config.block_size
+        self.total_blocks = config.num_kv_blocks
+        self.free = config.num_kv_blocks
+        self.timeout_s = timeout_s or {}
+        self.ttft_timeout_s = ttft_timeout_s or {}
+        self.on_finish = on_finish or (lambda r: None)
+        self.sample_dt = sample_dt
+        self.horizon = horizon
+        self.progress = progress
+        self.max_total = min(config.max_model_len or 10**18, config.capacity_tokens)
+        self.victim = victim_policy(config.preemption)
+        self.waiting = RequestQueue(config.policy)
+        # --- prefix caching -------------------------------------------------------------------
+        self.pc = None
+        if config.enable_prefix_caching:
+            from llmqueue.engine.prefix_cache import PrefixCache
+
+            H = hash_block_tokens
+            if H < 1 or H % config.block_size:
+                raise InputError("hash_block_tokens", f"{H} is not a multiple of the block size {config.block_size}")
+            self.H = H
+            self.ub = H // config.block_size
+            self.pc = PrefixCache(config.num_kv_blocks, self.ub)
+        self.shared: dict = {}       # running request -> leading prefix units it references in the cache
+        self.regstop: set = set()    # requests that stopped registering units (kept across preemptions)
+        # --- arrivals and deadlines ----------------------------------------------------------------
+        self._arrivals: list = []     # submitted requests: (arrival_time, retry?, seq, request)
+        self._stream = None           # a fed RequestStream, read a chunk at a time
+        self._st_chunk = 0
+        self._st_times: list = []
+        self._st_make = None
+        self._st_pos = 0
+        self._st_next = math.inf      # the stream's next arrival time
+        self.deadlines: list = []     # (time, kind, seq, request)
+        self.dl: dict = {}            # request -> {kind: time}
+        # --- running requests: admission order, prefilling ones, implicit decoders ------------------
+        self.blocks: dict = {}        # KV blocks held by running requests that are not implicit decoders
+        self.order: dict = {}         # running request -> admission sequence number
+        self.prefilling: dict = {}    # running requests not decoding (same values)
         self.seq = 0
         self.D = 0
-        self.dbase: dict[int, int] = {}
-        self.obase: dict[int, int] = {}
-        self.dfin: dict[int, int] = {}
-        self.fin: list = []
+        self.dbase: dict = {}
+        self.obase: dict = {}
+        self.dfin: dict = {}
+        self.fin: list = []           # (D at completion, admission seq, request)
         self.hist = [0] * self.bs
         self.sum_dbase = 0
-        self.late: set[int] = set()
+        self.late: set = set()
+        self.running: list = []       # the materialized running list of an exact step
+        # --- records ---------------------------------------------------------------------------------
+        self.now = 0.0
+        self.steps_taken = 0
         self.stretches = 0
-        self.use_epochs = True
         self.epoch_steps = 0
-        # numpy views of the pre-generated requests, for vectorized epochs
-        self.arr_np = np.asarray(self.arr[: self._n_pre], dtype=np.float64)
-        self.prompt_np = np.asarray(self.prompt[: self._n_pre], dtype=np.int64)
-        self.target_np = np.asarray(self.target[: self._n_pre], dtype=np.int64)
+        self.use_epochs = True
+        self.on_records = None  # columns of requests an epoch finished without making them objects
+        self._step_buf: list = []
+        self._step_chunks: list = []
+        self._ts_buf: list = []
+        self._ts_chunks: list = []
+        self.next_sample = 0.0 if sample_dt > 0 else math.inf
 
-    # -- decoders (implicit) ----------------------------------------------------------------------
-    def _add_decoder(self, i: int) -> None:
-        db = self.comp[i] - self.D
-        ob = self.outp[i] - self.D
-        self.dbase[i] = db
-        self.obase[i] = ob
-        f = self.target[i] - ob
-        self.dfin[i] = f
-        heapq.heappush(self.fin, (f, i))
+    # =============================================================================================
+    # the shared clock
+    def submit(self, request) -> None:
+        """Hand over a request that arrives at ``request.arrival_time`` (not before ``now``)."""
+        heapq.heappush(self._arrivals, (request.arrival_time, request.attempt > 1, request.seq, request))
+
+    def feed(self, stream) -> None:
+        """Take a whole :class:`~llmqueue.engine.stream.RequestStream` (sorted by arrival time): its
+        requests are made as they arrive, so only those in flight are held."""
+        self._stream = stream
+        self._st_chunk = 0
+        self._load_chunk()
+
+    def _load_chunk(self, pos: int = 0) -> None:
+        """Load the stream's next chunk (from its ``pos``-th request)."""
+        from llmqueue.engine.stream import CHUNK
+
+        s = self._stream
+        if s is None or self._st_chunk * CHUNK + pos >= s.n:
+            self._st_times, self._st_make, self._st_next = [], None, math.inf
+            return
+        self._st_times, self._st_make = s.chunk(self._st_chunk)
+        self._st_chunk += 1
+        self._st_pos = pos
+        self._st_next = self._st_times[pos]
+
+    def stream_position(self) -> int:
+        """Requests of the fed stream taken so far."""
+        from llmqueue.engine.stream import CHUNK
+
+        if self._stream is None:
+            return 0
+        if self._st_next == math.inf:
+            return self._stream.n
+        return (self._st_chunk - 1) * CHUNK + self._st_pos
+
+    def _seek(self, i: int) -> None:
+        """The stream's next request is its ``i``-th (the epoch path took those before it)."""
+        from llmqueue.engine.stream import CHUNK
+
+        if i >= self._stream.n:
+            self._st_times, self._st_make, self._st_next = [], None, math.inf
+            return
+        if self._st_next != math.inf and i // CHUNK == self._st_chunk - 1:  # inside the loaded chunk
+            self._st_pos = i % CHUNK
+            self._st_next = self._st_times[self._st_pos]
+            return
+        self._st_chunk = i // CHUNK
+        self._load_chunk(i % CHUNK)
+
+    def _next_arrival(self) -> float:
+        t = self._st_next
+        a = self._arrivals
+        return a[0][0] if a and a[0][0] < t else t
+
+    def next_event_time(self) -> float:
+        """When this replica next changes state: now if it has work, else the next arrival or
+        deadline (``inf`` when none)."""
+        if self.order or self.waiting:
+            return self.now
+        return self._next_external()
+
+    def advance(self, until: float) -> None:
+        """Run the steps that start before ``until`` (a step, or a stretch of decode steps, that
+        starts before it ends whole, at the first step boundary at or after it)."""
+        self.run(until, stop_idle_at=until)
+
+    def run(self, horizon: float = math.inf, stop_idle_at: float | None = None) -> None:
+        """Run until every submitted request is done, or until ``horizon``: steps start only
+        before it."""
+        import gc
+
+        enabled = gc.isenabled()
+        gc.disable()  # the loop allocates many small objects and frees none of them in cycles
+        try:
+            self._run(min(horizon, self.horizon), stop_idle_at)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, horizon: float, stop_idle_at) -> None:
+        from llmqueue.engine.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
+
+        t = self.now
+        progress = self.progress
+        iters = 0
+        use_epochs = self.use_epochs and self.on_records is not None and epoch_eligible(self)
+        backoff = fails = 0
+        chunk = 256
+        saved = self.horizon
+        self.horizon = horizon
+        try:
+            deadlines = self.deadlines
+            arrivals = self._arrivals
+            while t < horizon:
+                if self._st_next <= t or (arrivals and arrivals[0][0] <= t):
+                    self._take_arrivals(t)
+                if deadlines and deadlines[0][0] <= t:
+                    self._expire(t)
+                if not self.order and not self.waiting:
+                    t2 = t
+                else:
+                    t2 = None
+                    if use_epochs and not self.prefilling and not self.waiting:
+                        if backoff > 0:
+                            backoff -= 1
+                        else:
+                            ep = advance_epoch(self, t, chunk)
+                            if ep is None:
+                                # a constraint binds right away: take normal steps for a while,
+                                # longer after each consecutive failure
+                                fails += 1
+                                backoff = min(64, 1 << fails)
+                            else:
+                                t_ep, taken, full = ep
+                                k = round((t_ep - t) / self._b0)
+                                t2 = t_ep
+                                chunk = min(MAX_CHUNK, 2 * chunk) if full else max(64, 2 * taken)
+                                if k < 40 and taken < 16:
+                                    # a short epoch costs more than the steps it saves (a binding
+                                    # constraint keeps ending them): step normally for longer
+                                    fails += 1
+                                    backoff = min(512, 4 << fails)
+                                else:
+                                    fails = 0
+                    if t2 is not None:
+                        pass
+                    elif self._can_stretch():
+                        t2 = self.stretch(t)
+                    else:
+                        t2 = self.step(t)
+                if t2 == t:
+                    nxt = self._next_external()
+                    if nxt == math.inf or (stop_idle_at is not None and nxt > stop_idle_at):
+                        if stop_idle_at is not None and nxt != math.inf:
+                            self._sample_until(min(stop_idle_at, horizon), len(self.waiting), len(self.order),
+                                               (self.total_blocks - self.free) * self.bs)
+                        break
+                    self._sample_until(min(nxt, horizon), len(self.waiting), len(self.order),
+                                       (self.total_blocks - self.free) * self.bs)
+                    t = nxt
+                else:
+                    t = t2
+                if progress is not None:
+                    iters += 1
+                    if not iters & 1023:
+                        progress(t)
+            if progress is not None:
+                progress(t)
+        finally:
+            self.horizon = saved
+        self.now = t
+
+    def state(self) -> dict:
+        """A read-only view: waiting and running counts, KV blocks used and free, tokens still to
+        prefill (queued and in service), the cached prefix units."""
+        queued = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+        prefilling = sum(r.num_tokens - r.num_computed_tokens for r in self.prefilling)
+        pc = self.pc
+        return {"time": self.now, "num_waiting": len(self.waiting), "num_running": len(self.order),
+                "kv_blocks_used": self.total_blocks - self.free, "kv_blocks_free": self.free,
+                "queued_prefill_tokens": queued + prefilling,
+                "cached_prefix_units": frozenset(pc.ref) | frozenset(pc.evictable) if pc else frozenset()}
+
+    def in_system(self) -> list:
+        """The requests that arrived and have not left, materialized (running, then waiting)."""
+        self._materialize_all()
+        return [*self.order, *self.waiting]
+
+    # =============================================================================================
+    # arrivals, admission control, deadlines, endings
+    def _next_external(self) -> float:
+        t = self._next_arrival()
+        d = self.deadlines
+        while d and d[0][3].status is FINISHED:
+            heapq.heappop(d)
+        return min(t, d[0][0]) if d else t
+
+    def _next_deadline(self) -> float:
+        d = self.deadlines
+        while d and d[0][3].status is FINISHED:
+            heapq.heappop(d)
+        return d[0][0] if d else math.inf
+
+    def _take_arrivals(self, t: float) -> None:
+        """Every request that has arrived by ``t`` joins the queue (or is rejected); the stream's
+        before a submitted one at equal times."""
+        a = self._arrivals
+        while True:
+            ts = self._st_next
+            if ts <= t and (not a or ts <= a[0][0]):
+                r = self._st_make(self._st_pos)
+                self._st_pos += 1
+                if self._st_pos == len(self._st_times):
+                    self._load_chunk()
+                else:
+                    self._st_next = self._st_times[self._st_pos]
+                self._arrive(r)
+            elif a and a[0][0] <= t:
+                self._arrive(heapq.heappop(a)[3])
+            else:
+                return
+
+    def _arrive(self, r) -> None:
+        cfg = self.cfg
+        s, o = r.num_prompt_tokens, r.max_tokens
+        if s < 1 or o < 1:
+            return self._reject(r, "empty prompt or output")
+        if s + o > self.max_total:
+            return self._reject(r, f"prompt+output {s + o} > max_model_len {cfg.max_model_len}"
+                                if cfg.max_model_len and s + o > cfg.max_model_len
+                                else f"prompt+output {s + o} exceeds the KV cache ({cfg.capacity_tokens} tokens)")
+        q = self.waiting
+        if cfg.max_waiting and len(q) >= cfg.max_waiting:
+            return self._reject(r, "waiting queue full")
+        if cfg.class_max_waiting:
+            cap = cfg.class_max_waiting.get(r.class_name)
+            if cap and q.count(r.class_name) >= cap:
+                return self._reject(r, f"waiting queue of class {r.class_name} full")
+        r.status = WAITING
+        q.add(r)
+        if self.timeout_s or self.ttft_timeout_s or cfg.max_queue_time_s or cfg.class_max_queue_time_s:
+            marks = {}
+            to = self.timeout_s.get(r.class_name)
+            if to:
+                marks[DEADLINE_TOTAL] = r.arrival_time + to
+            tt = self.ttft_timeout_s.get(r.class_name)
+            if tt:
+                marks[DEADLINE_TTFT] = r.arrival_time + tt
+            qt = cfg.class_max_queue_time_s.get(r.class_name) or cfg.max_queue_time_s
+            if qt:
+                marks[DEADLINE_SHED] = r.arrival_time + qt
+            for kind, when in marks.items():
+                heapq.heappush(self.deadlines, (when, kind, r.seq, r))
+            if marks:
+                self.dl[r] = marks
+
+    def _reject(self, r, why: str) -> None:
+        r.status = FINISHED
+        self._end(r, "rejected", r.arrival_time, why)
+
+    def _expire(self, t: float) -> None:
+        """Apply client timeouts and queue-time shedding that are due by ``t``."""
+        d = self.deadlines
+        while d and d[0][0] <= t:
+            when, kind, _, r = heapq.heappop(d)
+            st = r.status
+            if st is FINISHED:
+                continue
+            if kind == DEADLINE_SHED:  # shedding applies only to requests that never started
+                if st is WAITING and r.first_scheduled_time != r.first_scheduled_time:
+                    self.waiting.remove(r)
+                    r.status = FINISHED
+                    self._end(r, "rejected", when, "queue time limit")
+                continue
+            if kind == DEADLINE_TTFT and r.first_token_time <= when:
+                continue  # the first token came in time
+            if st is RUNNING:
+                self._remove_running(r)
+            else:
+                self.waiting.remove(r)
+            r.status = FINISHED
+            self._end(r, "timeout", when)
+
+    def _end(self, r, outcome: str, t: float, reason: str | None = None) -> None:
+        """``r`` (already FINISHED, its blocks freed) leaves: ok, or a late timeout, or as given."""
+        if self.dl:
+            marks = self.dl.pop(r, None)
+            if outcome == "ok" and marks:
+                late = [d for k, d in marks.items() if (k == DEADLINE_TOTAL and d < t)
+                        or (k == DEADLINE_TTFT and d < r.first_token_time)]
+                if late:
+                    outcome, t = "timeout", min(late)
+        r.outcome = outcome
+        r.finish_time = t
+        r.reason = reason
+        self.on_finish(r)
+
+    # =============================================================================================
+    # KV blocks: allocation from the free queue, release, admission, prefix units
+    def _alloc(self, n: int) -> None:
+        """Take ``n`` free blocks (from the head of the free queue, evicting cached prefixes)."""
+        self.free -= n
+        if self.pc is not None and n:
+            self.pc.consume(n)
+
+    def _release(self, r) -> None:
+        """Free ``r``'s blocks: private ones, and its prefix units nobody else uses."""
+        b = self.blocks.pop(r, 0)
+        if self.pc is None:
+            self.free += b
+        else:
+            k = self.shared.pop(r, 0)
+            units = r.hash_ids[:k] if k else ()
+            self.free += self.pc.free_request(b - k * self.ub, units)
+
+    def _remove_running(self, r) -> None:
+        """Take a running request out (a timeout): materialize it, free its blocks."""
+        if r in self.dbase:
+            self._drop_decoder(r)
+        else:
+            self.prefilling.pop(r, None)
+        del self.order[r]
+        self._release(r)
+
+    def _admit_head(self, budget: int):
+        """vLLM's admission of the waiting head with ``budget`` tokens left in the step: returns
+        ``(request, new_tokens)`` after allocating its blocks (and its prefix-cache hits), or None
+        when it cannot be scheduled in this step. The caller checks ``max_num_seqs``."""
+        r = self.waiting.peek()
+        if r is None:
+            return None
+        cfg = self.cfg
+        comp = r.num_computed_tokens
+        k = extra = 0
+        pc = self.pc
+        if pc is not None and comp == 0 and r.hash_ids:
+            k, extra = pc.lookup(r.hash_ids, (r.num_prompt_tokens - 1) // self.H)
+            comp = k * self.H
+        new = r.num_prompt_tokens + r.num_output_tokens - comp
+        thr = cfg.long_prefill_token_threshold
+        if thr and new > thr:
+            new = thr
+        if not cfg.enable_chunked_prefill and new > budget:
+            return None
+        if new > budget:
+            new = budget
+        held = self.blocks.get(r, 0) + (k * self.ub if k else 0)
+        bs = self.bs
+        need = -(-(comp + new) // bs) - held
+        gate = need
+        if cfg.scheduler_reserve_full_isl:
+            # the whole sequence so far (prompt + tokens generated before a preemption) must fit
+            full = r.num_prompt_tokens + r.num_output_tokens
+            if cfg.max_model_len and full > cfg.max_model_len:
+                full = cfg.max_model_len
+            g = -(-full // bs) - held
+            if g > gate:
+                gate = g
+        if gate + extra > self.free:
+            return None
+        self.waiting.pop()
+        if k:
+            pc.take(r.hash_ids, k)
+            self.free -= extra
+            r.num_computed_tokens = comp
+            self.shared[r] = k
+            held = k * self.ub
+        else:
+            held = 0
+        if r.num_cached_tokens < 0:
+            r.num_cached_tokens = k * self.H if k else 0
+        self._alloc(need)
+        self.blocks[r] = held + need
+        r.status = RUNNING
+        return r, new
+
+    def _advance(self, r, new: int, t_end: float) -> int:
+        """Apply ``new`` computed tokens of ``r`` at the end of a step: 0 = no token yet (prefill
+        continues), 1 = a token was produced, 2 = the last token was produced."""
+        c = r.num_computed_tokens + new
+        r.num_computed_tokens = c
+        if self.pc is not None:
+            self._register_units(r)
+        o = r.num_output_tokens
+        if c != r.num_prompt_tokens + o:
+            return 0
+        o += 1
+        r.num_output_tokens = o
+        if o == 1:
+            r.first_token_time = t_end
+        return 2 if o == r.max_tokens else 1
+
+    def _register_units(self, r) -> None:
+        """After a step: cache the prefix units ``r``'s prefill has completed."""
+        h = r.hash_ids
+        if h is None or r in self.regstop:
+            return
+        u = self.shared.get(r, 0)
+        done = min(r.num_computed_tokens, r.num_prompt_tokens) // self.H
+        while u < done and u < len(h):
+            if not self.pc.register(h[u]):
+                self.regstop.add(r)
+                break
+            u += 1
+        self.shared[r] = u
+
+    def _finish(self, r, t_end: float) -> None:
+        """``r`` produced its last token at ``t_end``."""
+        self.order.pop(r, None)
+        r.status = FINISHED
+        self._release(r)
+        if r in self.regstop:
+            self.regstop.discard(r)
+        self._end(r, "ok", t_end)
+
+    # =============================================================================================
+    # decoders (implicit)
+    def _add_decoder(self, r) -> None:
+        db = r.num_computed_tokens - self.D
+        ob = r.num_output_tokens - self.D
+        self.dbase[r] = db
+        self.obase[r] = ob
+        f = r.max_tokens - ob
+        self.dfin[r] = f
+        heapq.heappush(self.fin, (f, self.order[r], r))
         self.hist[db % self.bs] += 1
         self.sum_dbase += db
+        self.blocks.pop(r, None)
 
-    def _drop_decoder(self, i: int) -> None:
-        """Materialize decoder ``i`` (comp, outp, blocks) and remove it from the implicit state."""
-        db = self.dbase.pop(i)
-        ob = self.obase.pop(i)
-        del self.dfin[i]
+    def _drop_decoder(self, r) -> None:
+        """Materialize decoder ``r`` (computed tokens, outputs, blocks) and remove it from the implicit state."""
+        db = self.dbase.pop(r)
+        ob = self.obase.pop(r)
+        del self.dfin[r]
         self.hist[db % self.bs] -= 1
         self.sum_dbase -= db
-        self.late.discard(i)
+        self.late.discard(r)
         c = db + self.D
-        self.comp[i] = c
-        self.outp[i] = ob + self.D
-        self.blocks[i] = -(-c // self.bs)
-
-    def remove_running(self, i: int) -> None:
-        if i in self.dbase:
-            self._drop_decoder(i)
-        else:
-            self.prefilling.pop(i, None)
-        del self.order[i]
-        self.release(i)
+        r.num_computed_tokens = c
+        r.num_output_tokens = ob + self.D
+        self.blocks[r] = -(-c // self.bs)
 
     def _materialize_all(self) -> None:
-        for i in list(self.dbase):
-            self._drop_decoder(i)
+        for r in list(self.dbase):
+            self._drop_decoder(r)
         self.fin.clear()
 
     def _rebuild(self) -> None:
-        """Re-derive prefilling/decoder sets from explicit state (after an exact step)."""
+        """Re-derive the prefilling and decoder sets from the exact step's running list."""
         self.prefilling.clear()
-        for i in self.running:
-            if i not in self.order:
+        order = self.order
+        for r in self.running:
+            if r not in order:
                 self.seq += 1
-                self.order[i] = self.seq
-        for i in list(self.order):
-            if self.state[i] != 2:
-                del self.order[i]
-        # keep the order of self.running (the exact step's list) in the dict
-        self.order = {i: self.order[i] for i in self.running}
-        for i, s in self.order.items():
-            if self.outp[i] > 0 and self.comp[i] == self.prompt[i] + self.outp[i] - 1:
-                self._add_decoder(i)
+                order[r] = self.seq
+        self.order = order = {r: order[r] for r in self.running}
+        for r, s in order.items():
+            if r.num_output_tokens > 0 and r.num_computed_tokens == r.num_prompt_tokens + r.num_output_tokens - 1:
+                self._add_decoder(r)
             else:
-                self.prefilling[i] = s
+                self.prefilling[r] = s
         self._reset_late()
 
     def _reset_late(self) -> None:
@@ -133,11 +590,24 @@ class Replica(ExactStepper):
 
     def _valid_fin_top(self) -> int | None:
         f = self.fin
-        while f and self.dfin.get(f[0][1]) != f[0][0]:
+        dfin = self.dfin
+        while f and dfin.get(f[0][2]) != f[0][0]:
             heapq.heappop(f)
         return f[0][0] if f else None
 
-    # -- one step with decoders aggregated ---------------------------------------------------------
+    def _complete_decoders(self, t_end: float) -> None:
+        D = self.D
+        f = self.fin
+        dfin = self.dfin
+        while f and f[0][0] <= D:
+            d_fin, _, r = heapq.heappop(f)
+            if dfin.get(r) != d_fin:
+                continue
+            self._drop_decoder(r)
+            self._finish(r, t_end)
+
+    # =============================================================================================
+    # one step with the decoders aggregated
     def step(self, t: float) -> float:
         cfg = self.cfg
         B = cfg.max_num_batched_tokens
@@ -150,18 +620,22 @@ class Replica(ExactStepper):
         preempted = 0
         demand = n
         blocks_needed = need_dec
+        blocks = self.blocks
+        bs = self.bs
         if not exact:
-            for i in self.prefilling:
-                new = self.prompt[i] + self.outp[i] - self.comp[i]
+            for r in self.prefilling:
+                c = r.num_computed_tokens
+                new = r.num_prompt_tokens + r.num_output_tokens - c
                 if thr and new > thr:
                     new = thr
                 demand += new
-                new = min(new, budget)
+                if new > budget:
+                    new = budget
                 if new <= 0:
                     break
                 budget -= new
-                blocks_needed += -(-(self.comp[i] + new) // self.bs) - self.blocks[i]
-                plan.append((i, new))
+                blocks_needed += -(-(c + new) // bs) - blocks[r]
+                plan.append((r, new))
             inverted = self._inverted() if (demand > B or blocks_needed > self.free) else False
             if inverted:
                 exact = True
@@ -175,151 +649,257 @@ class Replica(ExactStepper):
                     exact = True
                 else:
                     plan, budget, preempted = tail
+                    n = len(self.dbase)  # decoders may have been preempted
         if exact:
             return self._exact_step(t)
         if preempted:
-            for i, new in plan:
-                self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
+            for r, new in plan:
+                blocks[r] = -(-(r.num_computed_tokens + new) // bs)
         else:
-            # allocate: decoders and planned prefill chunks
-            self.alloc(blocks_needed)
-            for i, new in plan:
-                self.blocks[i] = -(-(self.comp[i] + new) // self.bs)
+            self._alloc(blocks_needed)
+            for r, new in plan:
+                blocks[r] = -(-(r.num_computed_tokens + new) // bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
         while not preempted and budget > 0 and len(self.order) < cfg.max_num_seqs:
-            got = self.admit_head(budget)
+            got = self._admit_head(budget)
             if got is None:
                 break
-            i, new = got
+            r, new = got
             self.seq += 1
-            self.order[i] = self.seq
-            self.prefilling[i] = self.seq
-            plan.append((i, new))
+            self.order[r] = self.seq
+            self.prefilling[r] = self.seq
+            plan.append((r, new))
             budget -= new
         if not plan and n == 0:
             return t
-        # composition and duration
         prefill = 0
         decode = n
         context = self.sum_dbase + n * self.D + n
-        for i, new in plan:
-            if self.first_sched[i] != self.first_sched[i]:
-                self.first_sched[i] = t
-            if new == 1 and self.outp[i] > 0 and self.comp[i] == self.prompt[i] + self.outp[i] - 1:
+        for r, new in plan:
+            if r.first_scheduled_time != r.first_scheduled_time:
+                r.first_scheduled_time = t
+            c = r.num_computed_tokens
+            o = r.num_output_tokens
+            if new == 1 and o > 0 and c == r.num_prompt_tokens + o - 1:
                 decode += 1
-                context += self.comp[i] + 1
+                context += c + 1
             else:
                 prefill += new
-        dur = self.step_duration(prefill, decode, context, t)
+        dur = self._duration(prefill, decode, context, t)
         t_end = t + dur
-        used = (self.total_blocks - self.free) * self.bs
-        self.sample_until(t_end, self.n_waiting, len(self.order), used)
-        self.record_step(t, dur, prefill, decode, len(self.order), self.n_waiting, used, preempted)
+        used = (self.total_blocks - self.free) * bs
+        nw = len(self.waiting)
+        if self.next_sample < t_end:
+            self._sample_until(t_end, nw, len(self.order), used)
+        self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1))
         self.steps_taken += 1
-        # apply: decoders advance (D += 1), then prefill chunks
+        # apply: decoders advance (D += 1), then the planned chunks
         if n:
             self.D += 1
-            self._complete_decoders(t_end)
-        for i, new in plan:
-            r = self.advance(i, new, t_end)
-            if r == 2:
-                del self.order[i]
-                del self.prefilling[i]
-                self.release(i)
-                self.end(i, "ok", t_end)
-            elif r == 1:
-                s = self.prefilling.pop(i)
-                self._add_decoder(i)
+            if self.fin[0][0] <= self.D:
+                self._complete_decoders(t_end)
+        for r, new in plan:
+            res = self._advance(r, new, t_end)
+            if res == 2:
+                del self.prefilling[r]
+                self._finish(r, t_end)
+            elif res == 1:
+                s = self.prefilling.pop(r)
+                self._add_decoder(r)
                 if self.prefilling and min(self.prefilling.values()) < s:
-                    self.late.add(i)
+                    self.late.add(r)
         return t_end
 
     def _preempt_tail(self, n: int, need_dec: int, budget: int, thr: int):
         """vLLM's walk when blocks run out and every prefilling request comes after the decoders:
         decoders allocate first, preempting prefilling requests from the tail as needed, then the
         remaining prefilling requests take their chunks in order, preempting the tail when short.
-        Returns ``(plan, budget_left, preempted)`` with ``self.free`` updated, or None when a decoder
-        would have to be preempted (the caller then takes the exact step)."""
+        Returns ``(plan, budget_left, preempted)`` with ``self.free`` updated (decoders preempted
+        from the tail when the prefilling requests' blocks are not enough), or None when the
+        caller must take the exact step."""
         pf = list(self.prefilling)
         blocks = self.blocks
         avail = self.free
         k = 0
-        while need_dec > avail:
-            if k == len(pf):
-                return None
+        victims = []
+        while need_dec > avail and k < len(pf):
             k += 1
             avail += blocks[pf[-k]]
+        if need_dec > avail:
+            # every prefilling request goes, and decoders from the tail until the rest fit: the
+            # smallest such suffix is what vLLM's walk preempts (it preempts only when short, and a
+            # decoder that would have to preempt itself is that suffix's first member)
+            bs, D = self.bs, self.D
+            dbase = self.dbase
+            for v in reversed(self.order):
+                if need_dec <= avail:
+                    break
+                if v not in dbase:
+                    continue  # a prefilling request (they all come after the decoders here)
+                c = dbase[v] + D
+                avail += -(-c // bs)
+                if c % bs == 0:
+                    need_dec -= 1
+                victims.append(v)
         preempted = 0
         for _ in range(k):
             self._preempt(pf.pop())
+            preempted += 1
+        for v in victims:
+            self._drop_decoder(v)
+            self._preempt(v)
             preempted += 1
         free = avail - need_dec
         plan = []
         idx = 0
         bs = self.bs
         while idx < len(pf) and budget > 0:
-            i = pf[idx]
-            new = self.prompt[i] + self.outp[i] - self.comp[i]
+            r = pf[idx]
+            c = r.num_computed_tokens
+            new = r.num_prompt_tokens + r.num_output_tokens - c
             if thr and new > thr:
                 new = thr
-            new = min(new, budget)
-            need = -(-(self.comp[i] + new) // bs) - blocks[i]
+            if new > budget:
+                new = budget
+            need = -(-(c + new) // bs) - blocks[r]
             gone = False
             while need > free:
                 v = pf.pop()
                 free += blocks[v]
                 self._preempt(v)
                 preempted += 1
-                if v == i:
+                if v is r:
                     gone = True
                     break
             if gone:
                 break
             free -= need
-            plan.append((i, new))
+            plan.append((r, new))
             budget -= new
             idx += 1
         self.free = free
         return plan, budget, preempted
 
-    def _preempt(self, v: int) -> None:
-        """Preempt running request ``v`` (recompute): free its blocks, back to the waiting front."""
+    def _preempt(self, v) -> None:
+        """Preempt running prefilling request ``v`` (recompute), whose blocks the caller counts
+        as freed: back to the waiting queue's front."""
         del self.order[v]
         self.prefilling.pop(v, None)
-        self.blocks[v] = 0
-        self.comp[v] = 0
-        self.npre[v] += 1
-        self.state[v] = 1
-        self.wait_inc(v)
-        self.push_waiting(v, front=True)
+        self.blocks.pop(v, None)
+        v.num_computed_tokens = 0
+        v.num_preemptions += 1
+        v.status = PREEMPTED
+        self.waiting.prepend(v)
 
-    def _complete_decoders(self, t_end: float) -> None:
-        D = self.D
-        f = self.fin
-        while f and f[0][0] <= D:
-            d_fin, i = heapq.heappop(f)
-            if self.dfin.get(i) != d_fin:
-                continue
-            self._drop_decoder(i)
-            del self.order[i]
-            self.release(i)
-            self.end(i, "ok", t_end)
-
+    # =============================================================================================
+    # the exact step: vLLM's schedule() on the materialized running list
     def _exact_step(self, t: float) -> float:
-        """A step that preempts or whose budget binds out of order: the exact step."""
         self._materialize_all()
         self.running = list(self.order)
-        t_end = ExactStepper.step(self, t)
+        t_end = self._exact(t)
         self._rebuild()
         return t_end
 
-    # -- a stretch of decode-only steps in one jump -------------------------------------------
+    def _exact_schedule(self):
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        thr = cfg.long_prefill_token_threshold
+        running = self.running
+        blocks = self.blocks
+        bs = self.bs
+        scheduled: list = []
+        preempted = 0
+        k = 0
+        while k < len(running) and budget > 0:
+            r = running[k]
+            c = r.num_computed_tokens
+            new = r.num_prompt_tokens + r.num_output_tokens - c
+            if thr and new > thr:
+                new = thr
+            if new > budget:
+                new = budget
+            ok = True
+            while True:
+                need = -(-(c + new) // bs) - blocks[r]
+                if need <= self.free:
+                    self._alloc(need)
+                    blocks[r] += need
+                    break
+                v = self.victim.victim(running)
+                pos = running.index(v)
+                if pos < k:  # already scheduled in this step (priority preemption): undo it
+                    for m, (j, nj) in enumerate(scheduled):
+                        if j is v:
+                            budget += nj
+                            del scheduled[m]
+                            break
+                    k -= 1
+                del running[pos]
+                self.order.pop(v, None)
+                self._release(v)
+                v.num_computed_tokens = 0
+                v.num_preemptions += 1
+                v.status = PREEMPTED
+                self.waiting.prepend(v)
+                preempted += 1
+                if v is r:
+                    ok = False
+                    break
+            if not ok:
+                break  # r preempted itself: no more running requests this step (vLLM breaks)
+            scheduled.append((r, new))
+            budget -= new
+            k += 1
+        if preempted == 0:
+            while budget > 0 and len(running) < cfg.max_num_seqs:
+                got = self._admit_head(budget)
+                if got is None:
+                    break
+                r, new = got
+                running.append(r)
+                scheduled.append((r, new))
+                budget -= new
+        return scheduled, preempted
+
+    def _exact(self, t: float) -> float:
+        scheduled, preempted = self._exact_schedule()
+        while not scheduled and preempted:
+            # everything scheduled was preempted: the freed blocks let the next pass admit work
+            scheduled, more = self._exact_schedule()
+            preempted += more
+        if not scheduled:
+            return t
+        prefill = decode = context = 0
+        for r, new in scheduled:
+            if r.first_scheduled_time != r.first_scheduled_time:
+                r.first_scheduled_time = t
+            c = r.num_computed_tokens
+            if new == 1 and r.num_output_tokens > 0 and c == r.num_prompt_tokens + r.num_output_tokens - 1:
+                decode += 1
+                context += c + 1
+            else:
+                prefill += new
+        dur = self._duration(prefill, decode, context, t)
+        t_end = t + dur
+        used = (self.total_blocks - self.free) * self.bs
+        self._sample_until(t_end, len(self.waiting), len(self.running), used)
+        self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used,
+                               preempted, 1))
+        self.steps_taken += 1
+        for r, new in scheduled:
+            if self._advance(r, new, t_end) == 2:
+                self.running.remove(r)
+                self._finish(r, t_end)
+        return t_end
+
+    # =============================================================================================
+    # a stretch of decode-only steps in one jump
     def _can_stretch(self) -> bool:
         n = len(self.dbase)
         if self.prefilling or n == 0 or n > self.cfg.max_num_batched_tokens:
             return False
-        i = self.waiting_head()
-        if i is None:
+        r = self.waiting.peek()
+        if r is None:
             return True
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens - n
@@ -327,13 +907,15 @@ class Replica(ExactStepper):
             return True
         if self.pc is not None:
             return False  # with prefix caching the admission check needs the cache: take a step
-        new = self.prompt[i] + self.outp[i] - self.comp[i]
+        c = r.num_computed_tokens
+        new = r.num_prompt_tokens + r.num_output_tokens - c
         if cfg.long_prefill_token_threshold and new > cfg.long_prefill_token_threshold:
             new = cfg.long_prefill_token_threshold
         if not cfg.enable_chunked_prefill and new > budget:
             return True
-        new = min(new, budget)
-        if -(-(self.comp[i] + new) // self.bs) - self.blocks[i] > self.free:
+        if new > budget:
+            new = budget
+        if -(-(c + new) // self.bs) - self.blocks.get(r, 0) > self.free:
             return True
         return False  # the head can be admitted now: take a normal step
 
@@ -375,19 +957,16 @@ class Replica(ExactStepper):
         """Advance as many decode-only steps as possible before the next event; returns the new time."""
         n = len(self.dbase)
         top = self._valid_fin_top()
-        k_max = top - self.D  # the completing step is the last one of the stretch
-        k_max = self._block_limit(k_max)
+        k_max = self._block_limit(top - self.D)  # the completing step is the last one of the stretch
         if k_max <= 0:
             return self.step(t)
         # arrivals (they may be admitted, join a queue whose length is recorded, or bring a
         # deadline), deadlines and the horizon end a stretch at the first step boundary after them
-        t_stop = min(self.horizon, self.next_arrival_time(), self.next_deadline())
-        # a drifting engine: the stretch ends at the first step boundary after its speed window
+        t_stop = min(self.horizon, self._next_arrival(), self._next_deadline())
         speed = 1.0
-        if self.drift is not None:
+        if self.drift is not None:  # a drifting engine: the stretch ends after its speed window
             t_stop = min(t_stop, self.drift.next_boundary(t))
             speed = self.drift.at(t)
-        ctx0 = self.sum_dbase + n * self.D + n
         model = self.model
         if model.is_constant and self.noise is None:
             b = model.c0 * speed
@@ -402,15 +981,10 @@ class Replica(ExactStepper):
                 k = k_max
             dur = k * b
         else:
-            durs = model.decode_stretch(n, ctx0, k_max)
-            if self.noise is not None:
-                durs = durs * self.noise.slice(self.steps_taken, k_max)
-            if speed != 1.0:
-                durs = durs * speed
+            durs = self._stretch_durations(t, n, k_max, speed)
             ends = t + np.cumsum(durs)
             if t_stop < math.inf:
-                k = int(np.searchsorted(ends, t_stop, side="left")) + 1
-                k = min(k, k_max)
+                k = min(int(np.searchsorted(ends, t_stop, side="left")) + 1, k_max)
             else:
                 k = k_max
             dur = float(ends[k - 1] - t)
@@ -418,15 +992,24 @@ class Replica(ExactStepper):
                 return self.step(t)
         alloc = self._blocks_in(k)
         t_end = t + dur
-        if self.opt.sample_dt > 0 and self.next_sample < t_end:
+        if self.next_sample < t_end:
             self._sample_stretch(t, k, n)
-        self.alloc(alloc)
-        self.record_step(t, dur, 0, n, n, self.n_waiting, (self.total_blocks - self.free) * self.bs, 0, steps=k)
+        self._alloc(alloc)
+        self._step_buf.append((self.steps_taken, t, dur, 0, n, n, len(self.waiting),
+                               (self.total_blocks - self.free) * self.bs, 0, k))
         self.steps_taken += k
         self.D += k
         self.stretches += 1
         self._complete_decoders(t_end)
         return t_end
+
+    def _stretch_durations(self, t: float, n: int, k: int, speed: float) -> np.ndarray:
+        durs = self.model.decode_stretch(n, self.sum_dbase + n * self.D + n, k)
+        if self.noise is not None:
+            durs = durs * self.noise.slice(self.steps_taken, k)
+        if speed != 1.0:
+            durs = durs * speed
+        return durs
 
     def _sample_stretch(self, t: float, k: int, n: int) -> None:
         """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated."""
@@ -435,82 +1018,77 @@ class Replica(ExactStepper):
         if model.is_constant and self.noise is None:
             ends = t + model.c0 * speed * np.arange(1, k + 1)
         else:
-            durs = model.decode_stretch(n, self.sum_dbase + n * self.D + n, k)
-            if self.noise is not None:
-                durs = durs * self.noise.slice(self.steps_taken, k)
-            if speed != 1.0:
-                durs = durs * speed
-            ends = t + np.cumsum(durs)
+            ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
         used0 = self.total_blocks - self.free
+        nw = len(self.waiting)
         while self.next_sample < ends[-1] and self.next_sample <= self.horizon:
             j = int(np.searchsorted(ends, self.next_sample, side="right"))  # step j contains the sample
-            kv = (used0 + self._blocks_in(j + 1)) * self.bs
-            self._ts_buf.append((self.next_sample, self.n_waiting, n, kv))
-            self.next_sample += self.opt.sample_dt
+            self._ts_buf.append((self.next_sample, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
+            self.next_sample += self.sample_dt
 
-    # -- the loop ----------------------------------------------------------------------------------
-    def run(self) -> "Replica":
-        import gc
+    # =============================================================================================
+    # step times and records
+    def _duration(self, prefill: int, decode: int, context: int, t: float) -> float:
+        """The step's duration: the model's time for this composition, times the step's noise
+        factor and the speed factor of the drift window holding its start ``t``."""
+        d = self._b0 if self._b0 else self.model.base(prefill, decode, context)
+        if self.noise is not None:
+            d *= self.noise.at(self.steps_taken)
+        if self.drift is not None:
+            d *= self.drift.at(t)
+        if not d > 0:
+            raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
+        return d
 
-        enabled = gc.isenabled()
-        gc.disable()  # the loop allocates many small objects and frees none of them in cycles
-        try:
-            return self._run()
-        finally:
-            if enabled:
-                gc.enable()
+    def _sample_until(self, t_end: float, waiting: int, running: int, kv_tokens: int) -> None:
+        """Time-series rows for sample times before ``t_end`` with the given (constant) state."""
+        ts = self._ts_buf
+        while self.next_sample < t_end and self.next_sample <= self.horizon:
+            ts.append((self.next_sample, waiting, running, kv_tokens))
+            self.next_sample += self.sample_dt
 
-    def _run(self) -> "Replica":
-        from llmqueue.engine.epoch import advance_epoch, epoch_eligible
+    def add_step_chunk(self, cols: dict) -> None:
+        """Append many step rows at once (columns of equal length), after those buffered."""
+        self._flush_steps()
+        self._step_chunks.append(cols)
 
-        t = 0.0
-        progress = self.opt.progress
-        from llmqueue.engine.epoch import MAX_CHUNK
+    def add_sample_chunk(self, t, waiting, running, kv) -> None:
+        self._flush_samples()
+        self._ts_chunks.append({"t_s": np.asarray(t, dtype=np.float64), "num_waiting": waiting,
+                                "num_running": running, "kv_tokens": kv})
 
-        use_epochs = self.use_epochs and epoch_eligible(self)
-        backoff = fails = iters = 0
-        chunk = 256
-        while t < self.horizon:
-            self.take_arrivals(t)
-            self.expire(t)
-            if not self.order and not self.n_waiting:
-                t2 = t
-            else:
-                t2 = None
-                if use_epochs and not self.prefilling and not self.n_waiting:
-                    if backoff > 0:
-                        backoff -= 1
-                    else:
-                        ep = advance_epoch(self, t, chunk)
-                        if ep is None:
-                            # a constraint binds right away: take normal steps for a while,
-                            # longer after each consecutive failure
-                            fails += 1
-                            backoff = min(64, 1 << fails)
-                        else:
-                            t2, taken, full = ep
-                            fails = 0
-                            chunk = min(MAX_CHUNK, 2 * chunk) if full else max(64, 2 * taken)
-                if t2 is not None:
-                    pass
-                elif self._can_stretch():
-                    t2 = self.stretch(t)
-                else:
-                    t2 = self.step(t)
-            if t2 == t:
-                nxt = self.idle_until_next_event(len(self.order))
-                if nxt is None:
-                    break
-                t = nxt
-            else:
-                t = t2
-            if progress is not None:
-                iters += 1
-                if not iters & 1023:
-                    progress(t)
-        if progress is not None:
-            progress(t)
-        self._materialize_all()
-        self.running = list(self.order)
-        self.finalize()
-        return self
+    def _flush_steps(self) -> None:
+        if self._step_buf:
+            self._step_chunks.append(_columns(self._step_buf, STEP_FIELDS, ("start_s", "duration_s")))
+            self._step_buf = []
+
+    def _flush_samples(self) -> None:
+        if self._ts_buf:
+            self._ts_chunks.append(_columns(self._ts_buf, TS_FIELDS, ("t_s",)))
+            self._ts_buf = []
+
+    def step_columns(self) -> dict:
+        self._flush_steps()
+        return _concat(self._step_chunks, STEP_FIELDS, ("start_s", "duration_s"))
+
+    def timeseries_columns(self) -> dict:
+        self._flush_samples()
+        return _concat(self._ts_chunks, TS_FIELDS, ("t_s",))
+
+
+def _concat(chunks: list, names: tuple, float_names: tuple) -> dict:
+    out = {name: (np.concatenate([c[name] for c in chunks]).astype(np.float64 if name in float_names else np.int64)
+                  if chunks else np.empty(0, dtype=np.float64 if name in float_names else np.int64)) for name in names}
+    out["replica"] = np.zeros(len(out[names[0]]), dtype=np.int64)
+    return out
+
+
+def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
+    """Record rows (tuples) as named numpy columns, with the replica column."""
+    if rows:
+        a = np.array(rows, dtype=np.float64)
+        out = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64)) for j, name in enumerate(names)}
+    else:
+        out = {name: np.empty(0, dtype=np.float64 if name in float_names else np.int64) for name in names}
+    out["replica"] = np.zeros(len(rows), dtype=np.int64)
+    return out

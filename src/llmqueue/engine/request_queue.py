@@ -3,7 +3,9 @@
 As vLLM's ``FCFSRequestQueue`` / ``PriorityRequestQueue``: ``add`` a new arrival, ``prepend``
 a preempted request (to the front in FCFS order; a keyed queue simply re-inserts it under its
 key), ``peek`` and ``pop`` the head. ``remove`` takes out a request that leaves while waiting
-(a client timeout, queue-time shedding). ``count(class_name)`` serves per-class admission limits.
+(a client timeout, queue-time shedding) in O(1): its entry stays until it reaches the head and
+is skipped there, as the request is finished by then. ``count(class_name)`` serves per-class
+admission limits.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import heapq
 from collections import Counter, deque
 
 from llmqueue.engine.policies import ordering_policy
+from llmqueue.engine.request import RequestStatus
+
+FINISHED = RequestStatus.FINISHED
 
 
 class RequestQueue:
@@ -21,24 +26,26 @@ class RequestQueue:
         self.policy = ordering_policy(policy)
         self._fifo: deque | None = deque() if self.policy.fifo else None
         self._heap: list = []
+        self._len = 0
         self._by_class: Counter = Counter()
 
     def __len__(self) -> int:
-        return len(self._fifo) if self._fifo is not None else len(self._heap)
+        return self._len
 
     def __bool__(self) -> bool:
-        return len(self) > 0
+        return self._len > 0
 
     def __iter__(self):
         """The waiting requests in queue order."""
         if self._fifo is not None:
-            return iter(list(self._fifo))
-        return iter([e[-1] for e in sorted(self._heap, key=lambda e: e[:-1])])
+            return iter([r for r in self._fifo if not r.is_finished])
+        return iter([e[-1] for e in sorted(self._heap, key=lambda e: e[:-1]) if not e[-1].is_finished])
 
     def count(self, class_name: str) -> int:
         return self._by_class[class_name]
 
     def add(self, request) -> None:
+        self._len += 1
         self._by_class[request.class_name] += 1
         if self._fifo is not None:
             self._fifo.append(request)
@@ -48,26 +55,35 @@ class RequestQueue:
     def prepend(self, request) -> None:
         """A preempted request rejoins: at the front (FCFS), else under its key."""
         if self._fifo is not None:
+            self._len += 1
             self._by_class[request.class_name] += 1
             self._fifo.appendleft(request)
         else:
             self.add(request)
 
     def peek(self):
+        """The head (None when empty), skipping the entries of requests removed earlier."""
         if self._fifo is not None:
-            return self._fifo[0] if self._fifo else None
-        return self._heap[0][-1] if self._heap else None
+            q = self._fifo
+            while q and q[0].status is FINISHED:
+                q.popleft()
+            return q[0] if q else None
+        h = self._heap
+        while h and h[0][-1].status is FINISHED:
+            heapq.heappop(h)
+        return h[0][-1] if h else None
 
     def pop(self):
-        r = self._fifo.popleft() if self._fifo is not None else heapq.heappop(self._heap)[-1]
+        r = self.peek()
+        if self._fifo is not None:
+            self._fifo.popleft()
+        else:
+            heapq.heappop(self._heap)
+        self._len -= 1
         self._by_class[r.class_name] -= 1
         return r
 
     def remove(self, request) -> None:
-        """Take ``request`` out wherever it is (O(n): leaving while waiting is rare)."""
-        if self._fifo is not None:
-            self._fifo.remove(request)
-        else:
-            self._heap = [e for e in self._heap if e[-1] is not request]
-            heapq.heapify(self._heap)
+        """Take out a waiting request that leaves (mark it finished: its entry is skipped later)."""
+        self._len -= 1
         self._by_class[request.class_name] -= 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmqueue.engine.base import STEP_FIELDS, TS_FIELDS, SimOptions
+from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.config import EngineConfig
 
 
@@ -36,67 +36,25 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     ``request_id, arrival_s, prompt_tokens, output_tokens, class_name``).
 
     ``reference=True`` runs the reference replica built from the engine's nouns
-    (:class:`~llmqueue.engine.reference.ReferenceReplica`; slow; for verification).
+    (:class:`~llmqueue.engine.reference.ReferenceReplica`; slow; for verification); otherwise the
+    fast :class:`~llmqueue.engine.replica.Replica`. Both are driven the same way: every request
+    submitted, the client's retries submitted as attempts fail, run to the horizon.
     """
-    if reference:
-        return simulate_reference(config, step_time, requests, options=options)
-    from llmqueue.engine.replica import Replica
-
-    t0 = time.perf_counter()
-    sim = Replica(config, step_time, requests, options)
-    sim.run()
-    wall = time.perf_counter() - t0
-    req = sim.request_columns()
-    return SimResult(requests=req, steps=sim.step_columns(), timeseries=sim.timeseries_columns(),
-                     horizon_s=_horizon(sim.horizon, req), wall_s=wall, num_steps=sim.steps_taken,
-                     stretches=sim.stretches, epoch_steps=sim.epoch_steps, reject_reasons=dict(sim.reject_reason),
-                     capacity_tokens=config.capacity_tokens)
-
-
-def _horizon(horizon: float, req: dict) -> float:
-    if horizon != math.inf:
-        return horizon
-    fin = req["finish_s"]
-    return float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0
-
-
-def engine_requests(config: EngineConfig, requests, options: SimOptions):
-    """The stream as engine :class:`~llmqueue.engine.request.Request` objects, ``seq`` = position."""
-    from llmqueue.engine.request import Request
-
-    n = len(requests)
-    cls = requests.class_name
-    names = [str(c) for c in cls] if not isinstance(cls, str) else [cls] * n
-    prio = config.class_priority
-    pred = options.predicted_output
-    hashes = options.hash_ids if config.enable_prefix_caching else None
-    if hashes is not None and len(hashes) != n:
-        from llmqueue.errors import InputError
-
-        raise InputError("hash_ids", f"{len(hashes)} hash lists for {n} requests")
-    out = []
-    for i, (rid, a, s, o) in enumerate(zip(requests.request_id.tolist(), np.asarray(requests.arrival_s).tolist(),
-                                           requests.prompt_tokens.tolist(), requests.output_tokens.tolist())):
-        h = hashes[i] if hashes is not None else None
-        out.append(Request(int(rid), float(a), int(s), int(o), class_name=names[i], priority=int(prio.get(names[i], 0)),
-                           hash_ids=tuple(int(x) for x in h) if h is not None and len(h) else None,
-                           predicted_output_tokens=float(pred[i]) if pred is not None else None, seq=i))
-    return out
-
-
-def simulate_reference(config: EngineConfig, step_time, requests, *, options: SimOptions | None = None) -> SimResult:
-    """The reference replica on a whole stream: every request submitted, run to the horizon."""
     from llmqueue.engine.reference import ReferenceReplica
+    from llmqueue.engine.replica import Replica
     from llmqueue.engine.request import Request
+
+    from llmqueue.engine.stream import RequestStream
 
     opt = options or SimOptions()
     t0 = time.perf_counter()
-    reqs = engine_requests(config, requests, opt)
-    n = len(reqs)
+    stream = RequestStream(requests, class_priority=config.class_priority, predicted_output=opt.predicted_output,
+                           hash_ids=opt.hash_ids if config.enable_prefix_caching else None)
+    n = len(stream)
     done: list = []
-    steps: list = []
-    samples: list = []
+    chunks: list = []  # record columns of requests the fast replica's epochs finished
     retry = opt.retry
+    retries: list = []
 
     def on_finish(r):
         done.append(r)
@@ -109,49 +67,93 @@ def simulate_reference(config: EngineConfig, step_time, requests, *, options: Si
                 retries.append(a)
                 rep.submit(a)
 
-    retries: list = []
-    rep = ReferenceReplica(config, step_time, seed=opt.seed, hash_block_tokens=opt.hash_block_tokens,
-                           timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s, on_finish=on_finish,
-                           on_step=steps.append, on_sample=samples.append, sample_dt=opt.sample_dt)
-    for r in reqs:
-        rep.submit(r)
+    common = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
+                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=on_finish, sample_dt=opt.sample_dt)
+    if reference:
+        steps: list = []
+        samples: list = []
+        rep = ReferenceReplica(config, step_time, on_step=steps.append, on_sample=samples.append, **common)
+    else:
+        rep = Replica(config, step_time, progress=opt.progress, **common)
+        rep.on_records = chunks.append
+    if reference:
+        for r in stream.requests():
+            rep.submit(r)
+    else:
+        rep.feed(stream)
     horizon = opt.horizon_s if opt.horizon_s is not None else math.inf
     rep.run(horizon)
-    for r in rep.in_system():
+    left = rep.in_system()
+    for r in left:
         r.outcome = "unfinished"
-    rows = sorted([*done, *rep.in_system()], key=lambda r: r.seq)
+    from operator import attrgetter
+
+    rows = sorted([*done, *left], key=attrgetter("seq"))
     req = request_columns(rows)
-    wall = time.perf_counter() - t0
-    return SimResult(requests=req, steps=_columns(steps, STEP_FIELDS, ("start_s", "duration_s")),
-                     timeseries=_columns(samples, TS_FIELDS, ("t_s",)), horizon_s=_horizon(horizon, req),
-                     wall_s=wall, num_steps=rep.steps_taken,
+    if chunks:
+        req = _merge_by_seq([{**req, "seq": np.fromiter(map(attrgetter("seq"), rows), np.int64, len(rows))}, *chunks])
+    if reference:
+        step_cols = _columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
+        ts_cols = _columns(samples, TS_FIELDS, ("t_s",))
+    else:
+        step_cols, ts_cols = rep.step_columns(), rep.timeseries_columns()
+    return SimResult(requests=req, steps=step_cols, timeseries=ts_cols, horizon_s=_horizon(horizon, req),
+                     wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
+                     stretches=getattr(rep, "stretches", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                      reject_reasons={r.seq: r.reason for r in rows if r.reason},
                      capacity_tokens=config.capacity_tokens)
 
 
+def _horizon(horizon: float, req: dict) -> float:
+    if horizon != math.inf:
+        return horizon
+    fin = req["finish_s"]
+    return float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0
+
+
 def request_columns(rows, replica: int = 0) -> dict:
     """Request records (``llmqueue.records.schema.REQUEST_COLUMNS``) of engine requests."""
-    f = np.asarray
+    from operator import attrgetter
+
+    def col(name, dtype):
+        return np.fromiter(map(attrgetter(name), rows), dtype=dtype, count=len(rows))
+
+    cached = col("num_cached_tokens", np.int64)
+    arrival = col("arrival_time", np.float64)
     return {
-        "request_id": f([r.request_id for r in rows], dtype=np.int64),
-        "class": f([r.class_name for r in rows], dtype=object),
-        "arrival_s": f([r.arrival_time for r in rows], dtype=np.float64),
-        "dispatched_s": f([r.arrival_time for r in rows], dtype=np.float64),
-        "first_scheduled_s": f([r.first_scheduled_time for r in rows], dtype=np.float64),
-        "first_token_s": f([r.first_token_time for r in rows], dtype=np.float64),
-        "finish_s": f([r.finish_time for r in rows], dtype=np.float64),
-        "prompt_tokens": f([r.num_prompt_tokens for r in rows], dtype=np.int64),
-        "output_tokens": f([r.num_output_tokens for r in rows], dtype=np.int64),
-        "cached_prompt_tokens": f([max(r.num_cached_tokens, 0) for r in rows], dtype=np.int64),
-        "status": f([r.outcome for r in rows], dtype=object),
-        "preemptions": f([r.num_preemptions for r in rows], dtype=np.int64),
+        "request_id": col("request_id", np.int64),
+        "class": np.asarray(list(map(attrgetter("class_name"), rows)), dtype=object),
+        "arrival_s": arrival,
+        "dispatched_s": arrival.copy(),
+        "first_scheduled_s": col("first_scheduled_time", np.float64),
+        "first_token_s": col("first_token_time", np.float64),
+        "finish_s": col("finish_time", np.float64),
+        "prompt_tokens": col("num_prompt_tokens", np.int64),
+        "output_tokens": col("num_output_tokens", np.int64),
+        "cached_prompt_tokens": np.maximum(cached, 0),
+        "status": np.asarray(list(map(attrgetter("outcome"), rows)), dtype=object),
+        "preemptions": col("num_preemptions", np.int64),
         "replica": np.full(len(rows), replica, dtype=np.int64),
-        "attempt": f([r.attempt for r in rows], dtype=np.int64),
+        "attempt": col("attempt", np.int64),
     }
 
 
-def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
-    cols = list(zip(*rows)) if rows else [()] * len(names)
-    out = {name: np.asarray(col, dtype=np.float64 if name in float_names else np.int64) for name, col in zip(names, cols)}
-    out["replica"] = np.zeros(len(rows), dtype=np.int64)
+def _merge_by_seq(parts: list) -> dict:
+    """Request columns from several parts (each with a ``seq`` column), in ``seq`` order."""
+    seq = np.concatenate([p["seq"] for p in parts])
+    order = np.argsort(seq, kind="stable")
+    out = {}
+    for name in parts[0]:
+        if name == "seq":
+            continue
+        if name == "replica":
+            out[name] = np.zeros(len(seq), dtype=np.int64)
+            continue
+        out[name] = np.concatenate([np.asarray(p[name]) for p in parts])[order]
     return out
+
+
+def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
+    from llmqueue.engine.replica import _columns as columns
+
+    return columns(rows, names, float_names)

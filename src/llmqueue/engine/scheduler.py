@@ -173,4 +173,4 @@ class Scheduler:
             self.kv.free(request)
         else:
             self.waiting.remove(request)
-            request.status = RequestStatus.FINISHED
+            request.status = RequestStatus.FINISHED  # its queue entry is skipped from now on

@@ -1,0 +1,87 @@
+"""``RequestStream``: a run's arrivals, made into engine :class:`Request` objects as they arrive.
+
+The arrival process of the queue as compact columns (a generated workload or a trace, sorted by
+arrival time), read in chunks: a replica holds only the requests that have arrived and not left,
+so memory grows with what is in flight, not with the length of the run. ``seq`` of a request is
+its position in the stream (records come back in that order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmqueue.engine.request import Request
+from llmqueue.errors import InputError
+
+CHUNK = 8192
+
+
+class RequestStream:
+    """Columns of a request stream (``RequestArrays``-like) with the engine's per-request extras:
+    class priorities (``class_priority``), SRPT predictions (``predicted_output``), prefix hash ids."""
+
+    def __init__(self, requests, *, class_priority: dict | None = None, predicted_output=None, hash_ids=None):
+        n = len(requests)
+        self.n = n
+        self.request_id = np.asarray(requests.request_id, dtype=np.int64)
+        self.arrival_s = np.asarray(requests.arrival_s, dtype=np.float64)
+        self.prompt = np.asarray(requests.prompt_tokens, dtype=np.int64)
+        self.output = np.asarray(requests.output_tokens, dtype=np.int64)
+        if hasattr(requests, "class_index"):
+            self.classes, self.class_index = tuple(requests.classes), np.asarray(requests.class_index)
+        else:
+            cls = requests.class_name
+            names = [str(c) for c in cls] if not isinstance(cls, str) else [cls] * n
+            uniq = sorted(set(names))
+            pos = {c: i for i, c in enumerate(uniq)}
+            self.classes, self.class_index = tuple(uniq), np.asarray([pos[c] for c in names], dtype=np.int32)
+        prio = class_priority or {}
+        self.class_prio = tuple(int(prio.get(c, 0)) for c in self.classes)
+        self.predicted = None if predicted_output is None else np.asarray(predicted_output, dtype=np.float64)
+        if hash_ids is not None and len(hash_ids) != n:
+            raise InputError("hash_ids", f"{len(hash_ids)} hash lists for {n} requests")
+        self.hash_ids = hash_ids
+        self._cached_c = -1
+        self._cached: tuple = ()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _lists(self, c: int) -> tuple:
+        """Chunk ``c``'s columns as Python lists (the last one is kept)."""
+        if self._cached_c == c:
+            return self._cached
+        lo, hi = c * CHUNK, min(self.n, (c + 1) * CHUNK)
+        pred = self.predicted[lo:hi].tolist() if self.predicted is not None else [None] * (hi - lo)
+        self._cached = (lo, self.arrival_s[lo:hi].tolist(), self.request_id[lo:hi].tolist(),
+                        self.prompt[lo:hi].tolist(), self.output[lo:hi].tolist(), self.class_index[lo:hi].tolist(), pred)
+        self._cached_c = c
+        return self._cached
+
+    def _make(self, lists: tuple, j: int) -> Request:
+        lo, times, ids, ps, os_, ci, pred = lists
+        k = ci[j]
+        h = None
+        if self.hash_ids is not None:
+            h = self.hash_ids[lo + j]
+            h = tuple(int(x) for x in h) if h is not None and len(h) else None
+        return Request(ids[j], times[j], ps[j], os_[j], self.classes[k], self.class_prio[k], 1, h, pred[j], lo + j)
+
+    def chunk(self, c: int):
+        """Chunk ``c`` (positions ``c * CHUNK`` on): its arrival times, and ``make(j)`` that makes
+        its ``j``-th request."""
+        lists = self._lists(c)
+        make = self._make
+        return lists[1], lambda j: make(lists, j)
+
+    def make(self, i: int) -> Request:
+        """The request at position ``i``."""
+        return self._make(self._lists(i // CHUNK), i % CHUNK)
+
+    def requests(self) -> list:
+        """Every request of the stream (for a replica that takes them all at once)."""
+        out = []
+        for c in range(-(-self.n // CHUNK)):
+            times, make = self.chunk(c)
+            out += [make(j) for j in range(len(times))]
+        return out
