@@ -1,71 +1,131 @@
-"""Simulator speed: one million requests, Azure-conversation-like lengths, utilization ~0.8.
+"""Simulator speed and memory, this checkout's engine beside another (the old one), in one run.
 
-Reports simulated requests per wall-clock second for the fast replica, and the fast path
-against the plain reference stepper on the same prefix of the stream (same run, same machine).
+Cases (each in its own process, so that peak memory is its own):
 
-Usage: python benchmarks/sim_speed.py [--requests 1000000] [--ref-requests 20000] [--json]
+- ``azure-const``: 1,000,000 Azure-conversation-like requests (the lognormal fits of the shipped
+  ``chat`` scenario: prompt mean ~1260, output mean ~190) on Llama-3.1-8B / H100 (M = 456,496
+  tokens, max_num_seqs 1024, token budget 8192), Poisson at 0.8 x capacity, constant step 0.03 s:
+  simulated requests per wall second.
+- ``azure-linear``: the same stream, a composition-dependent step (``linear:c0=0.02:prefill=1e-6:
+  decode=4e-5``): no vectorized epochs apply.
+- ``seed004-0.9`` / ``seed004-3``: seed 004's 1:1 setting (M = 131,000, chunk 512, b = 0.0372,
+  U(10,1600) prompts and outputs) for one hour at 0.9 and 3 times its KV capacity mu = 3.263
+  req/s: simulated engine steps per wall second (the KV-bound, preemption-heavy setting).
+- ``seed004-3-linear``: the 3x run with a linear step time (the slowest realistic case).
+
+Each case reports wall seconds, the rate, peak RSS, the RSS growth over the run per simulated
+request (the records are the output: about 150 bytes a request) and per request in the system
+(the growth divided by the most requests waiting or running at once: meaningful where the queue
+grows, as at 3x).
+
+Usage: python benchmarks/sim_speed.py [--baseline-src OLD/src] [--cases a,b] [--requests 1000000] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
+import subprocess
 import sys
 import time
 
-from llmqueue.engine import EngineConfig, simulate
-from llmqueue.hardware import kv_capacity
-from llmqueue.theory.kv import kv_stability
-from llmqueue.workload import Workload, parse_length
-
-# Azure LLM inference trace 2023, conversation: prompt mean 1155 / p50 1020 / p99 4142, output mean
-# 211 / p50 129 / p99 601 (../shared/traces/README.md); lognormal fits from the shipped `chat` scenario.
+CASES = ("azure-const", "azure-linear", "seed004-0.9", "seed004-3", "seed004-3-linear")
 PROMPT = "lognormal:mu=6.95:sigma=0.62:max=14050"
 OUTPUT = "lognormal:mu=5.02:sigma=0.68:max=1000"
-STEP_S = 0.03            # a representative decode step of an 8B model on an H100 (assumption)
-UTILIZATION = 0.8
+LINEAR = "linear:c0=0.02:prefill=1e-6:decode=4e-5"
+
+
+def _workload(case: str, n: int):
+    from llmqueue.engine import EngineConfig
+    from llmqueue.workload import Workload
+
+    if case.startswith("azure"):
+        from llmqueue.hardware import kv_capacity
+        from llmqueue.theory.kv import kv_stability
+        from llmqueue.workload import parse_length
+
+        M = kv_capacity("llama-3.1-8b", "h100-sxm").M
+        cfg = EngineConfig.from_capacity(M, max_num_batched_tokens=8192, max_num_seqs=1024)
+        p, o = parse_length(PROMPT), parse_length(OUTPUT)
+        mu = min(kv_stability(M=M, b=0.03, chunk=8192, prompt=p, output=o).mu, 1024 / (0.03 * o.mean()))
+        reqs = Workload(f"poisson:{0.8 * mu}", prompt=p, output=o).generate(seed=1, n=n)
+        return cfg, (LINEAR if case.endswith("linear") else 0.03), reqs, None
+    f = float(case.split("-")[1])
+    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
+    reqs = Workload(f"poisson:{f * 3.263}", prompt="uniform:10:1600", output="uniform:10:1600").generate(
+        seed=1, duration=3600)
+    return cfg, (LINEAR if case.endswith("linear") else 0.0372), reqs, 3600.0
+
+
+def run_case(case: str, n: int) -> dict:
+    """One case in this process: the engine importable here (PYTHONPATH decides which)."""
+    import numpy as np
+
+    from llmqueue.engine import simulate
+
+    try:
+        from llmqueue.engine.options import SimOptions
+    except ImportError:  # the engine before engine/options.py
+        from llmqueue.engine.base import SimOptions
+    cfg, step, reqs, horizon = _workload(case, n)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    r = simulate(cfg, step, reqs, options=SimOptions(horizon_s=horizon, sample_dt=1.0))
+    wall = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ts = r.timeseries
+    in_system = int((np.asarray(ts["num_waiting"]) + np.asarray(ts["num_running"])).max()) if len(ts["t_s"]) else 0
+    ok = int((r.requests["status"] == "ok").sum())
+    return {"case": case, "requests": len(reqs), "ok": ok, "wall_s": wall, "steps": int(r.num_steps),
+            "requests_per_s": len(reqs) / wall, "steps_per_s": r.num_steps / wall,
+            "peak_rss_mb": rss / 1024, "rss_growth_mb": (rss - rss0) / 1024, "max_in_system": in_system,
+            "bytes_per_request": (rss - rss0) * 1024 / len(reqs),
+            "kb_per_request_in_system": (rss - rss0) / max(in_system, 1)}
+
+
+def spawn(case: str, n: int, src: str | None) -> dict:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case, "--requests", str(n)],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--requests", type=int, default=1_000_000)
-    ap.add_argument("--ref-requests", type=int, default=20_000)
+    ap.add_argument("--baseline-src", help="src/ of the engine to compare against (e.g. a worktree of main)")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--requests", type=int, default=1_000_000, help="requests of the azure cases")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    M = kv_capacity("llama-3.1-8b", "h100-sxm").M
-    cfg = EngineConfig.from_capacity(M, max_num_batched_tokens=8192, max_num_seqs=1024)
-    p, o = parse_length(PROMPT), parse_length(OUTPUT)
-    mu_kv = kv_stability(M=M, b=STEP_S, chunk=8192, prompt=p, output=o).mu
-    steps_per_req = o.mean()  # ~1 prefill step + (o - 1) decode steps
-    mu_seqs = cfg.max_num_seqs / (STEP_S * steps_per_req)
-    mu = min(mu_kv, mu_seqs)
-    lam = UTILIZATION * mu
-    out = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "python": platform.python_version(),
-           "M_tokens": M, "step_s": STEP_S, "mu_kv": mu_kv, "mu_seqs": mu_seqs, "lam": lam, "rho": lam / mu}
-    t = time.perf_counter()
-    reqs = Workload(f"poisson:{lam}", prompt=p, output=o).generate(seed=1, n=args.requests)
-    out["generate_s"] = time.perf_counter() - t
-    r = simulate(cfg, STEP_S, reqs)
-    out.update(requests=args.requests, fast_wall_s=r.wall_s, fast_req_per_s=args.requests / r.wall_s,
-               steps=r.num_steps, epoch_steps=r.epoch_steps,
-               ok=int((r.requests["status"] == "ok").sum()))
-    # the same prefix on both steppers
-    head = Workload(f"poisson:{lam}", prompt=p, output=o).generate(seed=1, n=args.ref_requests)
-    f = simulate(cfg, STEP_S, head)
-    ref = simulate(cfg, STEP_S, head, reference=True)
-    out.update(ref_requests=args.ref_requests, prefix_fast_wall_s=f.wall_s, prefix_ref_wall_s=ref.wall_s,
-               fast_over_reference=ref.wall_s / f.wall_s)
-    # a composition-dependent step time (no vectorized epochs; decode stretches only)
-    lin = "linear:c0=0.02:prefill=1e-6:decode=4e-5"
-    g = simulate(cfg, lin, head)
-    gref = simulate(cfg, lin, head, reference=True)
-    out.update(linear_fast_req_per_s=args.ref_requests / g.wall_s, linear_fast_over_reference=gref.wall_s / g.wall_s)
+    if args.one:
+        print(json.dumps(run_case(args.one, args.requests)))
+        return 0
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    rows = []
+    for case in args.cases.split(","):
+        new = spawn(case, args.requests, here)
+        row = {"case": case, "new": new}
+        if args.baseline_src:
+            row["old"] = spawn(case, args.requests, os.path.abspath(args.baseline_src))
+        rows.append(row)
+        if not args.json:
+            unit = "requests_per_s" if case.startswith("azure") else "steps_per_s"
+            line = (f"{case:18s} {new[unit]:>10,.0f} {unit.split('_')[0]}/s  wall {new['wall_s']:6.2f} s  "
+                    f"peak {new['peak_rss_mb']:5.0f} MB, +{new['bytes_per_request']:4.0f} B/request, "
+                    f"{new['kb_per_request_in_system']:7.2f} kB per request in the system (max {new['max_in_system']:,})")
+            if "old" in row:
+                old = row["old"]
+                line += f"  | old {old[unit]:>10,.0f} ({new[unit] / old[unit]:.2f}x)  peak {old['peak_rss_mb']:6.0f} MB"
+            print(line, flush=True)
     if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        for k, v in out.items():
-            print(f"{k:28s} {v:,.4g}" if isinstance(v, float) else f"{k:28s} {v}")
+        print(json.dumps({"machine": f"{platform.machine()} {platform.processor()}".strip(), "cpus": os.cpu_count(),
+                          "python": platform.python_version(), "rows": rows}, indent=2))
     return 0
 
 

@@ -64,6 +64,12 @@ class Replica:
         self._b0 = self.model.c0 if self.model.is_constant else 0.0  # a constant step time
         self.noise = self.model.noise_stream(seed)
         self.drift = self.model.drift_stream(seed)
+        # no noise, no drift and a positive fixed cost: a step's duration is the model's price of
+        # its composition (never zero: the coefficients are non-negative)
+        m = self.model
+        self._plain = (self.noise is None and self.drift is None
+                       and (m.c0 > 0 if m.roofline is None else m.roofline[0] > 0))
+        self._price = self.model.base
         self.bs = config.block_size
         self.total_blocks = config.num_kv_blocks
         self.free = config.num_kv_blocks
@@ -269,9 +275,11 @@ class Replica:
                     t = nxt
                 else:
                     t = t2
-                if progress is not None:
-                    iters += 1
-                    if not iters & 1023:
+                iters += 1
+                if not iters & 1023:
+                    if len(self._step_buf) > 65536:
+                        self._flush_steps()
+                    if progress is not None:
                         progress(t)
             if progress is not None:
                 progress(t)
@@ -596,15 +604,41 @@ class Replica:
         return f[0][0] if f else None
 
     def _complete_decoders(self, t_end: float) -> None:
+        """Decoders whose last token came in the step(s) that ended at ``t_end`` finish."""
         D = self.D
         f = self.fin
         dfin = self.dfin
+        if self.pc is not None or self.dl:
+            while f and f[0][0] <= D:
+                d_fin, _, r = heapq.heappop(f)
+                if dfin.get(r) != d_fin:
+                    continue
+                self._drop_decoder(r)
+                self._finish(r, t_end)
+            return
+        # no prefix cache and no deadlines: the same, inlined (the hot path of a long run)
+        dbase, obase, hist, order, late = self.dbase, self.obase, self.hist, self.order, self.late
+        bs = self.bs
+        on_finish = self.on_finish
         while f and f[0][0] <= D:
             d_fin, _, r = heapq.heappop(f)
             if dfin.get(r) != d_fin:
                 continue
-            self._drop_decoder(r)
-            self._finish(r, t_end)
+            db = dbase.pop(r)
+            ob = obase.pop(r)
+            del dfin[r]
+            hist[db % bs] -= 1
+            self.sum_dbase -= db
+            late.discard(r)
+            c = db + D
+            r.num_computed_tokens = c
+            r.num_output_tokens = ob + D
+            self.free += -(-c // bs)
+            del order[r]
+            r.status = FINISHED
+            r.outcome = "ok"
+            r.finish_time = t_end
+            on_finish(r)
 
     # =============================================================================================
     # one step with the decoders aggregated
@@ -660,7 +694,7 @@ class Replica:
             for r, new in plan:
                 blocks[r] = -(-(r.num_computed_tokens + new) // bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
-        while not preempted and budget > 0 and len(self.order) < cfg.max_num_seqs:
+        while not preempted and budget > 0 and self.waiting and len(self.order) < cfg.max_num_seqs:
             got = self._admit_head(budget)
             if got is None:
                 break
@@ -685,7 +719,7 @@ class Replica:
                 context += c + 1
             else:
                 prefill += new
-        dur = self._duration(prefill, decode, context, t)
+        dur = self._price(prefill, decode, context) if self._plain else self._duration(prefill, decode, context, t)
         t_end = t + dur
         used = (self.total_blocks - self.free) * bs
         nw = len(self.waiting)
@@ -980,6 +1014,29 @@ class Replica:
             else:
                 k = k_max
             dur = k * b
+        elif model.roofline is None and self.noise is None:
+            # linear: step j of the stretch lasts A + G j (the context grows by n a step), so the
+            # first k steps last A k + G k (k - 1) / 2: the stopping step is a quadratic's root
+            A = speed * (model.c0 + model.c_decode * n + model.c_ctx * (self.sum_dbase + n * self.D + n))
+            G = speed * model.c_ctx * n
+            if A <= 0:
+                return self.step(t)
+            if t_stop < math.inf:
+                R = t_stop - t
+                if G > 0:
+                    h = A - G / 2
+                    k_t = math.ceil((-h + math.sqrt(h * h + 2 * G * R)) / G - 1e-9)
+                else:
+                    k_t = math.ceil(R / A - 1e-9)
+                k_t = max(1, k_t)
+                while k_t > 1 and A * (k_t - 1) + G * (k_t - 1) * (k_t - 2) / 2 >= R:
+                    k_t -= 1
+                while A * k_t + G * k_t * (k_t - 1) / 2 < R:
+                    k_t += 1
+                k = min(k_max, k_t)
+            else:
+                k = k_max
+            dur = A * k + G * k * (k - 1) / 2
         else:
             durs = self._stretch_durations(t, n, k_max, speed)
             ends = t + np.cumsum(durs)

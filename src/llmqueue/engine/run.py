@@ -12,6 +12,9 @@ from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.config import EngineConfig
 
 
+RECORD_BATCH = 65536  # finished requests converted to record columns at a time
+
+
 @dataclass
 class SimResult:
     """Columns of the request, step and time-series records (``llmqueue.records.schema``), plus
@@ -58,6 +61,9 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
 
     def on_finish(r):
         done.append(r)
+        if len(done) == RECORD_BATCH:  # finished requests become columns: memory stays with what is in flight
+            chunks.append(_with_seq(done))
+            done.clear()
         if r.outcome != "ok" and retry is not None:
             t_next = retry(r.request_id, r.attempt, r.outcome, r.finish_time)
             if t_next is not None:
@@ -89,9 +95,10 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     from operator import attrgetter
 
     rows = sorted([*done, *left], key=attrgetter("seq"))
-    req = request_columns(rows)
     if chunks:
-        req = _merge_by_seq([{**req, "seq": np.fromiter(map(attrgetter("seq"), rows), np.int64, len(rows))}, *chunks])
+        req = _merge_by_seq([_with_seq(rows), *chunks])
+    else:
+        req = request_columns(rows)
     if reference:
         step_cols = _columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
         ts_cols = _columns(samples, TS_FIELDS, ("t_s",))
@@ -136,6 +143,12 @@ def request_columns(rows, replica: int = 0) -> dict:
         "replica": np.full(len(rows), replica, dtype=np.int64),
         "attempt": col("attempt", np.int64),
     }
+
+
+def _with_seq(rows: list) -> dict:
+    from operator import attrgetter
+
+    return {**request_columns(rows), "seq": np.fromiter(map(attrgetter("seq"), rows), np.int64, len(rows))}
 
 
 def _merge_by_seq(parts: list) -> dict:
