@@ -61,6 +61,7 @@ class ReferenceReplica:
         self.sample_dt = sample_dt
         self.next_sample = 0.0 if (sample_dt > 0 and on_sample is not None) else math.inf
         self.now = 0.0
+        self.clock = 0.0  # the latest time advanced to
         self.steps_taken = 0
         self._arrivals: list = []   # (arrival_time, retry?, seq, request)
         self._deadlines: list = []  # (time, kind, seq, request)
@@ -85,6 +86,7 @@ class ReferenceReplica:
     def advance(self, until: float) -> None:
         """Run up to ``until``: steps that end by then are applied; a step that starts by then
         but ends later stays in progress (its schedule is visible in :meth:`state`)."""
+        self.clock = max(self.clock, until)
         while True:
             if self._pending is not None:
                 out, start, end = self._pending
@@ -104,7 +106,7 @@ class ReferenceReplica:
                 self._pending = step
                 continue
             nxt = self._next_external()
-            if nxt > until:
+            if nxt > until or nxt == math.inf:
                 self._sample_until(until)
                 return
             self._sample_until(nxt)
@@ -135,13 +137,16 @@ class ReferenceReplica:
         return [*self.scheduler.running, *self.scheduler.waiting]
 
     def state(self) -> dict:
-        """A read-only view: waiting and running counts, KV blocks used and free, prompt tokens
-        still to prefill in the queue and in service, the cached prefix units."""
+        """A read-only view: waiting (queued, or arrived by the clock and not yet seen by the
+        scheduler) and running counts, KV blocks used and free, tokens still to prefill in the
+        queue and in service, the cached prefix units."""
         s = self.scheduler
         kv = s.kv
-        queued = sum(r.num_tokens - r.num_computed_tokens for r in s.waiting)
+        arrived = [e[3] for e in self._arrivals if e[0] <= self.clock]  # not yet seen by the scheduler
+        queued = sum(r.num_tokens - r.num_computed_tokens for r in (*s.waiting, *arrived))
         prefilling = sum(r.num_tokens - r.num_computed_tokens for r in s.running if not r.is_decoding)
-        return {"time": self.now, "num_waiting": len(s.waiting), "num_running": len(s.running),
+        return {"time": max(self.now, self.clock), "num_waiting": len(s.waiting) + len(arrived),
+                "num_running": len(s.running),
                 "kv_blocks_used": kv.num_used_blocks, "kv_blocks_free": kv.num_free_blocks,
                 "queued_prefill_tokens": queued + prefilling, "busy": self._pending is not None,
                 "cached_prefix_units": frozenset(kv.pool.ref) | frozenset(kv.pool.evictable) if kv.pool else frozenset()}

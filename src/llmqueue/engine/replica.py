@@ -121,6 +121,7 @@ class Replica:
         self.running: list = []       # the materialized running list of an exact step
         # --- records ---------------------------------------------------------------------------------
         self.now = 0.0
+        self.clock = 0.0  # the latest time advanced to (now may pass it: a step ends at or after it)
         self.steps_taken = 0
         self.stretches = 0
         self.epoch_steps = 0
@@ -197,6 +198,7 @@ class Replica:
     def advance(self, until: float) -> None:
         """Run the steps that start before ``until`` (a step, or a stretch of decode steps, that
         starts before it ends whole, at the first step boundary at or after it)."""
+        self.clock = max(self.clock, until)
         self.run(until, stop_idle_at=until)
 
     def run(self, horizon: float = math.inf, stop_idle_at: float | None = None) -> None:
@@ -288,12 +290,15 @@ class Replica:
         self.now = t
 
     def state(self) -> dict:
-        """A read-only view: waiting and running counts, KV blocks used and free, tokens still to
-        prefill (queued and in service), the cached prefix units."""
-        queued = sum(r.num_tokens - r.num_computed_tokens for r in self.waiting)
+        """A read-only view: waiting (queued, or arrived by the clock and not yet seen by the
+        scheduler) and running counts, KV blocks used and free, tokens still to prefill (queued
+        and in service), the cached prefix units."""
+        arrived = [e[3] for e in self._arrivals if e[0] <= self.clock]  # not yet seen by the scheduler
+        queued = sum(r.num_tokens - r.num_computed_tokens for r in (*self.waiting, *arrived))
         prefilling = sum(r.num_tokens - r.num_computed_tokens for r in self.prefilling)
         pc = self.pc
-        return {"time": self.now, "num_waiting": len(self.waiting), "num_running": len(self.order),
+        return {"time": max(self.now, self.clock), "num_waiting": len(self.waiting) + len(arrived),
+                "num_running": len(self.order),
                 "kv_blocks_used": self.total_blocks - self.free, "kv_blocks_free": self.free,
                 "queued_prefill_tokens": queued + prefilling,
                 "cached_prefix_units": frozenset(pc.ref) | frozenset(pc.evictable) if pc else frozenset()}
