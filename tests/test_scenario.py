@@ -246,7 +246,7 @@ def test_relative_paths_resolve_against_the_scenario_file(tmp_path, monkeypatch)
     f.write_text(yaml.safe_dump(doc))
     monkeypatch.chdir(tmp_path)  # not the scenario's directory
     sc = load_scenario(f)
-    assert sc.mix["a"].prompt.mean() == 200 and sc.mix["b"].joint.mean_output() == 30
+    assert sc.mix["a"].prompt.mean() == pytest.approx(200) and sc.mix["b"].joint.mean_output() == pytest.approx(30)
     assert sc.deployment.model == str(d / "models" / "config.json")
     assert sc.deployment.step_time_model.c_decode == pytest.approx(1e-4)
     from llmqueue.hardware import kv_capacity
