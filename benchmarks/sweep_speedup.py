@@ -24,8 +24,8 @@ import platform
 import sys
 import time
 
-from llmqueue.cli.simulate_cmd import build_spec
-from llmqueue.cli.sweep_cmd import simulate_flags
+from llmqueue.spec import build_spec
+from llmqueue.knobs import flag_defaults
 from llmqueue.plan.backends import LocalBackend, SerialBackend, get_backend
 from llmqueue.plan.sweep import sweep
 
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    base = simulate_flags(capacity_tokens=131000, step_time="0.0372", chunk=512, prompt="uniform:10:1600",
+    base = flag_defaults(capacity_tokens=131000, step_time="0.0372", chunk=512, prompt="uniform:10:1600",
                           output="uniform:10:1600", duration=args.duration, seed=1)
     out = {"points": len(RATES) * len(MAX_NUM_SEQS), "duration_s": args.duration, "workers": args.workers,
            "cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_before": os.getloadavg()}

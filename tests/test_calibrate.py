@@ -419,3 +419,25 @@ def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_p
     assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--drift", "2"]) == 2
     err = capsys.readouterr().err
     assert "drift" in err and "Traceback" not in err
+
+
+def test_validate_engine_flags_override_the_calibrated_server(tmp_path, capsys):
+    """The simulate flags validate takes replace the calibrated server's knobs: what the run would
+    have done with 4 slots, half the KV cache and slower steps."""
+    run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
+    capsys.readouterr()
+    args = ["validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--json"]
+    assert main(args) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert main([*args, "--max-num-seqs", "4", "--capacity-tokens", "10000", "--step-time", "0.02"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    sim, ref = v["simulation"], same["simulation"]
+    assert ref["engine"]["max_num_seqs"] == 256 and ref["kv_capacity_tokens"] == 20000  # the run's own
+    assert sim["engine"]["max_num_seqs"] == 4 and sim["kv_capacity_tokens"] == 10000
+    assert v["step_model"] == "0.02" and same["step_model"] != "0.02"
+    assert sim["mean_ttft_ms"] > 2 * ref["mean_ttft_ms"]  # four slots queue the 12 req/s
+    assert main([*args, "--max-num-seqs", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmqueue: error: --max-num-seqs: must be >= 1") and err.count("\n") == 1

@@ -90,11 +90,22 @@ def test_retries_from_the_command_line(capsys, tmp_path):
     assert r["attempt"].max() > 1 and r["attempt"].max() <= 3
 
 
+def test_scenario_with_arrival_flag_sends_at_that_rate(stub, capsys, tmp_path):
+    """--arrival with --scenario replaces the scenario's arrival process (chat: 5.5 req/s)."""
+    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
+                         "--arrival", "deterministic:10", "--duration", "2", "--out", str(tmp_path / "s"), "--json")
+    assert code == 0, err
+    r = read_records(tmp_path / "s")
+    first = r["arrival_s"][r["attempt"] == 1]
+    assert 19 <= len(first) <= 20 and np.allclose(np.diff(np.sort(first)), 0.1)
+
+
 @pytest.mark.parametrize("args, flag", [
     (("--arrival", "poisson:x", "--prompt", "fixed:4", "--output", "fixed:1", "--num-requests", "3"), "--arrival"),
     (("--arrival", "poisson:5", "--prompt", "fixed:4", "--num-requests", "3"), "--output"),
     (("--arrival", "poisson:5", "--prompt", "fixed:4", "--output", "fixed:1"), "--num-requests"),
-    (("--scenario", "chat", "--arrival", "poisson:5"), "--scenario"),
+    (("--scenario", "mixed", "--prompt", "fixed:4"), "--prompt"),   # several classes: no single length to set
+    (("--scenario", "chat", "--trace", "t.csv"), "--trace"),
     (WL + ("--concurrency", "0"), "--concurrency"),
     (WL + ("--timeout", "-1"), "--timeout"),
 ])

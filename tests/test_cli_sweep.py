@@ -96,9 +96,38 @@ def test_errors_are_one_line_with_exit_2(capsys, args, flag):
     assert out == ""
 
 
-def test_scenario_refuses_workload_flags(capsys):
-    code, _, err = run(capsys, "sweep", "--scenario", "chat", "--arrival", "poisson:3", "--rates", "1")
-    assert code == 2 and "--arrival" in err and "scenario" in err
+@pytest.mark.parametrize("cmd", ["sweep", "capacity"])
+@pytest.mark.parametrize("args, flag", [
+    (["--trace", "t.csv"], "--trace"),                   # a scenario's workload cannot replay a trace flag
+    (["--prompt", "fixed:10"], "--prompt"),              # "mixed" has several classes
+    (["--max-num-seqs", "0"], "--max-num-seqs"),         # out of range
+    (["--max-num-batched-tokens", "8"], "--max-num-batched-tokens"),  # below max_num_seqs: vLLM refuses
+    (["--model", "llama-9"], "--model"),                 # unknown model, found by the scenario's validation
+])
+def test_scenario_flags_that_cannot_apply_fail_before_any_point(capsys, cmd, args, flag):
+    """A flag given with --scenario overrides the scenario's field, or fails in one line naming the
+    flag (exit 2) before any point is simulated; never a silent drop."""
+    code, out, err = run(capsys, cmd, "--scenario", "mixed", "--rates" if cmd == "sweep" else "--lo", "1",
+                         "--backend", "serial", *args)
+    assert code == 2 and out == ""
+    assert err.startswith(f"llmqueue: error: {flag}") and err.count("\n") == 1, err
+
+
+def test_scenario_sweep_arrival_override_sets_the_base_rate(capsys):
+    """--arrival with --scenario replaces the scenario's arrival process: the capacity search
+    starts from its rate, and a sweep's --rates rescale it."""
+    from llmqueue.plan.points import base_rate
+    from llmqueue.spec import scenario_spec
+
+    assert base_rate(scenario_spec, {"scenario": "chat", "arrival": "gamma:3:cv=2"}) == pytest.approx(3.0)
+    code, out, err = run(capsys, "sweep", "--scenario", "chat", "--arrival", "gamma:3:cv=2", "--rates", "2",
+                         "--duration", "120", "--max-num-seqs", "16", "--backend", "serial", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["base"]["arrival"] == "gamma:3:cv=2" and d["base"]["max_num_seqs"] == 16
+    (p,) = d["points"]
+    assert p["offered_rate"] == pytest.approx(2.0)
+    assert p["arrival_rate"] == pytest.approx(2.0, rel=0.25)  # 120 s of a CV-2 process: a loose check
 
 
 def test_capacity_cli_on_seed004(capsys, tmp_path):

@@ -180,10 +180,10 @@ def test_capacity_of_mm1_matches_the_closed_form():
     """One request at a time, exponential service (mean 0.1 s): M/M/1 with mu = 10. The sojourn
     time is Exp(mu - lam), so p99 E2EL <= S holds up to lam* = mu - ln(100) / S (5.395 for S = 1 s).
     The CI rule is conservative: the answer lies a little below lam*."""
-    from llmqueue.cli.simulate_cmd import build_spec
-    from llmqueue.cli.sweep_cmd import simulate_flags
+    from llmqueue.spec import build_spec
+    from llmqueue.knobs import flag_defaults
 
-    base = simulate_flags(max_num_seqs=1, prompt="fixed:1", output="fixed:1", step_time="exp:0.1",
+    base = flag_defaults(max_num_seqs=1, prompt="fixed:1", output="fixed:1", step_time="exp:0.1",
                           arrival="poisson:1", duration=20_000.0, seed=1)
     res = capacity_search(build_spec, base, slos={"p99_e2el_ms": 1000.0}, backend="local")
     truth = 10 - math.log(100) / 1.0

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from llmqueue.cli.simulate_cmd import build_spec
-from llmqueue.cli.sweep_cmd import simulate_flags
+from llmqueue.spec import build_spec
+from llmqueue.knobs import flag_defaults
 from llmqueue.errors import InputError
 from llmqueue.plan.backends import Backend, LocalBackend, SerialBackend, get_backend
 from llmqueue.plan.points import derive_seed, point_key, resolve, scale_arrival, scenario_spec
@@ -21,7 +21,7 @@ SEED004 = dict(capacity_tokens=131000, step_time="0.0372", chunk=512, prompt="un
 
 
 def base(**kw):
-    return simulate_flags(**{**SEED004, **kw})
+    return flag_defaults(**{**SEED004, **kw})
 
 
 # --- rates ----------------------------------------------------------------------------------------

@@ -167,3 +167,63 @@ def test_trace_replay_with_prefix_caching(tmp_path, capsys):
     hit = ron["cached_prompt_tokens"]
     assert (hit > 0).mean() > 0.9 and (hit % 512 == 0).all() and hit.max() <= 3 * 512
     assert on["mean_ttft_ms"] < off["mean_ttft_ms"]
+
+
+# --- flags given with --scenario override its fields ------------------------------------------------
+
+def test_scenario_with_arrival_flag_arrives_at_that_rate(capsys):
+    """`--arrival poisson:20` replaces chat's own process (5.5 req/s): about 20 req/s arrive."""
+    d = run_json(capsys, "--scenario", "chat", "--arrival", "poisson:20", "--duration", "120", "--seed", "1")
+    rate = d["arrivals"] / d["duration_s"]
+    assert d["duration_s"] == pytest.approx(60.0)  # 120 s less chat's 60 s warm-up
+    assert rate == pytest.approx(20.0, rel=0.06)  # 1200 expected arrivals: sd 2.9 %
+    assert d["theory"]["lam"] == pytest.approx(20.0)
+    own = run_json(capsys, "--scenario", "chat", "--duration", "120", "--seed", "1")
+    assert own["arrivals"] / own["duration_s"] < 10  # chat's own rate (5.53 req/s) without the flag
+
+
+def test_scenario_with_engine_flags_changes_the_result(capsys):
+    """The issue's example: engine flags were silently dropped with --scenario."""
+    base = ["--scenario", "chat", "--duration", "120", "--seed", "1"]
+    own = run_json(capsys, *base)
+    one = run_json(capsys, *base, "--max-num-seqs", "1", "--step-time", "0.05")
+    assert own["engine"]["max_num_seqs"] == 256 and one["engine"]["max_num_seqs"] == 1
+    assert one["step_time"] == "0.05" and own["step_time"] != "0.05"
+    # one request at a time at 0.05 s a step (~10 s an answer) cannot keep up with 5.5 req/s: the
+    # chat clients time out and retry, and few requests complete
+    assert one["mean_ttft_ms"] > 10 * own["mean_ttft_ms"]
+    assert one["request_throughput"] < 0.5 and own["request_throughput"] > 3.0
+    assert one["status_counts"]["timeout"] > 0 == own["status_counts"]["timeout"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--scenario", "chat", "--policy", "lifo"], "--policy"),
+    (["--scenario", "chat", "--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--scenario", "chat", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+    (["--scenario", "chat", "--max-model-len", "200000"], "--max-model-len"),
+    (["--scenario", "chat", "--trace", "t.csv"], "--trace"),
+    (["--scenario", "mixed", "--prompt", "fixed:10"], "--prompt"),
+    (["--scenario", "chat", "--duration", "30"], "--duration"),
+    (["--scenario", "chat", "--chunk", "512", "--max-num-batched-tokens", "512"], "--chunk"),
+    (["--step-time", "0.01", "--arrival", "poisson:1", "--prompt", "fixed:9", "--output", "fixed:9",
+      "--num-requests", "5", "--chunk", "512", "--max-num-batched-tokens", "512"], "--chunk"),
+    (["--step-time", "0.01", "--arrival", "poisson:1", "--prompt", "fixed:9", "--output", "fixed:9",
+      "--num-requests", "5", "--model", "llama-3.1-8b"], "--gpu"),
+])
+def test_bad_flags_with_a_scenario_one_line_exit_2(capsys, args, needle):
+    code = main(["simulate", *args, "--json", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmqueue: error:") and needle in lines[0], err
+
+
+def test_scenario_field_of_the_wrong_type_one_line_exit_2(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("workload: {arrival: poisson:1, prompt: fixed:10, output: fixed:5}\n"
+                 "deployment: {capacity_tokens: 50000, step_time: 0.01, enable_chunked_prefill: sometimes}\n"
+                 "run: {duration_s: 60}\n")
+    code = main(["simulate", "--scenario", str(f), "--json"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("llmqueue: error: deployment.enable_chunked_prefill: must be true or false"), err

@@ -21,15 +21,27 @@ QUANTITIES = ("request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpo
               "mean_e2el_ms")
 
 
-def engine_config(calibration: dict, M: float):
-    """The replica the calibrated server runs: KV capacity ``M`` (tokens) and its engine knobs."""
-    from llmqueue.engine.config import EngineConfig
+#: Knobs (flag names, :mod:`llmqueue.knobs`) that override the calibrated replica in a validation.
+VALIDATE_KNOBS = ("capacity_tokens", "step_time", "max_num_seqs", "max_num_batched_tokens", "chunk", "block_size",
+                  "enable_chunked_prefill", "long_prefill_token_threshold", "max_model_len", "policy", "preemption",
+                  "srpt_predictor_cv", "max_waiting", "max_queue_time", "enable_prefix_caching", "seed")
+
+
+def engine_config(calibration: dict, M: float, **knobs):
+    """The replica the calibrated server runs: KV capacity ``M`` (tokens), the server's engine
+    knobs as the calibration recorded them, and ``knobs`` (flag names) overriding them."""
+    from llmqueue.knobs import BY_NAME
+    from llmqueue.spec import engine_config as build
 
     eng = calibration.get("engine", {})
-    return EngineConfig.from_capacity(
-        M, block_size=int(eng.get("block_size") or calibration.get("block_size") or 16),
-        max_num_seqs=int(eng.get("max_num_seqs", 256)), max_num_batched_tokens=int(eng.get("max_num_batched_tokens", 8192)),
-        enable_chunked_prefill=bool(eng.get("enable_chunked_prefill", True)))
+    default = {k: BY_NAME[k].default for k in ("block_size", "max_num_seqs", "enable_chunked_prefill")}
+    base = {"block_size": int(eng.get("block_size") or calibration.get("block_size") or default["block_size"]),
+            "max_num_seqs": int(eng.get("max_num_seqs", default["max_num_seqs"])),
+            "enable_chunked_prefill": bool(eng.get("enable_chunked_prefill", default["enable_chunked_prefill"]))}
+    if knobs.get("chunk") is None and knobs.get("max_num_batched_tokens") is None:
+        base["max_num_batched_tokens"] = int(eng.get("max_num_batched_tokens",
+                                                     BY_NAME["max_num_batched_tokens"].default))
+    return build(M, **{**base, **{k: v for k, v in knobs.items() if v is not None}})
 
 
 def _replaced(requests, **cols):
@@ -103,7 +115,8 @@ def measured_hashes(run_dir: Path, stream) -> tuple[list | None, int]:
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
-             speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8) -> dict:
+             speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8,
+             knobs: dict | None = None) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -131,7 +144,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     of the same request stream, each with its own draw of window speeds (the step-time model's
     ``drift``; a service rate ``mu`` modulated in time, whose slow windows build the queue
     episodes behind the p99 TTFT near capacity), and ``drift_range`` gives each quantity's
-    range over the draws.
+    range over the draws. ``knobs``: engine knobs under their flag names (:data:`VALIDATE_KNOBS`)
+    overriding the calibrated replica: ``capacity_tokens`` its ``M``, ``step_time`` the step model,
+    ``enable_prefix_caching`` the choice made from the server's counters, ``seed`` the seed.
     """
     from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -163,22 +178,38 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     stream = measured_stream(run_dir, run.requests)
     if sent:
         stream = sent_stream(stream, run.requests)
-    M = calibration.get("capacity_tokens")
+    knobs = {k: v for k, v in (knobs or {}).items() if v is not None}
+    for k in knobs:
+        if k not in VALIDATE_KNOBS:
+            raise InputError(k, "is not a knob validate can override", f"knobs: {', '.join(VALIDATE_KNOBS)}")
+    from llmqueue.knobs import check
+
+    knobs = {k: check(k, v) for k, v in knobs.items()}
+    M = knobs.pop("capacity_tokens", None) or calibration.get("capacity_tokens")
     if not M:
         raise InputError("calibration", "the calibration has no capacity_tokens (M)", "give --capacity-tokens to calibrate")
-    cfg = engine_config(calibration, M)
+    seed = knobs.pop("seed", seed)
+    step_time = knobs.pop("step_time", None)
+    prefix_knob = knobs.pop("enable_prefix_caching", None)
+    predictor_cv = knobs.pop("srpt_predictor_cv", 0.0)
+    cfg = engine_config(calibration, M, **knobs)
     # prefix caching: the server had it on when it counted prefix-cache queries during the run;
     # the simulator then reuses the prompts' prefix blocks as the run built them (trace hash ids)
     counters = (run.summary or {}).get("server_counters") or {}
     hash_ids, H = measured_hashes(run_dir, stream)
-    prefix = bool(counters.get("prefix_cache_queries")) and hash_ids is not None
-    if prefix:
-        import dataclasses
+    if prefix_knob and hash_ids is None:
+        raise InputError("enable_prefix_caching", f"{run_dir} has no prefix hashes to model prefix caching with",
+                         "benchmark a trace with hash ids (Mooncake), or drop the flag")
+    prefix = (bool(counters.get("prefix_cache_queries")) if prefix_knob is None else prefix_knob) \
+        and hash_ids is not None
+    import dataclasses
 
-        cfg = dataclasses.replace(cfg, enable_prefix_caching=True)
-    else:
+    cfg = dataclasses.replace(cfg, enable_prefix_caching=prefix)
+    if not prefix:
         hash_ids, H = None, 512
-    if step_model == "linear":
+    if step_time is not None:
+        step = parse_step_time(step_time)
+    elif step_model == "linear":
         if not calibration.get("step_time_linear"):
             raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
         step = parse_step_time(calibration["step_time_linear"])
@@ -198,7 +229,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
 
     def simulate_one(model, sim_seed):
         spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
-                       options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H))
+                       predictor_cv=predictor_cv, options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H))
         out = run_simulation(spec)
         summ = out.summary
         if prefix:

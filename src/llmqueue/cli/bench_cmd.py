@@ -11,13 +11,15 @@ from __future__ import annotations
 import click
 
 from llmqueue.cli.common import command, json_option, print_json, print_kv
-from llmqueue.cli.simulate_cmd import prefix_block_tokens_option, workload_options
+from llmqueue.cli.flags import given_flags, knob_options
+
+_WORKLOAD = ("trace", "arrival", "prompt", "output", "lengths", "num_requests", "duration", "seed")
 
 
 def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, duration, seed):
     """The request stream from the workload flags (the same flags and rules as ``simulate``):
     ``(requests, hash_ids)``, ``hash_ids`` the trace's prefix-block hashes or None."""
-    from llmqueue.cli.simulate_cmd import workload_from_flags
+    from llmqueue.spec import workload_from_flags
 
     wl, requests, hash_ids = workload_from_flags(trace=trace, arrival=arrival, prompt=prompt, output=output,
                                                  lengths=lengths, num_requests=num_requests, duration=duration)
@@ -65,7 +67,7 @@ def server_model(url: str, api_key: str | None = None) -> str:
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
               help="completions: token-id prompts, exact lengths; chat: text prompts, the server's token counts.")
 @click.option("--scenario", help="Take the workload (classes, timeouts, retries, SLOs) from a scenario file or example.")
-@workload_options
+@knob_options(names=_WORKLOAD)
 @click.option("--concurrency", type=int, help="Cap on requests in flight (makes the run closed-loop).")
 @click.option("--timeout", type=float, help="Client deadline per attempt, from its intended send time (s) [default: 600, "
               "or the scenario's].")
@@ -87,13 +89,14 @@ def server_model(url: str, api_key: str | None = None) -> str:
 @click.option("--prefix-hashes/--no-prefix-hashes", default=True, show_default=True,
               help="With a trace that has prefix-block hashes (Mooncake): requests sharing a hash share that "
               "prompt block, so the server's prefix cache sees the trace's reuse.")
-@prefix_block_tokens_option
+@knob_options(names=("prefix_block_tokens",))
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
-def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
+@click.pass_context
+def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
           exact_output, warmup, warmup_requests, metrics_url, server_log, prefix_hashes, prefix_block_tokens, api_key,
           out_dir, progress, as_json, **flags):
     """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
@@ -141,20 +144,20 @@ def bench(url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, ma
     ttft_timeouts = ttft_timeout
     seed = flags["seed"]
     if scenario is not None:
-        given = [f"--{k}" for k in ("trace", "arrival", "prompt", "output", "lengths") if flags.get(k) is not None]
-        if given:
-            raise InputError("scenario", f"the scenario brings its own workload; drop {', '.join(given)}")
-        from llmqueue.scenario import load_scenario
+        from llmqueue.scenario.override import scenario_with
         from llmqueue.simulate import _slo_targets
 
-        sc = load_scenario(scenario)
+        # the workload flags given override the scenario's (the run length is set below: a
+        # benchmark keeps the scenario's warm-up whatever its length)
+        sc = scenario_with(scenario, **{k: flags[k] for k in ("trace", "arrival", "prompt", "output", "lengths")
+                                        if flags[k] is not None}).scenario
         run = sc.run
         if flags["duration"] is not None or flags["num_requests"] is not None:
             if flags["duration"] is not None and flags["num_requests"] is not None:
                 raise InputError("num_requests", "give --num-requests or --duration, not both")
             run = run.model_copy(update={"duration_s": flags["duration"], "num_requests": flags["num_requests"]})
             sc = sc.model_copy(update={"run": run})
-        seed = seed if seed else run.seed
+        seed = seed if given_flags(ctx, ["seed"]) else run.seed
         requests = sc.requests(seed)
         mix = sc.mix
         retry = mix

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from llmqueue.bench.validate import VALIDATE_KNOBS
 from llmqueue.cli.common import command, json_option, print_json, print_kv, print_table
+from llmqueue.cli.flags import given_flags, knob_options
 
 
 def _run_second(run, value, option: str):
@@ -107,17 +109,24 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
                    "prediction is the mean over --drift-reps draws (default: the calibration's speed_sd; 0: off).")
 @click.option("--drift-reps", type=click.IntRange(1, 1000), default=8, show_default=True,
               help="Simulations (speed draws) averaged when drift is on.")
+@knob_options(names=VALIDATE_KNOBS, default_from="the calibrated server's")
 @json_option
-def validate(run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band, speed_factor,
-             drift, drift_reps, as_json):
-    """Theory and simulation with calibrated inputs, against the measured run: relative errors."""
+@click.pass_context
+def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band,
+             speed_factor, drift, drift_reps, as_json, **flags):
+    """Theory and simulation with calibrated inputs, against the measured run: relative errors.
+
+    The engine flags given (--max-num-seqs, --max-num-batched-tokens, --policy, --capacity-tokens,
+    --step-time, ...) override the calibrated server's: what the run would have done with them.
+    """
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
     horizon = _run_second(run, horizon, "--horizon")
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
-                 speed_factor=speed_factor, drift=drift, drift_reps=drift_reps)
+                 speed_factor=speed_factor, drift=drift, drift_reps=drift_reps,
+                 knobs={k: flags[k] for k in given_flags(ctx, flags)})
     if as_json:
         print_json(res)
         return

@@ -9,85 +9,38 @@ from __future__ import annotations
 import click
 
 from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
-from llmqueue.cli.simulate_cmd import build_spec, engine_options, workload_options
+from llmqueue.cli.flags import given_flags, knob_options
 from llmqueue.errors import InputError
 
 _BACKENDS = ("local", "serial", "ray")
 
 
-def simulate_flags(**overrides) -> dict:
-    """The ``llmqueue simulate`` flags with their defaults, as ``build_spec``'s keywords, updated
-    with ``overrides`` (``simulate_flags(arrival="poisson:3", ...)``): the base of a flags sweep."""
-    import inspect
-
-    from llmqueue.cli.simulate_cmd import simulate
-
-    names = set(inspect.signature(build_spec).parameters)
-    flags = {}
-    for p in simulate.params:
-        if p.name in names:
-            d = p.default
-            flags[p.name] = None if (d is None or type(d).__name__ == "Sentinel" or callable(d)) else d
-    unknown = set(overrides) - names
-    if unknown:
-        raise InputError(sorted(unknown)[0], "is not a flag of llmqueue simulate")
-    flags.update(overrides)
-    return flags
-
-
-def _given(ctx: click.Context, name: str) -> bool:
-    src = ctx.get_parameter_source(name)
-    return src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
 def _base(ctx: click.Context, scenario, flags: dict):
-    """``(factory, base)`` from the command's flags: a scenario with overrides, or the simulate flags."""
-    from llmqueue.plan.points import SCENARIO_KNOBS, scenario_spec
+    """``(factory, base)`` from the command's flags: a scenario with the given flags overriding
+    its fields (checked here, before any point runs), or the flags alone."""
+    from llmqueue.spec import build_spec, scenario_spec
 
     if scenario is None:
-        return build_spec, {k: v for k, v in flags.items()}
+        return build_spec, dict(flags)
     from pathlib import Path
+
+    from llmqueue.scenario.override import scenario_with
 
     p = Path(scenario).expanduser()
     base = {"scenario": str(p.resolve()) if p.is_file() else scenario}
-    for name in ("trace", "arrival", "prompt", "output", "lengths"):
-        if flags.get(name) is not None:
-            raise InputError(name, "a scenario brings its own workload", f"drop --{name.replace('_', '-')}, "
-                             "or drop --scenario")
-    for name in ("duration", "num_requests"):
-        if flags.get(name) is not None:
-            base[name] = flags[name]
-    if _given(ctx, "seed"):
-        base["seed"] = flags["seed"]
-    if _given(ctx, "warmup"):
-        base["warmup"] = flags["warmup"]
-    for name, v in flags.items():
-        if name in SCENARIO_KNOBS and _given(ctx, name):
-            base[name] = v
-    ignored = [n for n in ("preemption", "srpt_predictor_cv", "prefix_block_tokens", "sample_dt")
-               if _given(ctx, n)]
-    if ignored:
-        raise InputError(ignored[0], "cannot be set on a scenario", "put it in the scenario file, or drop it")
+    base.update({k: flags[k] for k in given_flags(ctx, flags)})
+    scenario_with(**base)  # a flag that cannot apply, or a bad value, fails now in one line
     return scenario_spec, base
 
 
-def _convert(ctx: click.Context, name: str, text: str):
-    """A --param value converted by the simulate flag of that name (ints, floats, booleans...)."""
-    from llmqueue.cli.simulate_cmd import simulate
+def _convert(name: str, text: str):
+    """A --param value converted to the knob's type (ints, floats, booleans...) and checked."""
+    from llmqueue.knobs import convert
 
-    for p in simulate.params:
-        if p.name == name:
-            try:
-                return p.type.convert(text.strip(), p, ctx)
-            except click.BadParameter as e:
-                raise InputError("param", f"{name}={text}: {e.message}") from None
-    t = text.strip()
-    for cast in (int, float):
-        try:
-            return cast(t)
-        except ValueError:
-            pass
-    return t
+    try:
+        return convert(name, text)
+    except InputError as e:
+        raise InputError("param", f"{name}={text.strip()}: {e.problem}", e.fix) from None
 
 
 def _params(ctx, items) -> dict:
@@ -99,7 +52,7 @@ def _params(ctx, items) -> dict:
         key = name.strip().replace("-", "_")
         if key in out:
             raise InputError("param", f"{key} is given twice", "list all its values in one --param")
-        out[key] = [_convert(ctx, key, v) for v in values.split(",") if v.strip()]
+        out[key] = [_convert(key, v) for v in values.split(",") if v.strip()]
     return out
 
 
@@ -163,17 +116,12 @@ def _ms_ci(row, key):
 
 
 @command("sweep")
-@click.option("--scenario", help="Base point: a scenario file or shipped example (llmqueue scenario list).")
+@click.option("--scenario", help="Base point: a scenario file or shipped example (llmqueue scenario list); the "
+              "flags given with it override its fields.")
 @click.option("--rates", help="Arrival rates (req/s), comma-separated: rescales the arrival process, keeping its shape.")
 @click.option("--param", "param_items", multiple=True, metavar="NAME=V1,V2,...",
               help="Sweep another simulate flag, e.g. max_num_seqs=8,16,32 (repeatable; the grid is the product).")
-@engine_options
-@workload_options
-@click.option("--warmup", type=float, default=0.0, show_default=True, help="Seconds left out of the statistics.")
-@click.option("--sample-dt", type=float, default=1.0, show_default=True, help="Time-series sampling interval (s).")
-@click.option("--slo-ttft-ms", type=float, help="SLO line: TTFT target (ms) at --percentile.")
-@click.option("--slo-tpot-ms", type=float, help="SLO line: TPOT target (ms) at --percentile.")
-@click.option("--slo-e2el-ms", type=float, help="SLO line: end-to-end latency target (ms) at --percentile.")
+@knob_options()
 @click.option("--percentile", type=float, default=99, show_default=True, help="Percentile the SLOs apply to.")
 @click.option("--seeds", type=click.Choice(["derived", "common"]), default="derived", show_default=True,
               help="derived: each point its own seed from --seed and its coordinates; common: --seed everywhere.")
@@ -278,15 +226,10 @@ def print_sweep(res, written=(), out_dir=None) -> None:
 
 
 @command("capacity")
-@click.option("--scenario", help="Base point: a scenario file or shipped example (its slos: are the default targets).")
-@click.option("--slo-ttft-ms", type=float, help="TTFT target (ms) at --percentile.")
-@click.option("--slo-tpot-ms", type=float, help="TPOT target (ms) at --percentile.")
-@click.option("--slo-e2el-ms", type=float, help="End-to-end latency target (ms) at --percentile.")
+@click.option("--scenario", help="Base point: a scenario file or shipped example (its slos: are the default targets); "
+              "the flags given with it override its fields.")
 @click.option("--percentile", type=float, default=99, show_default=True, help="Percentile the targets apply to.")
-@engine_options
-@workload_options
-@click.option("--warmup", type=float, default=0.0, show_default=True, help="Seconds left out of the statistics.")
-@click.option("--sample-dt", type=float, default=1.0, show_default=True, help="Time-series sampling interval (s).")
+@knob_options()
 @click.option("--rel-tol", type=float, default=0.02, show_default=True,
               help="Stop when the bracket [lo, hi] is narrower than this fraction of lo.")
 @click.option("--confirm-factor", type=float, default=1.1, show_default=True,

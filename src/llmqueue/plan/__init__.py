@@ -7,8 +7,9 @@
 - :func:`capacity_search` (:mod:`llmqueue.plan.capacity`): the highest arrival rate whose
   simulated percentiles meet SLO targets (:func:`judge`), confirmed at the answer and at +10%.
 - Backends (:mod:`llmqueue.plan.backends`): ``serial``, ``local`` (process pool), ``ray``.
-- Points (:mod:`llmqueue.plan.points`): spec factories (:func:`scenario_spec`; the simulate
-  flags through ``llmqueue.cli.simulate_cmd.build_spec``), rate rescaling, keys and seeds.
+- Points (:mod:`llmqueue.plan.points`): the spec factories of :mod:`llmqueue.spec`
+  (:func:`scenario_spec`, a scenario with knob overrides; ``build_spec``, the knobs alone), rate
+  rescaling, keys and seeds.
 
 Names are imported lazily.
 """
@@ -35,6 +36,7 @@ _EXPORTS = {
     "LocalBackend": "backends",
     "RayBackend": "backends",
     "scenario_spec": "points",
+    "build_spec": "points",
     "scale_arrival": "points",
     "point_key": "points",
     "derive_seed": "points",

@@ -69,10 +69,10 @@ def slo_targets(*, ttft_ms: float | None = None, tpot_ms: float | None = None, e
 
 def scenario_slos(scenario: str) -> dict:
     """A scenario's SLO targets (the global ``slos:`` section) as ``{"p99_ttft_ms": ms, ...}``."""
-    from llmqueue.plan.points import scenario_with
     from llmqueue.metrics.summary import percentile_word
+    from llmqueue.scenario.override import scenario_with
 
-    sc = scenario_with(scenario)
+    sc = scenario_with(scenario).scenario
     if sc.slos is None:
         return {}
     out = {}

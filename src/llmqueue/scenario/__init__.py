@@ -2,8 +2,9 @@
 
 ``load_scenario(path_or_name)`` validates a file (or a shipped example: ``chat``, ``code``,
 ``rag``, ``summarization``, ``mixed``) into a :class:`~llmqueue.scenario.model.Scenario`; see
-:mod:`llmqueue.scenario.model` for the schema. ``llmqueue scenario check FILE`` prints the
-resolved summary. Names are imported lazily.
+:mod:`llmqueue.scenario.model` for the schema. ``scenario_with(path_or_name, **knobs)`` applies
+knob overrides (flag names) first (:mod:`llmqueue.scenario.override`). ``llmqueue scenario
+check FILE`` prints the resolved summary. Names are imported lazily.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EXPORTS = {
     "validate_scenario": "load",
     "example_names": "load",
     "example_path": "load",
+    "scenario_with": "override",
 }
 
 __all__ = sorted(_EXPORTS)

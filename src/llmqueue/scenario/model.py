@@ -375,39 +375,40 @@ class WorkloadConfig(_Section):
 
 # --- deployment ----------------------------------------------------------------------------------
 
-class DeploymentConfig(_Section):
+def _knob_fields(section: str) -> dict:
+    """The pydantic fields of a section, from the knob table (:mod:`llmqueue.knobs`): each
+    knob's type, default, bounds and help, under the name the file uses."""
+    from typing import Optional
+
+    from pydantic import create_model
+
+    from llmqueue.knobs import scenario_fields
+
+    types = {int: Int, float: Float, bool: bool, str: str, object: Any}
+    fields = {}
+    for k in scenario_fields(section):
+        ann = types[k.type]
+        if k.default is None and k.type is not object:
+            ann = Optional[ann]
+        desc = k.help + (f" ({k.unit})" if k.unit else "")
+        fields[k.scenario_field[1]] = (ann, Field(k.default, ge=k.ge, gt=k.gt, le=k.le, description=desc))
+    return create_model(f"_{section.title()}Knobs", __base__=_Section, __module__=__name__, **fields)
+
+
+class DeploymentConfig(_knob_fields("deployment")):
     """``deployment:`` the model, GPUs, vLLM engine knobs and simulator knobs.
 
+    The fields, their defaults and bounds are the knob table's (:data:`llmqueue.knobs.KNOBS`):
     vLLM's names and, where vLLM v1 has one for the OpenAI server, its defaults; ``None`` means
-    "derived" (``max_model_len``: the model's context length). ``scheduling_policy``: ``fcfs``
-    or ``priority`` (vLLM's), or the simulator's ``sjf``/``srpt``. ``preemption_mode``: only
-    ``recompute`` (vLLM v1's only mode); the victim is the newest request under ``fcfs`` and the
-    lowest-priority one under ``priority``, as in vLLM. Simulator knobs: ``step_time`` (a spec of
-    :mod:`llmqueue.engine.step_time`, or ``roofline`` from the model and GPU), ``capacity_tokens``
-    (overrides the KV capacity ``M``), ``max_waiting`` and ``max_queue_time_s`` (admission
-    control: 0 = off). ``kv_cache_dtype`` and ``dtype`` (weights) enter ``M``.
+    "derived" (``max_model_len``: the model's context length; 0: no limit). ``scheduling_policy``:
+    ``fcfs`` or ``priority`` (vLLM's), or the simulator's ``sjf``/``srpt``. ``preemption_mode``:
+    only ``recompute`` (vLLM v1's only mode); the victim is the newest request under ``fcfs`` and
+    the lowest-priority one under ``priority``, as in vLLM. Simulator knobs: ``step_time`` (a
+    spec of :mod:`llmqueue.engine.step_time`, or ``roofline`` from the model and GPU),
+    ``capacity_tokens`` (overrides the KV capacity ``M``), ``max_waiting`` and
+    ``max_queue_time_s`` (admission control: 0 = off). ``kv_cache_dtype`` and ``dtype``
+    (weights) enter ``M``.
     """
-
-    model: str | None = None
-    gpu: str | None = None
-    tensor_parallel_size: Int = Field(1, ge=1)
-    replicas: Int = Field(1, ge=1)
-    max_num_seqs: Int = Field(256, ge=1)
-    max_num_batched_tokens: Int = Field(8192, ge=1)
-    block_size: Int = Field(16, ge=1)
-    gpu_memory_utilization: Float = Field(0.9, gt=0, le=1)
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: Int = Field(0, ge=0)
-    max_model_len: Int | None = Field(None, ge=1)
-    enable_prefix_caching: bool = True
-    scheduling_policy: str = "fcfs"
-    preemption_mode: str = "recompute"
-    kv_cache_dtype: str = "auto"
-    dtype: str = "auto"
-    max_waiting: Int = Field(0, ge=0)
-    max_queue_time_s: Float = Field(0.0, ge=0)
-    step_time: Any = None
-    capacity_tokens: Int | None = Field(None, ge=1)
 
     _model: Any = PrivateAttr(default=None)
     _gpu: Any = PrivateAttr(default=None)
@@ -449,7 +450,7 @@ class DeploymentConfig(_Section):
     @field_validator("scheduling_policy")
     @classmethod
     def _policy(cls, v):
-        from llmqueue.engine.config import POLICIES
+        from llmqueue.knobs import POLICIES
 
         if v not in POLICIES:
             raise _Problem((), f"unknown scheduling policy {v!r}", f"choose one of: {', '.join(POLICIES)}")
@@ -511,12 +512,15 @@ class DeploymentConfig(_Section):
             raise _Problem(("max_model_len",), f"{mml} exceeds {self._model.name}'s context length "
                            f"{self._model.max_model_len} (max_position_embeddings)",
                            f"use max_model_len <= {self._model.max_model_len}")
-        eff = mml if mml is not None else (self._model.max_model_len if self._model is not None else None)
+        if mml == 0:  # no limit
+            eff = None
+        else:
+            eff = mml if mml is not None else (self._model.max_model_len if self._model is not None else None)
         self._max_model_len = eff
         if eff is not None and M < eff:
             msg = (f"the KV cache holds {M:,} tokens, fewer than max_model_len {eff:,}; vLLM refuses to "
                    "start (one request of max_model_len tokens must fit)")
-            if mml is not None:
+            if mml:
                 raise _Problem(("max_model_len",), msg, f"use max_model_len <= {M}, or more KV memory")
             notes.append(f"deployment: {msg}; set max_model_len")
         if not self.enable_chunked_prefill and eff is not None and self.max_num_batched_tokens < eff:
@@ -631,14 +635,9 @@ class SlosConfig(SloTargets):
 
 # --- run -----------------------------------------------------------------------------------------
 
-class RunConfig(_Section):
+class RunConfig(_knob_fields("run")):
     """``run:`` how long (``duration_s`` or ``num_requests``), ``seed``, ``warmup_s`` (excluded
-    from the summary statistics)."""
-
-    duration_s: Float | None = Field(None, gt=0)
-    num_requests: Int | None = Field(None, ge=1)
-    seed: Int = Field(0, ge=0)
-    warmup_s: Float = Field(0.0, ge=0)
+    from the summary statistics); fields from the knob table (:data:`llmqueue.knobs.KNOBS`)."""
 
     @model_validator(mode="after")
     def _check(self):

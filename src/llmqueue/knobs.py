@@ -1,0 +1,273 @@
+"""Every engine, workload and run knob, declared once: name, type, default, help, unit.
+
+:data:`KNOBS` is the one table. From it come
+
+- the command-line flags of ``simulate``, ``sweep``, ``capacity``, ``validate`` (and the workload
+  flags of ``bench``): :func:`llmqueue.cli.flags.knob_options`, ``--max-num-seqs`` for
+  ``max_num_seqs``, ``--x/--no-x`` for a boolean;
+- the fields of a scenario file's ``deployment:`` and ``run:`` sections
+  (:mod:`llmqueue.scenario.model`), under the name the file uses (``scenario``: the field's
+  path, e.g. ``deployment.scheduling_policy`` for ``policy``);
+- the keywords and defaults of the flags-to-spec builder (:func:`llmqueue.spec.build_spec`)
+  and the knobs a scenario point may override (:data:`llmqueue.plan.points.SCENARIO_KNOBS`).
+
+Defaults follow vLLM v1's OpenAI server (``vllm serve``) where vLLM has the knob; the help says
+where and why one differs. ``None`` means "derived", and the help says from what.
+
+``scenario``: where the knob lives in a scenario file; ``"workload"`` (arrival and lengths,
+rewritten by :mod:`llmqueue.scenario.override`), ``"slos"`` (the SLO thresholds), ``"spec"``
+(not in the file: applied to the built :class:`~llmqueue.simulate.SimSpec`), or ``None`` (it
+cannot apply to a scenario; given with ``--scenario`` it is an error).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llmqueue.errors import InputError
+
+POLICIES = ("fcfs", "priority", "sjf", "srpt")
+PREEMPTION = ("newest", "lowest-priority")
+GROUPS = ("engine", "workload", "run")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob. ``type``: ``int``, ``float``, ``bool``, ``str``, or ``object`` (a spec given as
+    text on the command line, text or a number in a scenario file). ``ge``/``gt``/``le``: bounds
+    (checked by :func:`check` and by the scenario's fields). ``flag``: whether commands take it
+    as a flag (``replicas``, ``preemption_mode``: scenario files only). ``alias_of``: another
+    name for that knob (``chunk``)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    unit: str | None = None
+    group: str = "engine"
+    scenario: str | None = None
+    choices: tuple = ()
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    flag: bool = True
+    alias_of: str | None = None
+    metavar: str | None = None
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def scenario_field(self) -> tuple[str, str] | None:
+        """``(section, key)`` of a scenario file's field holding this knob, or None."""
+        if self.scenario and "." in self.scenario:
+            section, key = self.scenario.split(".", 1)
+            return section, key
+        return None
+
+
+_VLLM = "vLLM's default"
+
+KNOBS: tuple[Knob, ...] = (
+    # --- the model and the hardware ---------------------------------------------------------------
+    Knob("model", str, None, "Model: catalog name or a Hugging Face config.json. With --gpu it gives the KV "
+         "capacity M (vLLM's arithmetic) and the roofline step time.", scenario="deployment.model", metavar="NAME"),
+    Knob("gpu", str, None, "GPU (catalog name, `llmqueue kv --list`); required with --model unless "
+         "--capacity-tokens gives M and --step-time the step time (vLLM runs on the GPU it finds: no default).",
+         scenario="deployment.gpu", metavar="NAME"),
+    Knob("tensor_parallel_size", int, 1, f"GPUs per replica ({_VLLM}).", scenario="deployment.tensor_parallel_size",
+         ge=1),
+    Knob("replicas", int, 1, "Replicas behind a uniform random router (replica 0 is simulated).", flag=False,
+         scenario="deployment.replicas", ge=1),
+    # --- the scheduler ----------------------------------------------------------------------------
+    Knob("max_num_seqs", int, 256, f"At most this many requests run (hold KV) at once ({_VLLM} on a large GPU).",
+         scenario="deployment.max_num_seqs", ge=1),
+    Knob("max_num_batched_tokens", int, 8192, "Per-step token budget, the prefill chunk with chunked prefill "
+         "(vLLM v1's default for the OpenAI server on a large GPU).", unit="tokens",
+         scenario="deployment.max_num_batched_tokens", ge=1),
+    Knob("chunk", int, None, "Prefill chunk = per-step token budget (alias of --max-num-batched-tokens).",
+         unit="tokens", scenario="deployment.max_num_batched_tokens", ge=1, alias_of="max_num_batched_tokens"),
+    Knob("block_size", int, 16, f"KV block size ({_VLLM}).", unit="tokens", scenario="deployment.block_size", ge=1),
+    Knob("gpu_memory_utilization", float, 0.9, f"Share of GPU memory for weights and KV cache ({_VLLM}).",
+         scenario="deployment.gpu_memory_utilization", gt=0, le=1),
+    Knob("enable_chunked_prefill", bool, True, "Split long prompts across steps (on by default in vLLM v1).",
+         scenario="deployment.enable_chunked_prefill"),
+    Knob("long_prefill_token_threshold", int, 0, f"Cap on one request's prefill chunk per step (0: off, {_VLLM}).",
+         unit="tokens", scenario="deployment.long_prefill_token_threshold", ge=0),
+    Knob("max_model_len", int, None, "Reject prompt + output above this (vLLM answers 400). Default: the model's "
+         "context length (vLLM's), no limit without --model; 0: no limit.", unit="tokens",
+         scenario="deployment.max_model_len", ge=0),
+    Knob("enable_prefix_caching", bool, False, "Reuse the KV of cached prompt prefixes. vLLM v1 turns it on by "
+         "default; here it is off by default because the simulator models it only for requests that carry "
+         "prefix hash ids (a Mooncake --trace), and scenario workloads carry none.",
+         scenario="deployment.enable_prefix_caching"),
+    Knob("policy", str, "fcfs", "Waiting-queue order: fcfs, priority (vLLM's two), or the simulator's sjf "
+         "(shortest prompt) and srpt (shortest predicted output).", scenario="deployment.scheduling_policy",
+         choices=POLICIES),
+    Knob("preemption_mode", str, "recompute", "How a preempted request resumes: recompute (vLLM v1's only mode).",
+         flag=False, scenario="deployment.preemption_mode"),
+    Knob("preemption", str, None, "Victim when KV blocks run out. Default as vLLM: the lowest-priority request "
+         "under --policy priority, else the newest.", scenario="spec", choices=PREEMPTION),
+    Knob("kv_cache_dtype", str, "auto", "KV cache data type; enters M (vLLM's name and default: the model's).",
+         scenario="deployment.kv_cache_dtype", metavar="DTYPE"),
+    Knob("dtype", str, "auto", "Weight data type; enters M (vLLM's name and default: the model's).",
+         scenario="deployment.dtype", metavar="DTYPE"),
+    Knob("max_waiting", int, 0, "Admission control: reject arrivals while this many wait (0: off; vLLM has no "
+         "such limit).", scenario="deployment.max_waiting", ge=0),
+    Knob("max_queue_time", float, 0.0, "Shed requests that waited longer than this before starting (0: off).",
+         unit="s", scenario="deployment.max_queue_time_s", ge=0),
+    Knob("step_time", object, None, "Step-time model: 0.0372 | exp:0.1 | linear:c0=..:prefill=..:decode=..:ctx=.. | "
+         "fitted:FILE | roofline. Default: the roofline of --model and --gpu.", scenario="deployment.step_time",
+         metavar="SPEC"),
+    Knob("capacity_tokens", float, None, "KV capacity M of one replica. Default: from --model and --gpu, "
+         "unlimited without them.", unit="tokens", scenario="deployment.capacity_tokens", gt=0),
+    Knob("srpt_predictor_cv", float, 0.0, "srpt policy: output-length predictor noise (lognormal CV; 0: oracle).",
+         scenario="spec", ge=0),
+    Knob("prefix_block_tokens", int, 512, "Tokens per prefix hash id (Mooncake: 512; a multiple of the KV block "
+         "size).", unit="tokens", scenario="spec", ge=1),
+    # --- the workload -------------------------------------------------------------------------------
+    Knob("trace", str, None, "Replay a trace file (Azure CSV, Mooncake JSONL, canonical Parquet, ...).",
+         group="workload", metavar="FILE"),
+    Knob("arrival", str, None, "Arrival process: poisson:RATE | gamma:RATE:cv=CV | deterministic:RATE | onoff:... "
+         "With --scenario it replaces the scenario's arrival process (a mix of classes with their own "
+         "processes, or a trace, is rescaled to its rate).", group="workload", scenario="workload", metavar="SPEC"),
+    Knob("prompt", str, None, "Prompt length spec, e.g. uniform:10:1600.", group="workload", scenario="workload",
+         metavar="SPEC"),
+    Knob("output", str, None, "Output length spec, e.g. uniform:10:1600.", group="workload", scenario="workload",
+         metavar="SPEC"),
+    Knob("lengths", str, None, "Joint (prompt, output) pairs: joint:FILE[:prompt=COL:output=COL].",
+         group="workload", scenario="workload", metavar="SPEC"),
+    # --- the run (the flag names are vLLM bench's; a scenario file's keys carry the unit) ---------
+    Knob("duration", float, None, "Simulated seconds (also the horizon).", unit="s", group="run",
+         scenario="run.duration_s", gt=0),
+    Knob("num_requests", int, None, "Number of requests.", group="run", scenario="run.num_requests", ge=1),
+    Knob("seed", int, 0, "Random seed of the request stream and the step-time noise.", group="run",
+         scenario="run.seed", ge=0),
+    Knob("warmup", float, 0.0, "Seconds left out of the statistics.", unit="s", group="run",
+         scenario="run.warmup_s", ge=0),
+    Knob("sample_dt", float, 1.0, "Time-series sampling interval.", unit="s", group="run", scenario="spec", gt=0),
+    Knob("slo_ttft_ms", float, None, "SLO on TTFT: simulate counts goodput against it (a scenario's targets on "
+         "TTFT are replaced); sweep and capacity judge the --percentile.", unit="ms", group="run",
+         scenario="slos", ge=0),
+    Knob("slo_tpot_ms", float, None, "SLO on TPOT (as --slo-ttft-ms).", unit="ms", group="run", scenario="slos",
+         ge=0),
+    Knob("slo_e2el_ms", float, None, "SLO on end-to-end latency (as --slo-ttft-ms).", unit="ms", group="run",
+         scenario="slos", ge=0),
+)
+
+BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+def knob(name: str) -> Knob:
+    """The knob named ``name`` (``max-num-seqs`` and ``max_num_seqs`` both work)."""
+    key = str(name).strip().replace("-", "_")
+    if key not in BY_NAME:
+        import difflib
+
+        near = difflib.get_close_matches(key, list(BY_NAME), n=1, cutoff=0.6)
+        raise InputError(key, "is not a knob", f"did you mean {near[0]!r}?" if near else
+                         f"knobs: {', '.join(BY_NAME)}")
+    return BY_NAME[key]
+
+
+def flag_knobs(*groups: str) -> list[Knob]:
+    """The knobs commands take as flags, in the given groups (all groups when none)."""
+    return [k for k in KNOBS if k.flag and (not groups or k.group in groups)]
+
+
+def flag_default(k: Knob):
+    """The value a flag holds when not given: the knob's default, except for a knob that has an
+    alias (``max_num_batched_tokens``), which holds None so that giving both can be told apart."""
+    if any(o.alias_of == k.name for o in KNOBS):
+        return None
+    return k.default
+
+
+def flag_defaults(**overrides) -> dict:
+    """Every flag knob with its :func:`flag_default`, updated with ``overrides`` (checked names):
+    the keywords of :func:`llmqueue.spec.build_spec`, e.g. the base of a flags sweep."""
+    out = {k.name: flag_default(k) for k in flag_knobs()}
+    for name in overrides:
+        if name not in out:
+            k = BY_NAME.get(name)
+            why = "is set in scenario files only" if k is not None else "is not a flag of llmqueue simulate"
+            raise InputError(name, why)
+    out.update(overrides)
+    return out
+
+
+def scenario_fields(section: str) -> list[Knob]:
+    """The knobs a scenario file holds in ``section`` (``deployment`` or ``run``), in order."""
+    return [k for k in KNOBS if k.alias_of is None and k.scenario_field and k.scenario_field[0] == section]
+
+
+def _bound_problem(k: Knob, x: float) -> str | None:
+    if k.ge is not None and x < k.ge:
+        return f"must be >= {k.ge:g} (got {x:g})"
+    if k.gt is not None and x <= k.gt:
+        return f"must be > {k.gt:g} (got {x:g})"
+    if k.le is not None and x > k.le:
+        return f"must be <= {k.le:g} (got {x:g})"
+    return None
+
+
+def check(name: str, value):
+    """``value`` checked against knob ``name``'s type, bounds and choices (None passes: "not
+    given" or "derived"); returns it (an integral float as int for an int knob)."""
+    k = knob(name)
+    if value is None:
+        return None
+    if k.type is bool:
+        if not isinstance(value, bool):
+            raise InputError(k.name, f"must be true or false (got {value!r})")
+        return value
+    if k.type in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            what = "a whole number" if k.type is int else "a number"
+            raise InputError(k.name, f"must be {what} (got {value!r})")
+        if not math.isfinite(value):
+            raise InputError(k.name, f"must be a finite number (got {value})")
+        if k.type is int:
+            if value != int(value):
+                raise InputError(k.name, f"must be a whole number (got {value!r})")
+            value = int(value)
+        problem = _bound_problem(k, value)
+        if problem:
+            raise InputError(k.name, problem)
+        return value
+    if k.choices and value not in k.choices:
+        raise InputError(k.name, f"unknown {k.name.replace('_', ' ')} {value!r}",
+                         f"choose one of: {', '.join(k.choices)}")
+    return value
+
+
+def convert(name: str, text: str):
+    """A value given as text (``--param max_num_seqs=8,16``) converted to knob ``name``'s type
+    and checked; names that are no knob (``rate``) become a number when they read as one."""
+    t = str(text).strip()
+    k = BY_NAME.get(str(name).strip().replace("-", "_"))
+    if k is None:
+        for cast in (int, float):
+            try:
+                return cast(t)
+            except ValueError:
+                pass
+        return t
+    if k.type is bool:
+        low = t.lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise InputError(k.name, f"{t!r} is not true or false")
+    if k.type in (int, float):
+        try:
+            v = float(t) if k.type is float else int(t)
+        except ValueError:
+            what = "a whole number" if k.type is int else "a number"
+            raise InputError(k.name, f"{t!r} is not {what}") from None
+        return check(k.name, v)
+    return check(k.name, t)

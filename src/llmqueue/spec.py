@@ -1,0 +1,216 @@
+"""From knobs to a :class:`~llmqueue.simulate.SimSpec`: the one builder behind ``simulate``,
+``sweep`` and ``capacity`` (the command line only parses the flags and prints).
+
+- :func:`build_spec`: the knobs alone (``--arrival``, ``--prompt``, ``--capacity-tokens``, ...),
+  every knob left out at its default from :data:`llmqueue.knobs.KNOBS`;
+- :func:`scenario_spec`: a scenario file or shipped example, the knobs given overriding its
+  fields (:mod:`llmqueue.scenario.override`);
+- :func:`spec_from_flags`: either, as a command gets them (its flag values and which were given);
+- :func:`engine_config`: an :class:`~llmqueue.engine.config.EngineConfig` from ``M`` and knobs
+  (also used by ``validate`` on a calibrated server).
+
+``build_spec`` and ``scenario_spec`` are the spec factories of :mod:`llmqueue.plan` (module
+level, so worker processes import them by name).
+"""
+
+from __future__ import annotations
+
+from llmqueue.errors import InputError
+from llmqueue.knobs import BY_NAME, check, flag_defaults
+
+# EngineConfig's field for each engine knob that is one (the knob's name unless listed)
+_ENGINE = ("block_size", "max_num_seqs", "enable_chunked_prefill", "long_prefill_token_threshold",
+           "max_model_len", "policy", "preemption", "max_waiting", "max_queue_time", "enable_prefix_caching")
+_ENGINE_FIELD = {"max_queue_time": "max_queue_time_s"}
+
+
+def engine_config(M: float, **knobs):
+    """One replica's :class:`~llmqueue.engine.config.EngineConfig`: KV capacity ``M`` (tokens)
+    and engine knobs under their flag names (those left out at their defaults).
+
+    ``chunk`` and ``max_num_batched_tokens`` are one knob (giving both is an error);
+    ``preemption`` None picks vLLM's victim for the policy (lowest priority under ``priority``,
+    else the newest request); ``max_model_len`` None is no limit (0).
+    """
+    from llmqueue.engine.config import EngineConfig
+
+    unknown = set(knobs) - set(_ENGINE) - {"chunk", "max_num_batched_tokens"}
+    if unknown:
+        raise InputError(sorted(unknown)[0], "is not an engine knob")
+    chunk, budget = knobs.get("chunk"), knobs.get("max_num_batched_tokens")
+    if chunk is not None and budget is not None:
+        raise InputError("chunk", "give --chunk or --max-num-batched-tokens, not both (they are the same knob)")
+    budget = check("chunk", chunk) if chunk is not None else budget
+    kw = {name: check(name, knobs.get(name, BY_NAME[name].default)) for name in _ENGINE}
+    if kw["preemption"] is None:
+        kw["preemption"] = "lowest-priority" if kw["policy"] == "priority" else "newest"
+    kw["max_model_len"] = kw["max_model_len"] or 0
+    kw = {_ENGINE_FIELD.get(k, k): v for k, v in kw.items()}
+    block_size = kw.pop("block_size")
+    budget = check("max_num_batched_tokens", budget if budget is not None
+                   else BY_NAME["max_num_batched_tokens"].default)
+    return EngineConfig.from_capacity(M, block_size=block_size, max_num_batched_tokens=budget, **kw)
+
+
+def _capacity(f: dict):
+    """``(M, unlimited, model)``: KV capacity from ``capacity_tokens``, else the hardware module."""
+    from llmqueue.simulate import UNLIMITED_KV_TOKENS
+
+    model = None
+    if f["model"] is not None:
+        from llmqueue.hardware import get_model
+
+        model = get_model(f["model"])
+    if f["capacity_tokens"] is not None:
+        return f["capacity_tokens"], False, model
+    if model is None:
+        return UNLIMITED_KV_TOKENS, True, None
+    if f["gpu"] is None:
+        raise InputError("gpu", "is required with --model, to compute the KV capacity M",
+                         "e.g. --gpu h100-sxm (llmqueue kv --list shows the catalog), or give --capacity-tokens")
+    from llmqueue.hardware import kv_capacity
+
+    cap = kv_capacity(model, f["gpu"], tensor_parallel_size=f["tensor_parallel_size"],
+                      gpu_memory_utilization=f["gpu_memory_utilization"], block_size=f["block_size"],
+                      kv_dtype=f["kv_cache_dtype"], weight_dtype=f["dtype"])
+    return cap.M, False, model
+
+
+def _step_time(f: dict, model):
+    from llmqueue.engine.step_time import parse_step_time, roofline_model
+
+    st = f["step_time"]
+    if st is None or (isinstance(st, str) and st.strip().lower() == "roofline"):
+        if model is None or f["gpu"] is None:
+            raise InputError("step_time", "no step-time model" if st is None else "roofline needs --model and --gpu",
+                             "give --step-time (e.g. 0.0372, exp:0.1, linear:c0=..:decode=..) or --model and --gpu "
+                             "for a roofline")
+        return roofline_model(model, f["gpu"], tensor_parallel_size=f["tensor_parallel_size"])
+    return parse_step_time(st, field="step_time")
+
+
+def build_spec(**flags):
+    """A :class:`~llmqueue.simulate.SimSpec` from knobs under their flag names (see
+    :data:`llmqueue.knobs.KNOBS`; those left out take their defaults).
+
+    ``M``: ``capacity_tokens``, else from ``model`` and ``gpu`` (vLLM's arithmetic), else
+    unlimited. Step time: ``step_time``, else the roofline of ``model`` and ``gpu``.
+    ``max_model_len`` None: the model's context length (vLLM's default), no limit without one.
+    """
+    from llmqueue.engine.options import SimOptions
+    from llmqueue.simulate import SimSpec
+
+    f = flag_defaults(**flags)
+    f = {k: check(k, v) for k, v in f.items()}
+    M, unlimited, model = _capacity(f)
+    eng = {k: f[k] for k in (*_ENGINE, "chunk", "max_num_batched_tokens")}
+    if eng["max_model_len"] is None and model is not None:
+        eng["max_model_len"] = model.max_model_len
+    engine = engine_config(M, **eng)
+    st = _step_time(f, model)
+    wl, requests, hash_ids = workload_from_flags(**{k: f[k] for k in ("trace", "arrival", "prompt", "output",
+                                                                        "lengths", "num_requests", "duration")})
+    slos = {m: f[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if f[f"slo_{m}"] is not None} or None
+    opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids,
+                      hash_block_tokens=f["prefix_block_tokens"])
+    return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
+                   num_requests=None if requests is not None else f["num_requests"],
+                   duration_s=f["duration"], seed=f["seed"], warmup_s=f["warmup"], slos=slos, options=opts,
+                   kv_unlimited=unlimited, predictor_cv=f["srpt_predictor_cv"])
+
+
+def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, lengths=None, num_requests=None,
+                        duration=None):
+    """The workload knobs (shared by ``simulate`` and ``bench``): ``(workload, requests, hash_ids)``,
+    a Workload to generate from, or (with ``trace``) the replayed requests and their prefix hashes."""
+    from llmqueue._validate import positive, positive_int
+    from llmqueue.workload import Workload
+
+    if num_requests is not None and duration is not None:
+        raise InputError("num_requests", "give --num-requests or --duration, not both")
+    if num_requests is not None:
+        positive_int("num_requests", num_requests)
+    if duration is not None:
+        positive("duration", duration)
+    if trace is not None:
+        if arrival is not None or prompt is not None or output is not None or lengths is not None:
+            raise InputError("trace", "a trace brings its own arrivals and lengths",
+                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+        from llmqueue.workload.traces import load_trace, trace_to_requests, window
+
+        tr = load_trace(trace)
+        if duration is not None:
+            tr = window(tr, 0.0, duration)
+        if num_requests is not None and len(tr):
+            tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9)
+        return None, trace_to_requests(tr), tr.hash_ids
+    if arrival is None:
+        raise InputError("arrival", "missing arrival process",
+                         "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2, or --trace FILE, or --scenario NAME")
+    if lengths is not None:
+        if prompt is not None or output is not None:
+            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+        wl = Workload(arrival, joint=lengths)
+    else:
+        if prompt is None or output is None:
+            raise InputError("prompt" if prompt is None else "output", "missing length distribution",
+                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
+        wl = Workload(arrival, prompt=prompt, output=output)
+    if num_requests is None and duration is None:
+        raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
+    return wl, None, None
+
+
+def _with_thresholds(slos: dict | None, classes, thresholds: dict) -> dict:
+    """Per-class targets with the given per-request thresholds (``{"ttft_ms": 2000}``) replacing
+    every target on those metrics (``p99_ttft_ms`` included)."""
+    metrics = {k[:-3] for k in thresholds}
+    out = {}
+    for name in classes:
+        keep = {k: v for k, v in (slos or {}).get(name, {}).items()
+                if not (k.endswith("_ms") and k[:-3].rsplit("_", 1)[-1] in metrics)}
+        out[name] = {**keep, **thresholds}
+    return out
+
+
+def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
+    """Knobs a scenario file does not hold, applied to its built spec (in place): ``preemption``,
+    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt`` and SLO thresholds."""
+    if knobs.get("preemption") is not None:
+        spec.engine = spec.engine.with_(preemption=knobs["preemption"])
+    if knobs.get("srpt_predictor_cv") is not None:
+        spec.predictor_cv = knobs["srpt_predictor_cv"]
+    if knobs.get("prefix_block_tokens") is not None:
+        spec.options.hash_block_tokens = knobs["prefix_block_tokens"]
+    if knobs.get("sample_dt") is not None:
+        spec.options.sample_dt = knobs["sample_dt"]
+    thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
+    if thresholds:
+        spec.slos = _with_thresholds(spec.slos, classes, thresholds)
+
+
+def scenario_spec(*, scenario: str, rate: float | None = None, **overrides):
+    """A :class:`~llmqueue.simulate.SimSpec` from a scenario with knob overrides (a spec factory).
+
+    ``overrides``: knobs under their flag names (``max_num_seqs``, ``policy``, ``arrival``,
+    ``duration``, ``seed``, ``warmup``, ...; None values are "not given"), applied as
+    :func:`llmqueue.scenario.override.scenario_with` says; ``rate`` then rescales the total
+    arrival rate, keeping every process's shape.
+    """
+    from llmqueue.scenario.override import scenario_with
+    from llmqueue.simulate import spec_from_scenario
+
+    o = scenario_with(scenario, rate=rate, **overrides)
+    spec = spec_from_scenario(o.scenario)
+    apply_spec_knobs(spec, o.spec_knobs, classes=[c.name for c in o.scenario.mix.classes])
+    spec.notes = [*spec.notes, *o.notes]
+    return spec
+
+
+def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None):
+    """The spec a command's flags ask for: ``scenario`` with the ``given`` flags (names) overriding
+    its fields, or the flags alone. A flag's default never overrides a scenario."""
+    if scenario is None:
+        return build_spec(**flags)
+    names = flags if given is None else given
+    return scenario_spec(scenario=scenario, **{k: flags[k] for k in names})
