@@ -127,3 +127,44 @@ def test_epochs_carry_a_calm_run():
     fast = simulate(cfg, 0.01, reqs)
     _compare(fast, simulate(cfg, 0.01, reqs, reference=True))
     assert fast.epoch_steps > 0.9 * fast.num_steps
+
+
+class ConcaveDecode:
+    """A user's step-time model through the protocol alone: a decode step's cost concave in the
+    batch (interpolated from a table, as a profile would give it) plus a per-prefill-token cost."""
+
+    spec = "concave-table"
+
+    def __init__(self):
+        self.batch = np.array([1, 2, 4, 8, 16, 64, 256])
+        self.seconds = np.array([0.010, 0.012, 0.014, 0.016, 0.019, 0.030, 0.080])
+
+    def base(self, prefill_tokens, decode_seqs, context_tokens):
+        return float(np.interp(max(decode_seqs, 1), self.batch, self.seconds)) + 2e-5 * prefill_tokens
+
+    def decode_stretch(self, n, ctx0, k):
+        return np.full(k, float(np.interp(n, self.batch, self.seconds)))
+
+
+@pytest.mark.parametrize("wrap", ["none", "noise", "drift"])
+def test_a_model_written_to_the_protocol_runs_on_both_replicas(wrap):
+    from llmqueue.engine.step_time import StepTime, with_drift, with_noise
+
+    model = ConcaveDecode()
+    assert isinstance(model, StepTime)
+    if wrap == "noise":
+        model = with_noise(model, "gamma", 0.4)
+    elif wrap == "drift":
+        model = with_drift(model, 0.2, 0.7)
+    reqs = Workload("poisson:30", prompt="uniform:1:300", output="uniform:1:100").generate(seed=5, n=300)
+    cfg = EngineConfig.from_capacity(3000, block_size=4, max_num_batched_tokens=256, max_num_seqs=64)
+    fast = simulate(cfg, model, reqs, options=SimOptions(seed=2))
+    ref = simulate(cfg, model, reqs, options=SimOptions(seed=2), reference=True)
+    _compare(fast, ref)
+    d = fast.steps["duration_s"] / fast.steps["steps"]
+    one = (fast.steps["decode_seqs"] == 1) & (fast.steps["prefill_tokens"] == 0)
+    if wrap == "none":  # the table's price, exactly
+        np.testing.assert_allclose(d[one], 0.010)
+    else:  # perturbed around it
+        assert d[one].std() > 0
+    assert fast.requests["preemptions"].sum() > 0  # a KV-bound run

@@ -153,19 +153,21 @@ def generate_requests(spec: SimSpec):
 
 
 def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
-    """Closed-form capacity bounds and, where exact, the queueing-model prediction.
+    """Closed-form capacity bounds and, where exact, the queueing-model prediction
+    (:mod:`llmqueue.theory.replica`) for what was simulated.
 
     ``b`` is the step time when it is constant (noise has mean one); otherwise it is measured as
     the mean duration of the simulated steps, as seed 004 measures b-bar on the real engine.
     """
-    from llmqueue.theory.kv import kv_stability
+    from llmqueue.engine.step_time import constant_step
+    from llmqueue.theory.replica import replica_capacity
 
     cfg = spec.engine
     model = spec.step_time
     out: dict = {}
-    if model.is_constant:
-        b = model.c0  # noise factors have mean one
-        out["b_source"] = "step-time model"
+    b = constant_step(model)
+    if b is not None:
+        out["b_source"] = "step-time model"  # noise factors have mean one
     else:
         if not steps or not len(steps["duration_s"]):
             return {"note": "no steps were simulated"}
@@ -175,35 +177,20 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     wl = spec.workload
     dists = _length_dists(wl)
     lam = _arrival_rate(wl, requests)
-    out["b"] = b
-    out["lam"] = lam
     if dists is None:
         s = np.asarray(requests.prompt_tokens, dtype=np.float64)
         o = np.asarray(requests.output_tokens, dtype=np.float64)
-        kvargs = dict(pairs=(s, o))
     else:
-        kvargs = dists
         s, o = _samples(dists, requests)
-    chunk = cfg.max_num_batched_tokens
-    steps_per_req = np.ceil(s / chunk) + o - 1
-    bounds = {
-        "mu_seqs": cfg.max_num_seqs / (b * float(np.mean(steps_per_req))),
-        "mu_tokens": chunk / (b * float(np.mean(s + o - 1))),
-    }
-    if not spec.kv_unlimited:
-        kv = kv_stability(M=cfg.capacity_tokens, b=b, chunk=chunk, **kvargs)
-        bounds["mu_kv"] = kv.mu
-        out["delta"] = kv.delta
-        out["E_g"] = kv.E_g
-    out.update(bounds)
-    name = min(bounds, key=bounds.get)
-    mu = bounds[name]
-    out["mu"] = mu
-    out["binding"] = {"mu_kv": "KV cache (seed 004)", "mu_seqs": "max_num_seqs", "mu_tokens": "token budget"}[name]
+    cap = replica_capacity(b=b, max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                           prompt_tokens=s, output_tokens=o, M=None if spec.kv_unlimited else cfg.capacity_tokens,
+                           lam=lam, prompt=(dists or {}).get("prompt"), output=(dists or {}).get("output"))
+    out.update(b=b, lam=lam)
+    if cap.mu_kv is not None:
+        out.update(delta=cap.delta, E_g=cap.E_g, mu_kv=cap.mu_kv)
+    out.update(mu_seqs=cap.mu_seqs, mu_tokens=cap.mu_tokens, mu=cap.mu, binding=cap.binding)
     if lam is not None:
-        out["rho"] = lam / mu
-        delta = out.get("delta", 0.0) if name == "mu_kv" else 0.0
-        out["verdict"] = "unstable" if lam > mu else ("stable" if lam < mu * (1 - delta) else "indeterminate")
+        out.update(rho=cap.rho, verdict=cap.verdict)
     mg1 = _mg1_prediction(spec, lam, b)
     if mg1 is not None:
         out["mg1"] = mg1
@@ -244,9 +231,12 @@ def _arrival_rate(wl, requests) -> float | None:
 
 def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
     """One request at a time with fixed lengths and Poisson arrivals is exactly M/G/1."""
+    from llmqueue.theory.replica import one_at_a_time
+
     cfg = spec.engine
     wl = spec.workload
-    if cfg.max_num_seqs != 1 or wl is None or lam is None or spec.step_time.drift_sd > 0:
+    model = spec.step_time
+    if cfg.max_num_seqs != 1 or wl is None or lam is None or getattr(model, "drift_sd", 0) > 0:
         return None
     arrival = getattr(wl, "arrival", None)
     if type(arrival).__name__ != "Poisson":
@@ -254,24 +244,14 @@ def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
     p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
     if type(p).__name__ != "Fixed" or type(o).__name__ != "Fixed":
         return None
-    s, out = int(p.mean()), int(o.mean())
-    k = math.ceil(s / min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 10**18)) + out - 1
-    noise = spec.step_time.noise
-    if noise == "none":
-        scv_step = 0.0
-    elif noise == "exp":
-        scv_step = 1.0
-    else:
-        scv_step = spec.step_time.noise_cv ** 2
-    scv = scv_step / k  # sum of k i.i.d. steps
-    from llmqueue.theory.classic import mg1
-
-    mu = 1.0 / (k * b)
-    if lam >= mu:
-        return {"model": "M/G/1", "mu": mu, "rho": lam / mu, "stable": False}
-    r = mg1(lam=lam, mu=mu, scv_s=scv)
-    return {"model": "M/G/1 (one request at a time)", "service_steps": k, "scv_s": scv, "mu": mu, "rho": r.rho,
-            "mean_e2el_ms": r.W * 1e3, "mean_queue_ms": r.Wq * 1e3}
+    noise = getattr(model, "noise", "none")
+    scv_step = {"none": 0.0, "exp": 1.0}.get(noise, getattr(model, "noise_cv", 0.0) ** 2)
+    r = one_at_a_time(lam=lam, b=b, prompt_tokens=int(p.mean()), output_tokens=int(o.mean()),
+                      chunk=min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 10**18), scv_step=scv_step)
+    if not r.stable:
+        return {"model": "M/G/1", "mu": r.mu, "rho": r.rho, "stable": False}
+    return {"model": "M/G/1 (one request at a time)", "service_steps": r.service_steps, "scv_s": r.scv_s, "mu": r.mu,
+            "rho": r.rho, "mean_e2el_ms": r.mean_e2el_ms, "mean_queue_ms": r.mean_queue_ms}
 
 
 def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:

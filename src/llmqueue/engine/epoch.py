@@ -33,9 +33,8 @@ MAX_CHUNK = 50_000  # arrivals considered per epoch, at most
 
 def epoch_eligible(rep) -> bool:
     """Can ``rep`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
-    m = rep.model
     cfg = rep.cfg
-    return (rep._stream is not None and m.is_constant and rep.noise is None and rep.drift is None
+    return (rep._stream is not None and rep._b0 > 0 and rep.noise is None and rep.drift is None
             and not rep.timeout_s and not rep.ttft_timeout_s and not cfg.max_waiting and not cfg.enable_prefix_caching
             and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s)
 
@@ -49,7 +48,7 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
     """
     if rep._arrivals or rep.deadlines:
         return None
-    b = rep.model.c0
+    b = rep._b0
     cfg = rep.cfg
     bs = rep.bs
     stream = rep._stream

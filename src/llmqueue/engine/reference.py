@@ -31,7 +31,7 @@ import math
 
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.scheduler import Scheduler
-from llmqueue.engine.step_time import parse_step_time
+from llmqueue.engine.step_time import drift_stream, noise_stream, parse_step_time
 from llmqueue.errors import InputError
 
 DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
@@ -50,8 +50,8 @@ class ReferenceReplica:
                  on_finish=None, on_step=None, on_sample=None, sample_dt: float = 0.0):
         self.config = config
         self.model = parse_step_time(step_time)
-        self.noise = self.model.noise_stream(seed)
-        self.drift = self.model.drift_stream(seed)
+        self.noise = noise_stream(self.model, seed)
+        self.drift = drift_stream(self.model, seed)
         self.scheduler = Scheduler(config, hash_block_tokens=hash_block_tokens)
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}

@@ -40,7 +40,8 @@ from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
-from llmqueue.engine.step_time import parse_step_time
+from llmqueue.engine.step_time import (StepTimeModel, constant_step, drift_stream, linear_decode, noise_stream,
+                                         parse_step_time)
 from llmqueue.errors import InputError
 
 WAITING, RUNNING, PREEMPTED, FINISHED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
@@ -61,15 +62,16 @@ class Replica:
                  sample_dt: float = 0.0, horizon: float = math.inf, progress=None):
         self.cfg = config
         self.model = parse_step_time(step_time)
-        self._b0 = self.model.c0 if self.model.is_constant else 0.0  # a constant step time
-        self.noise = self.model.noise_stream(seed)
-        self.drift = self.model.drift_stream(seed)
-        # no noise, no drift and a positive fixed cost: a step's duration is the model's price of
-        # its composition (never zero: the coefficients are non-negative)
         m = self.model
-        self._plain = (self.noise is None and self.drift is None
+        self._b0 = constant_step(m) or 0.0  # a constant step time
+        self._lin = linear_decode(m)         # decode steps linear in their composition
+        self.noise = noise_stream(m, seed)
+        self.drift = drift_stream(m, seed)
+        # no noise, no drift and a positive fixed cost: a step's duration is the model's price of
+        # its composition (never zero: the built-in models' coefficients are non-negative)
+        self._plain = (self.noise is None and self.drift is None and isinstance(m, StepTimeModel)
                        and (m.c0 > 0 if m.roofline is None else m.roofline[0] > 0))
-        self._price = self.model.base
+        self._price = m.base
         self.bs = config.block_size
         self.total_blocks = config.num_kv_blocks
         self.free = config.num_kv_blocks
@@ -1006,9 +1008,8 @@ class Replica:
         if self.drift is not None:  # a drifting engine: the stretch ends after its speed window
             t_stop = min(t_stop, self.drift.next_boundary(t))
             speed = self.drift.at(t)
-        model = self.model
-        if model.is_constant and self.noise is None:
-            b = model.c0 * speed
+        if self._b0 and self.noise is None:
+            b = self._b0 * speed
             if t_stop < math.inf:
                 k_t = max(1, math.ceil((t_stop - t) / b - 1e-9))
                 while t + (k_t - 1) * b >= t_stop and k_t > 1:
@@ -1019,11 +1020,12 @@ class Replica:
             else:
                 k = k_max
             dur = k * b
-        elif model.roofline is None and self.noise is None:
+        elif self._lin is not None and self.noise is None:
             # linear: step j of the stretch lasts A + G j (the context grows by n a step), so the
             # first k steps last A k + G k (k - 1) / 2: the stopping step is a quadratic's root
-            A = speed * (model.c0 + model.c_decode * n + model.c_ctx * (self.sum_dbase + n * self.D + n))
-            G = speed * model.c_ctx * n
+            a, per_seq, per_ctx = self._lin
+            A = speed * (a + per_seq * n + per_ctx * (self.sum_dbase + n * self.D + n))
+            G = speed * per_ctx * n
             if A <= 0:
                 return self.step(t)
             if t_stop < math.inf:
@@ -1075,10 +1077,9 @@ class Replica:
 
     def _sample_stretch(self, t: float, k: int, n: int) -> None:
         """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated."""
-        model = self.model
         speed = self.drift.at(t) if self.drift is not None else 1.0
-        if model.is_constant and self.noise is None:
-            ends = t + model.c0 * speed * np.arange(1, k + 1)
+        if self._b0 and self.noise is None:
+            ends = t + self._b0 * speed * np.arange(1, k + 1)
         else:
             ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
         used0 = self.total_blocks - self.free

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -43,6 +44,97 @@ from llmqueue._validate import finite, nonnegative, positive
 from llmqueue.errors import InputError
 
 _NOISES = ("none", "exp", "gamma", "lognormal")
+
+
+@runtime_checkable
+class StepTime(Protocol):
+    """What a replica asks of a step-time model: the duration of one step from its composition.
+
+    ``base(prefill_tokens, decode_seqs, context_tokens)``: seconds for a step that computes
+    ``prefill_tokens`` prompt (or recomputed) tokens and ``decode_seqs`` one-token decodes attending
+    over ``context_tokens`` KV tokens in all; ``decode_stretch(n, ctx0, k)``: the durations of ``k``
+    consecutive decode-only steps of ``n`` sequences whose context starts at ``ctx0`` and grows by
+    ``n`` a step (``[base(0, n, ctx0 + n j) for j in range(k)]``, vectorized); ``spec``: a name.
+
+    Optional, found with :func:`getattr` (a model without them is priced step by step):
+    ``constant_step`` (seconds, when every step lasts the same), ``linear_decode`` (``(a, per_seq,
+    per_ctx)`` when a decode-only step lasts ``a + per_seq n + per_ctx C``: stretches in closed
+    form), ``noise_stream(seed)`` / ``drift_stream(seed)`` (see :func:`with_noise`, :func:`with_drift`).
+    A new model is one class with these methods, usable wherever a step-time model is.
+    """
+
+    spec: str
+
+    def base(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float: ...
+
+    def decode_stretch(self, n: int, ctx0: int, k: int) -> np.ndarray: ...
+
+
+def constant_step(model) -> float | None:
+    """The model's constant step time ``b`` (seconds), or None when steps vary."""
+    return getattr(model, "constant_step", None)
+
+
+def linear_decode(model) -> tuple | None:
+    """``(a, per_seq, per_ctx)`` when a decode-only step lasts ``a + per_seq n + per_ctx C``."""
+    return getattr(model, "linear_decode", None)
+
+
+def noise_stream(model, seed):
+    f = getattr(model, "noise_stream", None)
+    return f(seed) if f is not None else None
+
+
+def drift_stream(model, seed):
+    f = getattr(model, "drift_stream", None)
+    return f(seed) if f is not None else None
+
+
+class Perturbed:
+    """Any step-time model with step noise and/or engine-speed drift around it (a wrapper): the
+    same prices, and the replicas draw the noise factors per step and the drift factors per window
+    from seeded streams, as for the built-in models' ``:noise=`` and ``:drift=`` suffixes."""
+
+    def __init__(self, inner, *, noise: str = "none", noise_cv: float = 0.0, drift_sd: float = 0.0,
+                 drift_span_s: float = 10.0):
+        if noise not in _NOISES:
+            raise InputError("noise", f"unknown noise {noise!r}", f"choose one of: {', '.join(_NOISES)}")
+        if noise in ("gamma", "lognormal"):
+            positive("noise_cv", noise_cv)
+        self.inner = inner
+        self.noise, self.noise_cv = noise, noise_cv
+        self.drift_sd, self.drift_span_s = nonnegative("drift", drift_sd), positive("span", drift_span_s)
+        self.spec = inner.spec + (f":noise={noise}" + (f":cv={noise_cv:g}" if noise in ("gamma", "lognormal") else "")
+                                  if noise != "none" else "") + (
+            f":drift={drift_sd:g}:span={drift_span_s:g}" if drift_sd > 0 else "")
+        self.constant_step = constant_step(inner)
+        self.linear_decode = linear_decode(inner)
+
+    def base(self, prefill_tokens, decode_seqs, context_tokens):
+        return self.inner.base(prefill_tokens, decode_seqs, context_tokens)
+
+    def decode_stretch(self, n, ctx0, k):
+        return self.inner.decode_stretch(n, ctx0, k)
+
+    def noise_stream(self, seed):
+        return NoiseStream(self.noise, self.noise_cv, seed) if self.noise != "none" else None
+
+    def drift_stream(self, seed):
+        return DriftStream(self.drift_sd, self.drift_span_s, seed) if self.drift_sd > 0 else None
+
+
+def with_noise(model, kind: str, cv: float = 0.0) -> Perturbed:
+    """``model`` with mean-one noise on every step (``exp``, or ``gamma``/``lognormal`` with CV ``cv``)."""
+    if isinstance(model, Perturbed):
+        return Perturbed(model.inner, noise=kind, noise_cv=cv, drift_sd=model.drift_sd, drift_span_s=model.drift_span_s)
+    return Perturbed(model, noise=kind, noise_cv=cv)
+
+
+def with_drift(model, sd: float, span_s: float = 10.0) -> Perturbed:
+    """``model`` with the engine's speed drifting by ``sd`` (CV) over windows of ``span_s`` seconds."""
+    if isinstance(model, Perturbed):
+        return Perturbed(model.inner, noise=model.noise, noise_cv=model.noise_cv, drift_sd=sd, drift_span_s=span_s)
+    return Perturbed(model, drift_sd=sd, drift_span_s=span_s)
 
 
 @dataclass(frozen=True)
@@ -67,6 +159,16 @@ class StepTimeModel:
     @property
     def is_constant(self) -> bool:
         return self.roofline is None and self.c_prefill == 0 and self.c_decode == 0 and self.c_ctx == 0
+
+    @property
+    def constant_step(self) -> float | None:
+        """``b`` when every step lasts the same (noise aside), else None."""
+        return self.c0 if self.is_constant else None
+
+    @property
+    def linear_decode(self) -> tuple | None:
+        """``(a, per_seq, per_ctx)`` of a decode-only step, for a linear (or constant) model."""
+        return (self.c0, self.c_decode, self.c_ctx) if self.roofline is None else None
 
     @property
     def noisy(self) -> bool:
@@ -261,7 +363,7 @@ def _split_suffixes(parts: list[str], field: str, s: str):
 
 def parse_step_time(spec, field: str = "step_time") -> StepTimeModel:
     """Parse a step-time spec (see the module docstring); a bare number is a constant."""
-    if isinstance(spec, StepTimeModel):
+    if isinstance(spec, (StepTimeModel, Perturbed)) or (not isinstance(spec, (str, int, float)) and isinstance(spec, StepTime)):
         return spec
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         b = positive(field, spec)

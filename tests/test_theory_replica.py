@@ -1,0 +1,38 @@
+"""Closed forms of one replica (llmqueue.theory.replica) against hand arithmetic and textbook queues."""
+
+import pytest
+
+from llmqueue.theory.replica import one_at_a_time, replica_capacity
+from llmqueue.workload import parse_length
+
+
+def test_slot_and_budget_bounds_by_hand():
+    # s = 1000, o = 200, chunk 512: ceil(1000/512) + 199 = 201 steps a request, b = 0.03
+    cap = replica_capacity(b=0.03, max_num_seqs=64, max_num_batched_tokens=512, prompt_tokens=[1000] * 4,
+                           output_tokens=[200] * 4, lam=5.0)
+    assert cap.mu_seqs == pytest.approx(64 / (0.03 * 201))
+    assert cap.mu_tokens == pytest.approx(512 / (0.03 * 1199))
+    assert cap.mu_kv is None and cap.mu == pytest.approx(min(cap.mu_seqs, cap.mu_tokens))
+    assert cap.binding == "max_num_seqs" and cap.rho == pytest.approx(5.0 * 0.03 * 201 / 64) and cap.verdict == "stable"
+    assert replica_capacity(b=0.03, max_num_seqs=64, max_num_batched_tokens=512, prompt_tokens=[1000],
+                            output_tokens=[200], lam=11.0).verdict == "unstable"
+
+
+def test_the_kv_bound_is_seed_004s_and_binds_in_its_setting():
+    # seed 004's 1:1 setting: mu = 3.263 req/s in the paper's theory
+    p = o = parse_length("uniform:10:1600")
+    cap = replica_capacity(b=0.0372, max_num_seqs=256, max_num_batched_tokens=512, prompt_tokens=[805] * 10,
+                           output_tokens=[805] * 10, M=131000, prompt=p, output=o, lam=3.0)
+    assert cap.binding == "KV cache (seed 004)" and cap.mu == pytest.approx(3.263, rel=2e-3)
+    assert cap.verdict in ("stable", "indeterminate") and cap.delta is not None
+
+
+def test_one_at_a_time_is_mm1_with_exponential_one_step_service():
+    # one step per request, exponential steps of mean 0.1 s: M/M/1, W = 1 / (mu - lam) = 0.5 s at lam 8
+    r = one_at_a_time(lam=8.0, b=0.1, prompt_tokens=1, output_tokens=1, chunk=512, scv_step=1.0)
+    assert r.stable and r.service_steps == 1 and r.mean_e2el_ms == pytest.approx(500.0)
+    # k deterministic steps: M/D/1, W = k b + rho k b / (2 (1 - rho))
+    r = one_at_a_time(lam=2.0, b=0.1, prompt_tokens=1, output_tokens=3, chunk=512)
+    rho = 2.0 * 0.3
+    assert r.mean_e2el_ms == pytest.approx(1e3 * (0.3 + rho * 0.3 / (2 * (1 - rho))))
+    assert not one_at_a_time(lam=4.0, b=0.1, prompt_tokens=1, output_tokens=3, chunk=512).stable
