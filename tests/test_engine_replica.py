@@ -106,3 +106,15 @@ def test_a_fed_stream_holds_only_the_requests_in_flight():
     alive = sum(isinstance(o, Request) for o in gc.get_objects())
     assert alive <= 10, alive
     assert peak[0] < 2000  # a stable run: a few hundred in the system at once
+
+
+def test_the_readme_example_of_a_replica_on_a_shared_clock_runs_as_printed(capsys):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Replica(" in b)
+    exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.split("\n")
+    said = [c.split(":")[0].strip() for c in re.findall(r"# (.*)", block) if c[:1].isdigit() or c.startswith("ok")]
+    assert [p.strip() for p in printed if p.strip()] == said

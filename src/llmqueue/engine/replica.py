@@ -281,7 +281,7 @@ class Replica:
                     t = t2
                 iters += 1
                 if not iters & 1023:
-                    if len(self._step_buf) > 65536:
+                    if len(self._step_buf) > 8192:
                         self._flush_steps()
                     if progress is not None:
                         progress(t)
