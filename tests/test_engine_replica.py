@@ -118,3 +118,27 @@ def test_the_readme_example_of_a_replica_on_a_shared_clock_runs_as_printed(capsy
     printed = capsys.readouterr().out.split("\n")
     said = [c.split(":")[0].strip() for c in re.findall(r"# (.*)", block) if c[:1].isdigit() or c.startswith("ok")]
     assert [p.strip() for p in printed if p.strip()] == said
+
+
+def test_early_stop_ends_a_certainly_overloaded_run_and_leaves_a_stable_one_alone():
+    from llmqueue.engine.options import SimOptions
+
+    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
+
+    def run(rate, early):
+        reqs = Workload(f"poisson:{rate}", prompt="uniform:10:1600", output="uniform:10:1600").generate(seed=2, duration=1800)
+        return simulate(cfg, 0.0372, reqs, options=SimOptions(horizon_s=1800, early_stop=early))
+
+    # seed 004's 1:1 setting, mu = 3.263 req/s: at 3x the queue grows by ~2/3 of the arrivals
+    over = run(10.0, True)
+    assert over.stopped_early_s is not None and 360 <= over.stopped_early_s < 400  # a fifth of the horizon
+    assert over.horizon_s == over.stopped_early_s
+    assert np.nanmax(over.requests["arrival_s"]) <= over.stopped_early_s
+    assert (over.requests["status"] == "unfinished").sum() > 2000  # the queue it left behind
+    # at 0.8x it runs to the end, and slicing the run changes nothing
+    calm, whole = run(2.6, True), run(2.6, False)
+    assert calm.stopped_early_s is None and calm.horizon_s == 1800
+    for c in ("request_id", "status", "output_tokens", "preemptions"):
+        assert (calm.requests[c] == whole.requests[c]).all(), c
+    np.testing.assert_allclose(calm.requests["finish_s"], whole.requests["finish_s"], rtol=1e-9)
+    assert calm.num_steps == whole.num_steps

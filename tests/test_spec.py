@@ -75,6 +75,7 @@ OVERRIDES = [
     ("seed", ["--seed", "7"], lambda s: s.seed == 7 and s.options.seed == 7),
     ("warmup", ["--warmup", "10"], lambda s: s.warmup_s == 10),
     ("sample_dt", ["--sample-dt", "0.5"], lambda s: s.options.sample_dt == 0.5),
+    ("early_stop", ["--early-stop"], lambda s: s.options.early_stop is True),
     ("slo_ttft_ms", ["--slo-ttft-ms", "500"],
      lambda s: s.slos["default"] == {"p99_tpot_ms": pytest.approx(50.0), "ttft_ms": 500.0}),
     ("slo_tpot_ms", ["--slo-tpot-ms", "80"],

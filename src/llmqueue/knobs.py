@@ -149,6 +149,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("warmup", float, 0.0, "Seconds left out of the statistics.", unit="s", group="run",
          scenario="run.warmup_s", ge=0),
     Knob("sample_dt", float, 1.0, "Time-series sampling interval.", unit="s", group="run", scenario="spec", gt=0),
+    Knob("early_stop", bool, False, "Stop an overloaded run once its outcome is certain: after a fifth of the "
+         "duration, when the number in the system grew in each of the last five of fifty slices, by at least a "
+         "tenth of their arrivals, past twice max_num_seqs. The summary says when it stopped.", group="run",
+         scenario="spec"),
     Knob("slo_ttft_ms", float, None, "SLO on TTFT: simulate counts goodput against it (a scenario's targets on "
          "TTFT are replaced); sweep and capacity judge the --percentile.", unit="ms", group="run",
          scenario="slos", ge=0),

@@ -283,6 +283,11 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
     ts = TimeSeries.from_columns(res.timeseries)
     summary = summarize(recs, steps=steps, timeseries=ts, warmup_s=spec.warmup_s, horizon_s=res.horizon_s,
                         slos=spec.slos, kv_capacity=None if spec.kv_unlimited else spec.engine.capacity_tokens)
+    if res.stopped_early_s is not None:
+        H = spec.duration_s if spec.duration_s is not None else opts.horizon_s
+        summary["stopped_early_s"] = res.stopped_early_s
+        summary["verdict"] = (f"{summary.get('verdict')} (stopped early at {res.stopped_early_s:.0f} s of {H:g} s: "
+                              "the queue grew by a tenth of the arrivals or more, slice after slice)")
     summary["wall_s"] = res.wall_s
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps

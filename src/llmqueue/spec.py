@@ -111,7 +111,7 @@ def build_spec(**flags):
     wl, requests, hash_ids = workload_from_flags(**{k: f[k] for k in ("trace", "arrival", "prompt", "output",
                                                                         "lengths", "num_requests", "duration")})
     slos = {m: f[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if f[f"slo_{m}"] is not None} or None
-    opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids,
+    opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids, early_stop=f["early_stop"],
                       hash_block_tokens=f["prefix_block_tokens"])
     return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
                    num_requests=None if requests is not None else f["num_requests"],
@@ -184,6 +184,8 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.options.hash_block_tokens = knobs["prefix_block_tokens"]
     if knobs.get("sample_dt") is not None:
         spec.options.sample_dt = knobs["sample_dt"]
+    if knobs.get("early_stop") is not None:
+        spec.options.early_stop = knobs["early_stop"]
     thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
     if thresholds:
         spec.slos = _with_thresholds(spec.slos, classes, thresholds)

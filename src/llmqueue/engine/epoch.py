@@ -140,6 +140,7 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
         return None
     _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks)
     taken_until = lo + int(np.searchsorted(k_arr, K, side="left"))
+    rep.arrived += taken_until - lo
     rep._seek(taken_until)
     return t0 + K * b, taken_until - lo, full
 

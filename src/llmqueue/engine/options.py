@@ -27,6 +27,8 @@ class SimOptions:
     ``seed``: seeds the step-time noise and drift streams.
     ``hash_ids``: per request, its prompt's prefix-unit ids (or None), for prefix caching;
     ``hash_block_tokens``: tokens per unit (Mooncake traces: 512).
+    ``early_stop``: stop a run with a horizon once it is certainly overloaded (see
+    :func:`llmqueue.engine.run.simulate`); the result's ``stopped_early_s`` says when.
     """
 
     horizon_s: float | None = None
@@ -39,3 +41,4 @@ class SimOptions:
     progress: Callable | None = None
     hash_ids: list | None = None
     hash_block_tokens: int = 512
+    early_stop: bool = False

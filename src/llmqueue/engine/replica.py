@@ -126,6 +126,7 @@ class Replica:
         self.clock = 0.0  # the latest time advanced to (now may pass it: a step ends at or after it)
         self.steps_taken = 0
         self.stretches = 0
+        self.arrived = 0  # requests that arrived (epochs' included)
         self.epoch_steps = 0
         self.use_epochs = True
         self.on_records = None  # columns of requests an epoch finished without making them objects
@@ -345,6 +346,7 @@ class Replica:
                 return
 
     def _arrive(self, r) -> None:
+        self.arrived += 1
         cfg = self.cfg
         s, o = r.num_prompt_tokens, r.max_tokens
         if s < 1 or o < 1:

@@ -31,6 +31,7 @@ class SimResult:
     epoch_steps: int = 0
     reject_reasons: dict = field(default_factory=dict)
     capacity_tokens: int = 0
+    stopped_early_s: float | None = None  # set when an early-stopping run stopped (its horizon then)
 
 
 def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions | None = None,
@@ -88,7 +89,14 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     else:
         rep.feed(stream)
     horizon = opt.horizon_s if opt.horizon_s is not None else math.inf
-    rep.run(horizon)
+    stopped = None
+    if opt.early_stop and horizon < math.inf and not reference:
+        stopped = _run_until_certain(rep, horizon, config.max_num_seqs, lambda: len(done) + sum(
+            len(c["seq"]) for c in chunks))
+        if stopped is not None:
+            horizon = stopped
+    else:
+        rep.run(horizon)
     left = rep.in_system()
     for r in left:
         r.outcome = "unfinished"
@@ -108,7 +116,33 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                      wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
                      stretches=getattr(rep, "stretches", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                      reject_reasons={r.seq: r.reason for r in rows if r.reason},
-                     capacity_tokens=config.capacity_tokens)
+                     capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
+
+
+SLICES = 50        # an early-stopping run is checked at 50 equal slices of its horizon
+GROWING_SLICES = 5  # ... and stops when the number in the system grew in each of the last five
+
+
+def _run_until_certain(rep, horizon: float, max_num_seqs: int, departed) -> float | None:
+    """Run ``rep`` to ``horizon`` in slices; stop at the end of a slice once the run is certainly
+    overloaded: at least a fifth of the horizon has passed, and the number in the system (arrived
+    minus departed) grew in each of the last ``GROWING_SLICES`` slices, by at least a tenth of their
+    arrivals in all, to more than twice ``max_num_seqs`` (a queue absorbing a tenth of the offered
+    load, slice after slice, is unstable: ``lam - mu >= lam / 10``). Returns the stop time, or None."""
+    dt = horizon / SLICES
+    history = []  # (arrived, in system) at each slice's end
+    for j in range(1, SLICES + 1):
+        rep.run(min(horizon, j * dt))
+        arrived = rep.arrived
+        history.append((arrived, arrived - departed()))
+        if j >= SLICES // 5 and len(history) > GROWING_SLICES:
+            last = history[-GROWING_SLICES - 1:]
+            grew = all(b[1] > a[1] for a, b in zip(last, last[1:]))
+            growth = last[-1][1] - last[0][1]
+            arrivals = last[-1][0] - last[0][0]
+            if grew and growth >= 0.1 * arrivals and last[-1][1] > 2 * max_num_seqs and j < SLICES:
+                return rep.now
+    return None
 
 
 def _horizon(horizon: float, req: dict) -> float:
