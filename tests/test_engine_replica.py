@@ -142,3 +142,21 @@ def test_early_stop_ends_a_certainly_overloaded_run_and_leaves_a_stable_one_alon
         assert (calm.requests[c] == whole.requests[c]).all(), c
     np.testing.assert_allclose(calm.requests["finish_s"], whole.requests["finish_s"], rtol=1e-9)
     assert calm.num_steps == whole.num_steps
+
+
+def test_events_out_first_tokens_and_preemptions_as_they_happen():
+    cfg = EngineConfig.from_capacity(700, block_size=4, max_num_batched_tokens=128, max_num_seqs=32)
+    reqs = _stream(n=300)
+    seen = {}
+    for rep_cls in (Replica, ReferenceReplica):
+        first, pre, done = [], [], []
+        rep = rep_cls(cfg, 0.02, on_finish=done.append, on_preempt=lambda r: pre.append((r.seq, r.num_preemptions)),
+                      on_first_token=lambda r: first.append((r.seq, r.first_token_time)))
+        rep.feed(RequestStream(reqs)) if rep_cls is Replica else [rep.submit(r) for r in RequestStream(reqs).requests()]
+        rep.run()
+        assert sorted(first) == sorted((r.seq, r.first_token_time) for r in done)  # one each, at its time
+        assert len(pre) == sum(r.num_preemptions for r in done) > 0
+        seen[rep_cls] = (sorted(first), sorted(pre))
+    (f1, p1), (f2, p2) = seen[Replica], seen[ReferenceReplica]
+    assert [s for s, _ in f1] == [s for s, _ in f2] and p1 == p2
+    np.testing.assert_allclose([t for _, t in f1], [t for _, t in f2], rtol=1e-9)

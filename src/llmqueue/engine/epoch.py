@@ -35,6 +35,7 @@ def epoch_eligible(rep) -> bool:
     """Can ``rep`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
     cfg = rep.cfg
     return (rep._stream is not None and rep._b0 > 0 and rep.noise is None and rep.drift is None
+            and rep.on_first_token is None
             and not rep.timeout_s and not rep.ttft_timeout_s and not cfg.max_waiting and not cfg.enable_prefix_caching
             and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s)
 

@@ -41,13 +41,15 @@ class ReferenceReplica:
     """One replica on a shared clock (see the module docstring).
 
     ``timeout_s`` / ``ttft_timeout_s``: per class, the client's deadlines (seconds from arrival).
-    ``on_finish(request)``: called when a request leaves (its ``outcome`` set). ``on_step(row)`` and
+    ``on_finish(request)``: called when a request leaves (its ``outcome`` set); ``on_first_token``
+    and ``on_preempt``: as a request's first token comes and as it is preempted. ``on_step(row)`` and
     ``on_sample(row)``: the step records and time-series rows as they happen (``sample_dt`` 0: none).
     """
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None,
-                 on_finish=None, on_step=None, on_sample=None, sample_dt: float = 0.0):
+                 on_finish=None, on_first_token=None, on_preempt=None, on_step=None, on_sample=None,
+                 sample_dt: float = 0.0):
         self.config = config
         self.model = parse_step_time(step_time)
         self.noise = noise_stream(self.model, seed)
@@ -56,6 +58,8 @@ class ReferenceReplica:
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
         self.on_finish = on_finish or (lambda r: None)
+        self.on_first_token = on_first_token
+        self.on_preempt = on_preempt
         self.on_step = on_step or (lambda row: None)
         self.on_sample = on_sample
         self.sample_dt = sample_dt
@@ -231,11 +235,11 @@ class ReferenceReplica:
         """Schedule a step starting at ``t``: ``(output, start, end)``, or None when nothing can run."""
         s = self.scheduler
         out = s.schedule()
-        preempted = len(out.preempted)
+        preempted = self._preempted(out)
         while not out.scheduled and out.preempted:
             # everything scheduled was preempted: the freed blocks let the next pass admit work
             out = s.schedule()
-            preempted += len(out.preempted)
+            preempted += self._preempted(out)
         if not out.scheduled:
             return None
         for r, _ in out.scheduled:
@@ -250,8 +254,19 @@ class ReferenceReplica:
         self.steps_taken += 1
         return out, t, end
 
+    def _preempted(self, out) -> int:
+        if self.on_preempt is not None:
+            for v in out.preempted:
+                self.on_preempt(v)
+        return len(out.preempted)
+
     def _end_step(self, out, end: float) -> None:
-        for r in self.scheduler.update_from_output(out, end):
+        finished = self.scheduler.update_from_output(out, end)
+        if self.on_first_token is not None:
+            for r, _ in out.scheduled:
+                if r.first_token_time == end and r.num_output_tokens == 1:
+                    self.on_first_token(r)
+        for r in finished:
             self._finish(r, "ok", end)
 
     def _duration(self, out, t: float) -> float:

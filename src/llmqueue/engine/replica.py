@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
+from llmqueue.engine.kv_cache_manager import cdiv
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
@@ -54,12 +55,15 @@ class Replica:
     """Fast simulation of one replica (see the module docstring).
 
     ``timeout_s`` / ``ttft_timeout_s``: per class, the client's deadlines. ``on_finish(request)``:
-    called as each request leaves (``outcome`` set). ``sample_dt``: time-series interval (0: none).
+    called as each request leaves (``outcome`` set); ``on_first_token(request)``: as a request's
+    first token comes (its ``first_token_time``); ``on_preempt(request)``: as a request is preempted.
+    ``sample_dt``: time-series interval (0: none).
     """
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
-                 sample_dt: float = 0.0, horizon: float = math.inf, progress=None):
+                 on_first_token=None, on_preempt=None, sample_dt: float = 0.0, horizon: float = math.inf,
+                 progress=None):
         self.cfg = config
         self.model = parse_step_time(step_time)
         m = self.model
@@ -78,11 +82,14 @@ class Replica:
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
         self.on_finish = on_finish or (lambda r: None)
+        self.on_first_token = on_first_token
+        self.on_preempt = on_preempt
         self.sample_dt = sample_dt
         self.horizon = horizon
         self.progress = progress
         self.max_total = min(config.max_model_len or 10**18, config.capacity_tokens)
         self.victim = victim_policy(config.preemption)
+        self._thr = config.long_prefill_token_threshold
         self.waiting = RequestQueue(config.policy)
         # --- prefix caching -------------------------------------------------------------------
         self.pc = None
@@ -448,6 +455,13 @@ class Replica:
         del self.order[r]
         self._release(r)
 
+    def _ask(self, r, computed: int) -> int:
+        """Tokens ``r`` asks for in one step before the budget: the rest of its sequence after
+        ``computed`` tokens, capped at ``long_prefill_token_threshold`` (vLLM's order: the cap first)."""
+        new = r.num_prompt_tokens + r.num_output_tokens - computed
+        thr = self._thr
+        return thr if 0 < thr < new else new
+
     def _admit_head(self, budget: int):
         """vLLM's admission of the waiting head with ``budget`` tokens left in the step: returns
         ``(request, new_tokens)`` after allocating its blocks (and its prefix-cache hits), or None
@@ -462,24 +476,21 @@ class Replica:
         if pc is not None and comp == 0 and r.hash_ids:
             k, extra = pc.lookup(r.hash_ids, (r.num_prompt_tokens - 1) // self.H)
             comp = k * self.H
-        new = r.num_prompt_tokens + r.num_output_tokens - comp
-        thr = cfg.long_prefill_token_threshold
-        if thr and new > thr:
-            new = thr
+        new = self._ask(r, comp)
         if not cfg.enable_chunked_prefill and new > budget:
             return None
         if new > budget:
             new = budget
         held = self.blocks.get(r, 0) + (k * self.ub if k else 0)
         bs = self.bs
-        need = -(-(comp + new) // bs) - held
+        need = cdiv(comp + new, bs) - held
         gate = need
         if cfg.scheduler_reserve_full_isl:
             # the whole sequence so far (prompt + tokens generated before a preemption) must fit
             full = r.num_prompt_tokens + r.num_output_tokens
             if cfg.max_model_len and full > cfg.max_model_len:
                 full = cfg.max_model_len
-            g = -(-full // bs) - held
+            g = cdiv(full, bs) - held
             if g > gate:
                 gate = g
         if gate + extra > self.free:
@@ -514,6 +525,8 @@ class Replica:
         r.num_output_tokens = o
         if o == 1:
             r.first_token_time = t_end
+            if self.on_first_token is not None:
+                self.on_first_token(r)
         return 2 if o == r.max_tokens else 1
 
     def _register_units(self, r) -> None:
@@ -564,7 +577,7 @@ class Replica:
         c = db + self.D
         r.num_computed_tokens = c
         r.num_output_tokens = ob + self.D
-        self.blocks[r] = -(-c // self.bs)
+        self.blocks[r] = cdiv(c, self.bs)
 
     def _materialize_all(self) -> None:
         for r in list(self.dbase):
@@ -642,7 +655,7 @@ class Replica:
             c = db + D
             r.num_computed_tokens = c
             r.num_output_tokens = ob + D
-            self.free += -(-c // bs)
+            self.free += cdiv(c, bs)
             del order[r]
             r.status = FINISHED
             r.outcome = "ok"
@@ -654,7 +667,6 @@ class Replica:
     def step(self, t: float) -> float:
         cfg = self.cfg
         B = cfg.max_num_batched_tokens
-        thr = cfg.long_prefill_token_threshold
         n = len(self.dbase)
         need_dec = self.hist[(-self.D) % self.bs] if n else 0
         plan = []
@@ -665,19 +677,18 @@ class Replica:
         blocks_needed = need_dec
         blocks = self.blocks
         bs = self.bs
+        ask = self._ask
         if not exact:
             for r in self.prefilling:
                 c = r.num_computed_tokens
-                new = r.num_prompt_tokens + r.num_output_tokens - c
-                if thr and new > thr:
-                    new = thr
+                new = ask(r, c)
                 demand += new
                 if new > budget:
                     new = budget
                 if new <= 0:
                     break
                 budget -= new
-                blocks_needed += -(-(c + new) // bs) - blocks[r]
+                blocks_needed += cdiv(c + new, bs) - blocks[r]
                 plan.append((r, new))
             inverted = self._inverted() if (demand > B or blocks_needed > self.free) else False
             if inverted:
@@ -686,7 +697,7 @@ class Replica:
                 # out of KV blocks: preempt from the tail. While the victims are prefilling requests
                 # (they come after every decoder), the outcome does not depend on the decoders'
                 # order and is computed here; otherwise the exact step decides.
-                tail = (self._preempt_tail(n, need_dec, B - n, thr)
+                tail = (self._preempt_tail(n, need_dec, B - n)
                         if n and cfg.preemption == "newest" and self.pc is None else None)
                 if tail is None:
                     exact = True
@@ -697,11 +708,11 @@ class Replica:
             return self._exact_step(t)
         if preempted:
             for r, new in plan:
-                blocks[r] = -(-(r.num_computed_tokens + new) // bs)
+                blocks[r] = cdiv(r.num_computed_tokens + new, bs)
         else:
             self._alloc(blocks_needed)
             for r, new in plan:
-                blocks[r] = -(-(r.num_computed_tokens + new) // bs)
+                blocks[r] = cdiv(r.num_computed_tokens + new, bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
         while not preempted and budget > 0 and self.waiting and len(self.order) < cfg.max_num_seqs:
             got = self._admit_head(budget)
@@ -753,7 +764,7 @@ class Replica:
                     self.late.add(r)
         return t_end
 
-    def _preempt_tail(self, n: int, need_dec: int, budget: int, thr: int):
+    def _preempt_tail(self, n: int, need_dec: int, budget: int):
         """vLLM's walk when blocks run out and every prefilling request comes after the decoders:
         decoders allocate first, preempting prefilling requests from the tail as needed, then the
         remaining prefilling requests take their chunks in order, preempting the tail when short.
@@ -780,7 +791,7 @@ class Replica:
                 if v not in dbase:
                     continue  # a prefilling request (they all come after the decoders here)
                 c = dbase[v] + D
-                avail += -(-c // bs)
+                avail += cdiv(c, bs)
                 if c % bs == 0:
                     need_dec -= 1
                 victims.append(v)
@@ -799,12 +810,10 @@ class Replica:
         while idx < len(pf) and budget > 0:
             r = pf[idx]
             c = r.num_computed_tokens
-            new = r.num_prompt_tokens + r.num_output_tokens - c
-            if thr and new > thr:
-                new = thr
+            new = self._ask(r, c)
             if new > budget:
                 new = budget
-            need = -(-(c + new) // bs) - blocks[r]
+            need = cdiv(c + new, bs) - blocks[r]
             gone = False
             while need > free:
                 v = pf.pop()
@@ -833,6 +842,8 @@ class Replica:
         v.num_preemptions += 1
         v.status = PREEMPTED
         self.waiting.prepend(v)
+        if self.on_preempt is not None:
+            self.on_preempt(v)
 
     # =============================================================================================
     # the exact step: vLLM's schedule() on the materialized running list
@@ -846,7 +857,6 @@ class Replica:
     def _exact_schedule(self):
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
-        thr = cfg.long_prefill_token_threshold
         running = self.running
         blocks = self.blocks
         bs = self.bs
@@ -856,14 +866,12 @@ class Replica:
         while k < len(running) and budget > 0:
             r = running[k]
             c = r.num_computed_tokens
-            new = r.num_prompt_tokens + r.num_output_tokens - c
-            if thr and new > thr:
-                new = thr
+            new = self._ask(r, c)
             if new > budget:
                 new = budget
             ok = True
             while True:
-                need = -(-(c + new) // bs) - blocks[r]
+                need = cdiv(c + new, bs) - blocks[r]
                 if need <= self.free:
                     self._alloc(need)
                     blocks[r] += need
@@ -884,6 +892,8 @@ class Replica:
                 v.num_preemptions += 1
                 v.status = PREEMPTED
                 self.waiting.prepend(v)
+                if self.on_preempt is not None:
+                    self.on_preempt(v)
                 preempted += 1
                 if v is r:
                     ok = False
@@ -951,14 +961,12 @@ class Replica:
         if self.pc is not None:
             return False  # with prefix caching the admission check needs the cache: take a step
         c = r.num_computed_tokens
-        new = r.num_prompt_tokens + r.num_output_tokens - c
-        if cfg.long_prefill_token_threshold and new > cfg.long_prefill_token_threshold:
-            new = cfg.long_prefill_token_threshold
+        new = self._ask(r, c)
         if not cfg.enable_chunked_prefill and new > budget:
             return True
         if new > budget:
             new = budget
-        if -(-(c + new) // self.bs) - self.blocks.get(r, 0) > self.free:
+        if cdiv(c + new, self.bs) - self.blocks.get(r, 0) > self.free:
             return True
         return False  # the head can be admitted now: take a normal step
 
