@@ -29,12 +29,12 @@ from __future__ import annotations
 import heapq
 import math
 
+from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.scheduler import Scheduler
 from llmqueue.engine.step_time import drift_stream, noise_stream, parse_step_time
 from llmqueue.errors import InputError
 
-DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
 
 
 class ReferenceReplica:
@@ -71,7 +71,6 @@ class ReferenceReplica:
         self._deadlines: list = []  # (time, kind, seq, request)
         self._deadline_of: dict = {}  # request -> {kind: time}
         self._pending = None        # a step scheduled but not yet ended: (output, start, end)
-        self.max_total = min(config.max_model_len or 10**18, config.capacity_tokens)
 
     # -- the shared clock ------------------------------------------------------------------------
     def submit(self, request) -> None:
@@ -169,34 +168,12 @@ class ReferenceReplica:
             self._arrive(heapq.heappop(a)[3])
 
     def _arrive(self, r) -> None:
-        cfg = self.config
-        s, o = r.num_prompt_tokens, r.max_tokens
-        q = self.scheduler.waiting
-        why = None
-        if s < 1 or o < 1:
-            why = "empty prompt or output"
-        elif s + o > self.max_total:
-            why = (f"prompt+output {s + o} > max_model_len {cfg.max_model_len}"
-                   if cfg.max_model_len and s + o > cfg.max_model_len
-                   else f"prompt+output {s + o} exceeds the KV cache ({cfg.capacity_tokens} tokens)")
-        elif cfg.max_waiting and len(q) >= cfg.max_waiting:
-            why = "waiting queue full"
-        elif cfg.class_max_waiting.get(r.class_name) and q.count(r.class_name) >= cfg.class_max_waiting[r.class_name]:
-            why = f"waiting queue of class {r.class_name} full"
+        why = reject_reason(self.config, r, self.scheduler.waiting)
         if why is not None:
             r.status = RequestStatus.FINISHED
             return self._finish(r, "rejected", r.arrival_time, why)
         self.scheduler.add_request(r)
-        marks = {}
-        to = self.timeout_s.get(r.class_name)
-        if to:
-            marks[DEADLINE_TOTAL] = r.arrival_time + to
-        tt = self.ttft_timeout_s.get(r.class_name)
-        if tt:
-            marks[DEADLINE_TTFT] = r.arrival_time + tt
-        qt = cfg.class_max_queue_time_s.get(r.class_name) or cfg.max_queue_time_s
-        if qt:
-            marks[DEADLINE_SHED] = r.arrival_time + qt
+        marks = deadlines(self.config, r, self.timeout_s, self.ttft_timeout_s)
         for kind, when in marks.items():
             heapq.heappush(self._deadlines, (when, kind, r.seq, r))
         if marks:
@@ -219,12 +196,7 @@ class ReferenceReplica:
             self._finish(r, "timeout", when)
 
     def _finish(self, r, outcome: str, t: float, reason: str | None = None) -> None:
-        marks = self._deadline_of.pop(r, None)
-        if outcome == "ok" and marks:
-            late = [d for k, d in marks.items() if (k == DEADLINE_TOTAL and d < t)
-                    or (k == DEADLINE_TTFT and d < r.first_token_time)]
-            if late:
-                outcome, t = "timeout", min(late)
+        outcome, t = late_outcome(self._deadline_of.pop(r, None), r, outcome, t)
         r.outcome = outcome
         r.finish_time = t
         r.reason = reason

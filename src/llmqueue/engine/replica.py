@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
+from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
 from llmqueue.engine.kv_cache_manager import cdiv
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import RequestStatus
@@ -47,7 +48,6 @@ from llmqueue.errors import InputError
 
 WAITING, RUNNING, PREEMPTED, FINISHED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
                                         RequestStatus.FINISHED)
-DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
 NAN = math.nan
 
 
@@ -81,6 +81,8 @@ class Replica:
         self.free = config.num_kv_blocks
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
+        self._deadlines_on = bool(self.timeout_s or self.ttft_timeout_s or config.max_queue_time_s
+                                  or config.class_max_queue_time_s)
         self.on_finish = on_finish or (lambda r: None)
         self.on_first_token = on_first_token
         self.on_preempt = on_preempt
@@ -354,34 +356,13 @@ class Replica:
 
     def _arrive(self, r) -> None:
         self.arrived += 1
-        cfg = self.cfg
-        s, o = r.num_prompt_tokens, r.max_tokens
-        if s < 1 or o < 1:
-            return self._reject(r, "empty prompt or output")
-        if s + o > self.max_total:
-            return self._reject(r, f"prompt+output {s + o} > max_model_len {cfg.max_model_len}"
-                                if cfg.max_model_len and s + o > cfg.max_model_len
-                                else f"prompt+output {s + o} exceeds the KV cache ({cfg.capacity_tokens} tokens)")
-        q = self.waiting
-        if cfg.max_waiting and len(q) >= cfg.max_waiting:
-            return self._reject(r, "waiting queue full")
-        if cfg.class_max_waiting:
-            cap = cfg.class_max_waiting.get(r.class_name)
-            if cap and q.count(r.class_name) >= cap:
-                return self._reject(r, f"waiting queue of class {r.class_name} full")
+        why = reject_reason(self.cfg, r, self.waiting)
+        if why is not None:
+            return self._reject(r, why)
         r.status = WAITING
-        q.add(r)
-        if self.timeout_s or self.ttft_timeout_s or cfg.max_queue_time_s or cfg.class_max_queue_time_s:
-            marks = {}
-            to = self.timeout_s.get(r.class_name)
-            if to:
-                marks[DEADLINE_TOTAL] = r.arrival_time + to
-            tt = self.ttft_timeout_s.get(r.class_name)
-            if tt:
-                marks[DEADLINE_TTFT] = r.arrival_time + tt
-            qt = cfg.class_max_queue_time_s.get(r.class_name) or cfg.max_queue_time_s
-            if qt:
-                marks[DEADLINE_SHED] = r.arrival_time + qt
+        self.waiting.add(r)
+        if self._deadlines_on:
+            marks = deadlines(self.cfg, r, self.timeout_s, self.ttft_timeout_s)
             for kind, when in marks.items():
                 heapq.heappush(self.deadlines, (when, kind, r.seq, r))
             if marks:
@@ -417,12 +398,7 @@ class Replica:
     def _end(self, r, outcome: str, t: float, reason: str | None = None) -> None:
         """``r`` (already FINISHED, its blocks freed) leaves: ok, or a late timeout, or as given."""
         if self.dl:
-            marks = self.dl.pop(r, None)
-            if outcome == "ok" and marks:
-                late = [d for k, d in marks.items() if (k == DEADLINE_TOTAL and d < t)
-                        or (k == DEADLINE_TTFT and d < r.first_token_time)]
-                if late:
-                    outcome, t = "timeout", min(late)
+            outcome, t = late_outcome(self.dl.pop(r, None), r, outcome, t)
         r.outcome = outcome
         r.finish_time = t
         r.reason = reason
