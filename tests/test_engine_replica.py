@@ -19,6 +19,10 @@ def _stream(n=400, rate=30.0, seed=3):
     return Workload(f"poisson:{rate}", prompt="uniform:1:300", output="uniform:1:120").generate(seed=seed, n=n)
 
 
+def _copy(r):
+    return Request(r.request_id, r.arrival_time, r.num_prompt_tokens, r.max_tokens, seq=r.seq)
+
+
 def _drive(rep_cls, cfg, step, reqs, *, dt=None):
     """Submit each request only once the replica has been advanced to its arrival (as a fleet
     would), optionally advancing in slices of ``dt`` too; returns the records."""
@@ -26,8 +30,8 @@ def _drive(rep_cls, cfg, step, reqs, *, dt=None):
     rep = rep_cls(cfg, step, on_finish=done.append)
     for r in RequestStream(reqs).requests():
         if dt is not None:
-            while rep.now + dt < r.arrival_time:
-                rep.advance(rep.now + dt)
+            while rep.clock + dt < r.arrival_time:
+                rep.advance(rep.clock + dt)
         rep.advance(r.arrival_time)
         rep.submit(r)
     rep.advance(math.inf)
@@ -160,3 +164,29 @@ def test_events_out_first_tokens_and_preemptions_as_they_happen():
     (f1, p1), (f2, p2) = seen[Replica], seen[ReferenceReplica]
     assert [s for s, _ in f1] == [s for s, _ in f2] and p1 == p2
     np.testing.assert_allclose([t for _, t in f1], [t for _, t in f2], rtol=1e-9)
+
+
+@pytest.mark.parametrize("step", ["0.02", "linear:c0=0.005:prefill=2e-5:decode=3e-4:ctx=1e-7", "exp:0.02"])
+def test_both_replicas_show_the_same_state_at_any_time(step):
+    """Advanced to the same times (arrivals submitted as they come, and random times between),
+    the fast replica and the reference show the same state, including a step in progress."""
+    cfg = EngineConfig.from_capacity(900, block_size=4, max_num_batched_tokens=96, max_num_seqs=16)
+    reqs = _stream(n=250, rate=25.0, seed=7)
+    rng = np.random.default_rng(1)
+    reps = [Replica(cfg, step, seed=3), ReferenceReplica(cfg, step, seed=3)]
+    keys = ("num_waiting", "num_running", "kv_blocks_used", "queued_prefill_tokens")
+    checks = busy = 0
+    for r in RequestStream(reqs).requests():
+        for t in sorted(rng.uniform(reps[0].clock, r.arrival_time, 2)) + [r.arrival_time]:
+            for rep in reps:
+                rep.advance(t)
+            a, b = (rep.state() for rep in reps)
+            assert {k: a[k] for k in keys} == {k: b[k] for k in keys}, t
+            assert reps[0].next_event_time() == pytest.approx(reps[1].next_event_time(), rel=1e-9, abs=1e-12)
+            checks += 1
+            busy += reps[1]._pending is not None
+        for rep, twin in zip(reps, (r, _copy(r))):  # each replica gets its own Request object
+            rep.submit(twin)
+    for rep in reps:
+        rep.advance(math.inf)
+    assert checks > 700 and busy > 300

@@ -110,7 +110,8 @@ class ReferenceReplica:
                 continue
             nxt = self._next_external()
             if nxt > until or nxt == math.inf:
-                self._sample_until(until)
+                if until < math.inf:
+                    self._sample_until(until)
                 return
             self._sample_until(nxt)
             self.now = nxt

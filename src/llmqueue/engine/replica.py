@@ -132,7 +132,9 @@ class Replica:
         self.running: list = []       # the materialized running list of an exact step
         # --- records ---------------------------------------------------------------------------------
         self.now = 0.0
-        self.clock = 0.0  # the latest time advanced to (now may pass it: a step ends at or after it)
+        self.clock = 0.0     # the latest time advanced to
+        self._hold = None    # while advancing: the time a step may start by
+        self._pending = None  # a step begun by `clock` that ends after it: (end, apply, args)
         self.steps_taken = 0
         self.stretches = 0
         self.arrived = 0  # requests that arrived (epochs' included)
@@ -203,15 +205,35 @@ class Replica:
     def next_event_time(self) -> float:
         """When this replica next changes state: now if it has work, else the next arrival or
         deadline (``inf`` when none)."""
+        if self._pending is not None:
+            return self._pending[0]
         if self.order or self.waiting:
             return self.now
         return self._next_external()
 
     def advance(self, until: float) -> None:
-        """Run the steps that start before ``until`` (a step, or a stretch of decode steps, that
-        starts before it ends whole, at the first step boundary at or after it)."""
+        """Run up to ``until``: the steps that end by then are applied; a step that starts by then
+        but ends later stays in progress (its schedule is visible in :meth:`state`, its tokens
+        and completions come when a later call passes its end), as in the reference replica."""
         self.clock = max(self.clock, until)
-        self.run(until, stop_idle_at=until)
+        if self._pending is not None:
+            end, apply, args = self._pending
+            if end > until:
+                return
+            self._pending = None
+            apply(*args)
+            self.now = end
+        import gc
+
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._hold = until
+            self._run(until, until)
+        finally:
+            self._hold = None
+            if enabled:
+                gc.enable()
 
     def run(self, horizon: float = math.inf, stop_idle_at: float | None = None) -> None:
         """Run until every submitted request is done, or until ``horizon``: steps start only
@@ -232,7 +254,8 @@ class Replica:
         t = self.now
         progress = self.progress
         iters = 0
-        use_epochs = self.use_epochs and self.on_records is not None and epoch_eligible(self)
+        hold = self._hold  # advance(): steps that start by `hold` begin; one that ends after it waits
+        use_epochs = hold is None and self.use_epochs and self.on_records is not None and epoch_eligible(self)
         backoff = fails = 0
         chunk = 256
         saved = self.horizon
@@ -240,7 +263,7 @@ class Replica:
         try:
             deadlines = self.deadlines
             arrivals = self._arrivals
-            while t < horizon:
+            while t < horizon or (hold is not None and t == hold):
                 if self._st_next <= t or (arrivals and arrivals[0][0] <= t):
                     self._take_arrivals(t)
                 if deadlines and deadlines[0][0] <= t:
@@ -277,10 +300,12 @@ class Replica:
                         t2 = self.stretch(t)
                     else:
                         t2 = self.step(t)
+                    if self._pending is not None:
+                        break  # a step in progress at `hold`
                 if t2 == t:
                     nxt = self._next_external()
                     if nxt == math.inf or (stop_idle_at is not None and nxt > stop_idle_at):
-                        if stop_idle_at is not None and nxt != math.inf:
+                        if stop_idle_at is not None and stop_idle_at < math.inf:
                             self._sample_until(min(stop_idle_at, horizon), len(self.waiting), len(self.order),
                                                (self.total_blocks - self.free) * self.bs)
                         break
@@ -307,10 +332,13 @@ class Replica:
         and in service), the cached prefix units."""
         arrived = [e[3] for e in self._arrivals if e[0] <= self.clock]  # not yet seen by the scheduler
         queued = sum(r.num_tokens - r.num_computed_tokens for r in (*self.waiting, *arrived))
-        prefilling = sum(r.num_tokens - r.num_computed_tokens for r in self.prefilling)
+        exact = self._pending is not None and self._pending[1] == self._exact_end
+        running = self.running if exact else self.order  # an exact step in progress: its running list
+        prefilling = sum(r.num_tokens - r.num_computed_tokens for r in running
+                         if r not in self.dbase and not r.is_decoding)
         pc = self.pc
         return {"time": max(self.now, self.clock), "num_waiting": len(self.waiting) + len(arrived),
-                "num_running": len(self.order),
+                "num_running": len(running),
                 "kv_blocks_used": self.total_blocks - self.free, "kv_blocks_free": self.free,
                 "queued_prefill_tokens": queued + prefilling,
                 "cached_prefix_units": frozenset(pc.ref) | frozenset(pc.evictable) if pc else frozenset()}
@@ -723,7 +751,14 @@ class Replica:
             self._sample_until(t_end, nw, len(self.order), used)
         self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1))
         self.steps_taken += 1
-        # apply: decoders advance (D += 1), then the planned chunks
+        if self._hold is not None and t_end > self._hold:
+            self._pending = (t_end, self._apply_plan, (plan, n, t_end))
+            return t_end
+        self._apply_plan(plan, n, t_end)
+        return t_end
+
+    def _apply_plan(self, plan: list, n: int, t_end: float) -> None:
+        """The end of an aggregated step: decoders advance (D += 1), then the planned chunks."""
         if n:
             self.D += 1
             if self.fin[0][0] <= self.D:
@@ -738,7 +773,6 @@ class Replica:
                 self._add_decoder(r)
                 if self.prefilling and min(self.prefilling.values()) < s:
                     self.late.add(r)
-        return t_end
 
     def _preempt_tail(self, n: int, need_dec: int, budget: int):
         """vLLM's walk when blocks run out and every prefilling request comes after the decoders:
@@ -826,9 +860,7 @@ class Replica:
     def _exact_step(self, t: float) -> float:
         self._materialize_all()
         self.running = list(self.order)
-        t_end = self._exact(t)
-        self._rebuild()
-        return t_end
+        return self._exact(t)
 
     def _exact_schedule(self):
         cfg = self.cfg
@@ -897,7 +929,13 @@ class Replica:
             scheduled, more = self._exact_schedule()
             preempted += more
         if not scheduled:
+            self._rebuild()
             return t
+        order = self.order  # the running order as scheduled (what _rebuild keeps)
+        for r in self.running:
+            if r not in order:
+                self.seq += 1
+                order[r] = self.seq
         prefill = decode = context = 0
         for r, new in scheduled:
             if r.first_scheduled_time != r.first_scheduled_time:
@@ -915,11 +953,19 @@ class Replica:
         self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used,
                                preempted, 1))
         self.steps_taken += 1
+        if self._hold is not None and t_end > self._hold:
+            self._pending = (t_end, self._exact_end, (scheduled, t_end))
+            return t_end
+        self._exact_end(scheduled, t_end)
+        return t_end
+
+    def _exact_end(self, scheduled: list, t_end: float) -> None:
+        """The end of an exact step: the scheduled tokens are computed; back to the aggregated form."""
         for r, new in scheduled:
             if self._advance(r, new, t_end) == 2:
                 self.running.remove(r)
                 self._finish(r, t_end)
-        return t_end
+        self._rebuild()
 
     # =============================================================================================
     # a stretch of decode-only steps in one jump
@@ -1039,6 +1085,23 @@ class Replica:
                 k = k_max
             dur = float(ends[k - 1] - t)
             if (durs[:k] <= 0).any():
+                return self.step(t)
+        hold = self._hold
+        if hold is not None and t + dur > hold:
+            # advancing to `hold`: only the steps that end by it (the one across it is taken alone)
+            if self._b0 and self.noise is None:
+                while k > 0 and t + k * b > hold:
+                    k -= 1
+                dur = k * b
+            elif self._lin is not None and self.noise is None:
+                while k > 0 and t + A * k + G * k * (k - 1) / 2 > hold:
+                    k -= 1
+                dur = A * k + G * k * (k - 1) / 2
+            else:
+                while k > 0 and ends[k - 1] > hold:
+                    k -= 1
+                dur = float(ends[k - 1] - t) if k else 0.0
+            if k == 0:
                 return self.step(t)
         alloc = self._blocks_in(k)
         t_end = t + dur
