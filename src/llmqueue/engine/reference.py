@@ -73,9 +73,13 @@ class ReferenceReplica:
         self._pending = None        # a step scheduled but not yet ended: (output, start, end)
 
     # -- the shared clock ------------------------------------------------------------------------
-    def submit(self, request) -> None:
-        """Hand over a request that arrives at ``request.arrival_time`` (not before ``now``)."""
-        heapq.heappush(self._arrivals, (request.arrival_time, request.attempt > 1, request.seq, request))
+    def submit(self, request, at: float | None = None) -> None:
+        """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
+        dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
+        if at is not None:
+            request.dispatch_time = at
+        t = request.arrival_time if at is None else at
+        heapq.heappush(self._arrivals, (t, request.attempt > 1, request.seq, request))
 
     def next_event_time(self) -> float:
         """When this replica next changes state: the end of the step in progress, else the next

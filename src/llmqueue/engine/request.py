@@ -52,6 +52,7 @@ class Request:
     num_output_tokens: int = 0
     num_preemptions: int = 0
     num_cached_tokens: int = -1
+    dispatch_time: float = NAN  # when a gateway handed it to the replica (NaN: at its arrival)
     first_scheduled_time: float = NAN
     first_token_time: float = NAN
     finish_time: float = NAN

@@ -165,7 +165,7 @@ def request_columns(rows, replica: int = 0) -> dict:
         "request_id": col("request_id", np.int64),
         "class": np.asarray(list(map(attrgetter("class_name"), rows)), dtype=object),
         "arrival_s": arrival,
-        "dispatched_s": arrival.copy(),
+        "dispatched_s": np.where(np.isnan(dispatch := col("dispatch_time", np.float64)), arrival, dispatch),
         "first_scheduled_s": col("first_scheduled_time", np.float64),
         "first_token_s": col("first_token_time", np.float64),
         "finish_s": col("finish_time", np.float64),
@@ -204,3 +204,8 @@ def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
     from llmqueue.engine.replica import _columns as columns
 
     return columns(rows, names, float_names)
+
+
+def _concat_steps(parts: list, names: tuple) -> dict:
+    """Step or time-series columns of several replicas, one after another (``replica`` kept)."""
+    return {name: np.concatenate([p[name] for p in parts]) for name in (*names, "replica")}
