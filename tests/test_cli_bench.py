@@ -187,8 +187,13 @@ def test_sigkill_keeps_every_written_batch(tmp_path):
     from llmqueue.records.journal import read_table
 
     tok = read_table(out_dir / "tokens.parquet").to_pydict()
-    assert set(tok["request_id"]) == set(r["request_id"].tolist())
-    assert len(tok["t_s"]) == 10 * len(r)  # ten chunks per finished request
+    # every written record has its ten chunk times (a token batch is written before its records,
+    # so a kill between the two writes can leave one batch of times whose records never came)
+    per = {}
+    for rid in tok["request_id"]:
+        per[rid] = per.get(rid, 0) + 1
+    assert set(r["request_id"].tolist()) <= set(per) and all(n == 10 for n in per.values())
+    assert len(per) - len(r) <= 25  # at most one flush (a second of 20 req/s) ahead
     assert {p.name for p in finish_run(out_dir)} == {"requests.parquet", "tokens.parquet"}
     assert len(read_records(out_dir / "requests.parquet")) == len(r)
 

@@ -952,13 +952,14 @@ class _Run:
         return {"request_id": rid, "attempt": att, "index": index, "t_s": t}
 
     def _write_batch(self, a: int, b: int, t) -> None:
-        """Append attempts [a, b) to the Parquet files (runs in a worker thread)."""
-        self.writer.write("requests", self.columns(a, b))
+        """Append attempts [a, b) to the Parquet files (runs in a worker thread): their token times
+        first, so that a client killed between the two writes never leaves a record without them."""
         tc = self.token_columns(a, b, t)
         if len(tc["t_s"]):
             import pyarrow as pa
 
             self.tok_writer.write_table(pa.table(tc, schema=_TOKEN_SCHEMA()))
+        self.writer.write("requests", self.columns(a, b))
 
     async def flush(self) -> None:
         """Write the attempts finished since the last flush (in a thread: the loop keeps sending).
