@@ -72,3 +72,33 @@ def test_bad_fleet_input_is_one_line():
         simulate_fleet(cfg, 0.1, reqs, replicas=2, router="nearest")
     with pytest.raises(InputError, match="replicas"):
         simulate_fleet(cfg, 0.1, reqs, replicas=0)
+
+
+@pytest.mark.parametrize("router,theory_w", [("central", 1.4444), ("random", 3.0)])
+def test_the_command_line_fleet_meets_its_queueing_model(capsys, router, theory_w):
+    """issue's command: one request at a time, exponential steps, 3 replicas, Poisson 2 req/s."""
+    import json
+
+    from llmqueue.cli.main import main
+
+    code = main(["simulate", "--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1", "--step-time",
+                 "exp:1", "--arrival", "poisson:2", "--num-requests", "60000", "--replicas", "3", "--router", router,
+                 "--seed", "3", "--json", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    d = json.loads(out)
+    lo, hi = d["mean_e2el_ms_ci"]
+    assert lo <= theory_w * 1e3 <= hi, (lo, hi)
+    assert d["theory"]["per_replica"] == "lam / 3 replicas" and d["theory"]["rho"] == pytest.approx(2 / 3)
+    if router == "central":
+        assert d["theory"]["mg1"]["model"].startswith("M/M/3") and d["theory"]["mg1"]["mean_e2el_ms"] == pytest.approx(
+            1444.44, abs=0.01)
+
+
+def test_the_command_line_refuses_what_a_fleet_does_not_model_yet(capsys):
+    from llmqueue.cli.main import main
+
+    code = main(["simulate", "--capacity-tokens", "1000", "--step-time", "0.01", "--prompt", "fixed:1", "--output",
+                 "fixed:1", "--arrival", "poisson:1", "--duration", "5", "--replicas", "2", "--early-stop", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--replicas" in err[0] and "--early-stop" in err[0], err

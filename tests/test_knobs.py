@@ -111,5 +111,5 @@ def test_flag_defaults_refuses_unknown_and_file_only_knobs():
     assert flag_defaults(max_num_seqs=4)["max_num_seqs"] == 4
     with pytest.raises(InputError, match="bogus: is not a flag"):
         flag_defaults(bogus=1)
-    with pytest.raises(InputError, match="replicas: is set in scenario files only"):
-        flag_defaults(replicas=2)
+    with pytest.raises(InputError, match="preemption_mode: is set in scenario files only"):
+        flag_defaults(preemption_mode="recompute")  # replicas became a flag with the fleet

@@ -53,6 +53,8 @@ class SimSpec:
     kv_unlimited: bool = False
     notes: list = field(default_factory=list)
     predictor_cv: float = 0.0  # srpt: predicted output = true output x lognormal noise (mean 1, this CV)
+    replicas: int = 1          # a fleet of this many replicas of ``engine`` on one clock
+    router: str = "random"     # how the fleet routes (llmqueue.cluster.routers)
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
@@ -177,6 +179,9 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     wl = spec.workload
     dists = _length_dists(wl)
     lam = _arrival_rate(wl, requests)
+    if lam is not None and spec.replicas > 1:
+        lam = lam / spec.replicas  # each replica's share (every router spreads the load evenly)
+        out["per_replica"] = f"lam / {spec.replicas} replicas"
     if dists is None:
         s = np.asarray(requests.prompt_tokens, dtype=np.float64)
         o = np.asarray(requests.output_tokens, dtype=np.float64)
@@ -191,10 +196,31 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     out.update(mu_seqs=cap.mu_seqs, mu_tokens=cap.mu_tokens, mu=cap.mu, binding=cap.binding)
     if lam is not None:
         out.update(rho=cap.rho, verdict=cap.verdict)
-    mg1 = _mg1_prediction(spec, lam, b)
+    mg1 = _mg1_prediction(spec, lam, b) if spec.replicas == 1 else _mmc_prediction(spec, lam, b)
     if mg1 is not None:
         out["mg1"] = mg1
     return out
+
+
+def _mmc_prediction(spec: SimSpec, lam, b) -> dict | None:
+    """A central queue before c replicas serving one request at a time, one exponential step each
+    (prompt and output of one token), Poisson arrivals: exactly M/M/c (Erlang C)."""
+    from llmqueue.theory.classic import mmc
+
+    cfg = spec.engine
+    wl = spec.workload
+    if (spec.router != "central" or cfg.max_num_seqs != 1 or wl is None or lam is None
+            or getattr(spec.step_time, "noise", "none") != "exp" or type(getattr(wl, "arrival", None)).__name__ != "Poisson"):
+        return None
+    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
+    if type(p).__name__ != "Fixed" or type(o).__name__ != "Fixed" or p.mean() > cfg.max_num_batched_tokens or o.mean() != 1:
+        return None
+    c = spec.replicas
+    if lam * c >= c / b:
+        return {"model": f"M/M/{c}", "mu": 1 / b, "rho": lam * b, "stable": False}
+    r = mmc(lam=lam * c, mu=1 / b, c=c)
+    return {"model": f"M/M/{c} (central queue, one request at a time)", "mu": 1 / b, "rho": r.rho,
+            "P_wait": r.P_wait, "mean_e2el_ms": r.W * 1e3, "mean_queue_ms": r.Wq * 1e3}
 
 
 def _length_dists(wl):
@@ -274,7 +300,10 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
                             (float(requests.arrival_s[-1]) if len(requests) else 0.0))
         opts.progress = bar.update_to
     try:
-        res = simulate(spec.engine, spec.step_time, requests, options=opts)
+        if spec.replicas > 1:
+            res = _simulate_fleet(spec, requests, opts)
+        else:
+            res = simulate(spec.engine, spec.step_time, requests, options=opts)
     finally:
         if bar is not None:
             bar.close()
@@ -308,6 +337,22 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
     if spec.notes:
         summary["notes"] = list(spec.notes)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
+
+
+def _simulate_fleet(spec: SimSpec, requests, opts):
+    """``spec.replicas`` replicas behind ``spec.router`` (:func:`llmqueue.cluster.simulate_fleet`)."""
+    from llmqueue.cluster import simulate_fleet
+
+    missing = [name for name, on in (("client timeouts", opts.timeout_s or opts.ttft_timeout_s),
+                                     ("retries", opts.retry is not None),
+                                     ("prefix caching", spec.engine.enable_prefix_caching),
+                                     ("srpt predictions", opts.predicted_output is not None),
+                                     ("--early-stop", opts.early_stop)) if on]
+    if missing:
+        raise InputError("replicas", f"a fleet does not model {', '.join(missing)} yet",
+                         "drop --replicas (one replica models them), or drop those")
+    return simulate_fleet(spec.engine, spec.step_time, requests, replicas=spec.replicas, router=spec.router,
+                          seed=spec.seed, horizon_s=opts.horizon_s, sample_dt=opts.sample_dt)
 
 
 def _reason_kind(reason: str) -> str:

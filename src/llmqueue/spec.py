@@ -116,7 +116,8 @@ def build_spec(**flags):
     return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
                    num_requests=None if requests is not None else f["num_requests"],
                    duration_s=f["duration"], seed=f["seed"], warmup_s=f["warmup"], slos=slos, options=opts,
-                   kv_unlimited=unlimited, predictor_cv=f["srpt_predictor_cv"])
+                   kv_unlimited=unlimited, predictor_cv=f["srpt_predictor_cv"], replicas=f["replicas"],
+                   router=f["router"])
 
 
 def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, lengths=None, num_requests=None,
@@ -186,6 +187,7 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.options.sample_dt = knobs["sample_dt"]
     if knobs.get("early_stop") is not None:
         spec.options.early_stop = knobs["early_stop"]
+
     thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
     if thresholds:
         spec.slos = _with_thresholds(spec.slos, classes, thresholds)

@@ -94,7 +94,9 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         if th.get("rho") is not None:
             trows += [("rho = lam / mu", th["rho"]), ("theory verdict", th.get("verdict"))]
         if "mg1" in th and "mean_e2el_ms" in th["mg1"]:
-            trows.append(("M/G/1 mean E2EL (ms)", th["mg1"]["mean_e2el_ms"]))
+            trows.append((th["mg1"]["model"].split(" ")[0] + " mean E2EL (ms)", th["mg1"]["mean_e2el_ms"]))
+        if th.get("per_replica"):
+            trows.append(("per replica", th["per_replica"]))
         if "note" in th:
             trows.append(("note", th["note"]))
         print_kv(trows, title="\nTheory")
