@@ -1,8 +1,14 @@
 """One serving replica simulated at step (iteration) granularity with vLLM v1's semantics.
 
 - :class:`EngineConfig`: the knobs (vLLM's names).
-- :mod:`step_time`: how long a step takes (constant, linear, roofline, fitted; optional noise).
-- :class:`Replica`: the fast simulator; :class:`ReferenceReplica`: the plain stepper it is tested against.
+- the nouns, one per module in vLLM v1's names: :mod:`request` (``Request``), :mod:`request_queue`,
+  :mod:`policies` (ordering and preemption-victim objects), :mod:`kv_cache_manager`,
+  :mod:`scheduler` (``Scheduler.schedule() -> SchedulerOutput``), :mod:`stream`, :mod:`admission`.
+- :mod:`step_time`: the step-time protocol and its models (constant, linear, roofline, fitted;
+  noise and drift as wrappers).
+- :class:`~llmqueue.engine.reference.ReferenceReplica`: the executable specification, built from
+  the nouns; :class:`~llmqueue.engine.replica.Replica`: the fast replica on the same nouns, tested
+  for equal records. Both step on a shared clock (``submit``, ``advance``, ``state``).
 - :func:`simulate`: run either on a request stream and return the records.
 """
 

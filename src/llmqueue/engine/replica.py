@@ -239,7 +239,7 @@ class Replica:
             if enabled:
                 gc.enable()
 
-    def run(self, horizon: float = math.inf, stop_idle_at: float | None = None) -> None:
+    def run(self, horizon: float = math.inf) -> None:
         """Run until every submitted request is done, or until ``horizon``: steps start only
         before it."""
         import gc
@@ -247,7 +247,7 @@ class Replica:
         enabled = gc.isenabled()
         gc.disable()  # the loop allocates many small objects and frees none of them in cycles
         try:
-            self._run(min(horizon, self.horizon), stop_idle_at)
+            self._run(min(horizon, self.horizon), None)
         finally:
             if enabled:
                 gc.enable()
