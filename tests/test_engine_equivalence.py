@@ -79,8 +79,8 @@ def _compare(a, b):
         assert (ta[c] == tb[c]).all(), c
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_fast_path_equals_reference(seed):
+@pytest.mark.parametrize("seed", [*range(40), 10136])  # 10136: an epoch admitting two requests in one
+def test_fast_path_equals_reference(seed):                 # step under SJF (their running order decides a victim)
     cfg, step, reqs, opts = _scenario(seed)
     fast = simulate(cfg, step, reqs, options=opts)
     ref = simulate(cfg, step, reqs, options=opts, reference=True)

@@ -217,9 +217,16 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
             fin = oa[live] - ob
             make = rep._stream.make
             order, dbase, obase, dfin, heap = rep.order, rep.dbase, rep.obase, rep.dfin, rep.fin
+            key = rep.waiting.policy.key
+            admitted = []
             for i, k, c, p, dbi, obi, fi in zip(ids[live].tolist(), k0[live].tolist(), comp.tolist(),
                                                 produced.tolist(), db.tolist(), ob.tolist(), fin.tolist()):
                 r = make(i)
+                admitted.append((k, key(r), r, c, p, dbi, obi, fi))  # the queue's key as it was admitted
+            # the running order is the admission order: by step, and within a step by the waiting
+            # queue's order (the policy's key), which decides the preemption victims later
+            admitted.sort(key=lambda x: x[:2])
+            for k, _, r, c, p, dbi, obi, fi in admitted:
                 r.first_scheduled_time = t0 + k * b
                 r.first_token_time = t0 + (k + 1) * b
                 r.num_output_tokens = p

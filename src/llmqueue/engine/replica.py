@@ -847,7 +847,7 @@ class Replica:
         return plan, budget, preempted
 
     def _preempt(self, v) -> None:
-        """Preempt running prefilling request ``v`` (recompute), whose blocks the caller counts
+        """Preempt running request ``v`` (recompute), whose blocks the caller has freed or counts
         as freed: back to the waiting queue's front."""
         del self.order[v]
         self.prefilling.pop(v, None)
@@ -898,14 +898,8 @@ class Replica:
                             break
                     k -= 1
                 del running[pos]
-                self.order.pop(v, None)
                 self._release(v)
-                v.num_computed_tokens = 0
-                v.num_preemptions += 1
-                v.status = PREEMPTED
-                self.waiting.prepend(v)
-                if self.on_preempt is not None:
-                    self.on_preempt(v)
+                self._preempt(v)
                 preempted += 1
                 if v is r:
                     ok = False
