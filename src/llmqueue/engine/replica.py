@@ -31,6 +31,7 @@ are the reference's (see its module docstring).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -490,17 +491,7 @@ class Replica:
         if new > budget:
             new = budget
         held = self.blocks.get(r, 0) + (k * self.ub if k else 0)
-        bs = self.bs
-        need = cdiv(comp + new, bs) - held
-        gate = need
-        if cfg.scheduler_reserve_full_isl:
-            # the whole sequence so far (prompt + tokens generated before a preemption) must fit
-            full = r.num_prompt_tokens + r.num_output_tokens
-            if cfg.max_model_len and full > cfg.max_model_len:
-                full = cfg.max_model_len
-            g = cdiv(full, bs) - held
-            if g > gate:
-                gate = g
+        need, gate = self._admit_blocks(r, comp, new, held)
         if gate + extra > self.free:
             return None
         self.waiting.pop()
@@ -986,9 +977,25 @@ class Replica:
             return True
         if new > budget:
             new = budget
-        if cdiv(c + new, self.bs) - self.blocks.get(r, 0) > self.free:
-            return True
-        return False  # the head can be admitted now: take a normal step
+        # else the head can be admitted now: take a normal step
+        return self._admit_blocks(r, c, new, self.blocks.get(r, 0))[1] > self.free
+
+    def _admit_blocks(self, r, comp: int, new: int, held: int) -> tuple:
+        """``(need, gate)`` for admitting waiting ``r`` (``comp`` tokens computed or cached, ``new``
+        scheduled, ``held`` blocks already its own): the blocks its chunk allocates, and the free
+        blocks admission requires: the chunk's, or with ``scheduler_reserve_full_isl`` (vLLM's
+        gate) those of its whole sequence so far (prompt + tokens generated before a preemption)."""
+        bs = self.bs
+        need = cdiv(comp + new, bs) - held
+        cfg = self.cfg
+        if cfg.scheduler_reserve_full_isl:
+            full = r.num_prompt_tokens + r.num_output_tokens
+            if cfg.max_model_len and full > cfg.max_model_len:
+                full = cfg.max_model_len
+            g = cdiv(full, bs) - held
+            if g > need:
+                return need, g
+        return need, need
 
     def _block_limit(self, k_max: int) -> int:
         """Largest k <= k_max such that the next k decode steps' new blocks fit in ``free``."""
@@ -1024,6 +1031,20 @@ class Replica:
             total += hist[(-(D + m)) % bs]
         return total
 
+    def _arrivals_pass(self) -> bool:
+        """Can requests arriving during a decode stretch leave its schedule unchanged? Yes when
+        nothing could be admitted before the stretch ends whatever arrives (the token budget or
+        ``max_num_seqs`` binds, or, in an FCFS queue that is not empty, the head is blocked and
+        arrivals queue behind it: it stays blocked, as the stretch only takes blocks) and no
+        arrival brings a deadline. They are then taken inside the stretch, at the step boundary
+        where the scheduler would see them, and the stretch goes on."""
+        if self._deadlines_on:
+            return False
+        cfg = self.cfg
+        if len(self.order) >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= len(self.dbase):
+            return True
+        return self.waiting._fifo is not None and len(self.waiting) > 0
+
     def stretch(self, t: float) -> float:
         """Advance as many decode-only steps as possible before the next event; returns the new time."""
         n = len(self.dbase)
@@ -1031,25 +1052,32 @@ class Replica:
         k_max = self._block_limit(top - self.D)  # the completing step is the last one of the stretch
         if k_max <= 0:
             return self.step(t)
+        # deadlines and the horizon end a stretch at the first step boundary after them; so do
         # arrivals (they may be admitted, join a queue whose length is recorded, or bring a
-        # deadline), deadlines and the horizon end a stretch at the first step boundary after them
-        t_stop = min(self.horizon, self._next_arrival(), self._next_deadline())
+        # deadline) unless they pass through it (:meth:`_arrivals_pass`)
+        through = self._arrivals_pass()
+        t_arr = self._next_arrival()
+        t_stop = min(self.horizon, self._next_deadline())
+        if not through and t_arr < t_stop:
+            t_stop = t_arr
         speed = 1.0
         if self.drift is not None:  # a drifting engine: the stretch ends after its speed window
             t_stop = min(t_stop, self.drift.next_boundary(t))
             speed = self.drift.at(t)
+        # cum(j): the first j steps' duration; reach(x): the fewest steps (>= 1) that end at or after x
         if self._b0 and self.noise is None:
             b = self._b0 * speed
-            if t_stop < math.inf:
-                k_t = max(1, math.ceil((t_stop - t) / b - 1e-9))
-                while t + (k_t - 1) * b >= t_stop and k_t > 1:
-                    k_t -= 1
-                while t + k_t * b < t_stop:
-                    k_t += 1
-                k = min(k_max, k_t)
-            else:
-                k = k_max
-            dur = k * b
+
+            def cum(j):
+                return j * b
+
+            def reach(x):
+                j = max(1, math.ceil((x - t) / b - 1e-9))
+                while j > 1 and t + (j - 1) * b >= x:
+                    j -= 1
+                while t + j * b < x:
+                    j += 1
+                return j
         elif self._lin is not None and self.noise is None:
             # linear: step j of the stretch lasts A + G j (the context grows by n a step), so the
             # first k steps last A k + G k (k - 1) / 2: the stopping step is a quadratic's root
@@ -1058,61 +1086,110 @@ class Replica:
             G = speed * per_ctx * n
             if A <= 0:
                 return self.step(t)
-            if t_stop < math.inf:
-                R = t_stop - t
+
+            def cum(j):
+                return A * j + G * j * (j - 1) / 2
+
+            def reach(x):
+                R = x - t
                 if G > 0:
                     h = A - G / 2
-                    k_t = math.ceil((-h + math.sqrt(h * h + 2 * G * R)) / G - 1e-9)
+                    j = math.ceil((-h + math.sqrt(h * h + 2 * G * R)) / G - 1e-9)
                 else:
-                    k_t = math.ceil(R / A - 1e-9)
-                k_t = max(1, k_t)
-                while k_t > 1 and A * (k_t - 1) + G * (k_t - 1) * (k_t - 2) / 2 >= R:
-                    k_t -= 1
-                while A * k_t + G * k_t * (k_t - 1) / 2 < R:
-                    k_t += 1
-                k = min(k_max, k_t)
-            else:
-                k = k_max
-            dur = A * k + G * k * (k - 1) / 2
+                    j = math.ceil(R / A - 1e-9)
+                j = max(1, j)
+                while j > 1 and A * (j - 1) + G * (j - 1) * (j - 2) / 2 >= R:
+                    j -= 1
+                while A * j + G * j * (j - 1) / 2 < R:
+                    j += 1
+                return j
         else:
             durs = self._stretch_durations(t, n, k_max, speed)
+            if (durs <= 0).any():
+                k_pos = int(np.argmax(durs <= 0))
+                if k_pos == 0:
+                    return self.step(t)
+                k_max = k_pos  # the non-positive step is taken alone (and refused there)
             ends = t + np.cumsum(durs)
-            if t_stop < math.inf:
-                k = min(int(np.searchsorted(ends, t_stop, side="left")) + 1, k_max)
-            else:
-                k = k_max
-            dur = float(ends[k - 1] - t)
-            if (durs[:k] <= 0).any():
-                return self.step(t)
+
+            def cum(j):
+                return float(ends[j - 1] - t) if j else 0.0
+
+            def reach(x):
+                return int(np.searchsorted(ends, x, side="left")) + 1
+        k = min(k_max, reach(t_stop)) if t_stop < math.inf else k_max
+        dur = cum(k)
         hold = self._hold
         if hold is not None and t + dur > hold:
             # advancing to `hold`: only the steps that end by it (the one across it is taken alone)
-            if self._b0 and self.noise is None:
-                while k > 0 and t + k * b > hold:
-                    k -= 1
-                dur = k * b
-            elif self._lin is not None and self.noise is None:
-                while k > 0 and t + A * k + G * k * (k - 1) / 2 > hold:
-                    k -= 1
-                dur = A * k + G * k * (k - 1) / 2
-            else:
-                while k > 0 and ends[k - 1] > hold:
-                    k -= 1
-                dur = float(ends[k - 1] - t) if k else 0.0
+            while k > 0 and t + cum(k) > hold:
+                k -= 1
             if k == 0:
                 return self.step(t)
-        alloc = self._blocks_in(k)
+            dur = cum(k)
+        nw0 = len(self.waiting)
+        marks = None
+        if through and k > 1 and t_arr <= t + cum(k - 1):
+            marks = self._arrivals_inside(t + cum(k - 1), reach)
         t_end = t + dur
         if self.next_sample < t_end:
-            self._sample_stretch(t, k, n)
-        self._alloc(alloc)
-        self._step_buf.append((self.steps_taken, t, dur, 0, n, n, len(self.waiting),
-                               (self.total_blocks - self.free) * self.bs, 0, k))
+            self._sample_stretch(t, k, n, nw0, marks)
+        used0 = self.total_blocks - self.free
+        self._alloc(self._blocks_in(k))
+        if marks:
+            self._stretch_rows(t, k, n, nw0, marks, used0, cum)
+        else:
+            self._step_buf.append((self.steps_taken, t, dur, 0, n, n, nw0,
+                                   (self.total_blocks - self.free) * self.bs, 0, k))
         self.steps_taken += k
         self.D += k
         self.stretches += 1
         self._complete_decoders(t_end)
         return t_end
+
+    def _arrivals_inside(self, last_start: float, reach) -> list:
+        """Take the requests that arrive by ``last_start`` (the start of a stretch's last step)
+        in arrival order; returns, for each that joined the queue, the index of the step at
+        whose start the scheduler sees it (ascending)."""
+        marks = []
+        a = self._arrivals
+        while True:
+            ts = self._st_next
+            if ts <= last_start and (not a or ts <= a[0][0]):
+                x = ts
+                r = self._st_make(self._st_pos)
+                self._st_pos += 1
+                if self._st_pos == len(self._st_times):
+                    self._load_chunk()
+                else:
+                    self._st_next = self._st_times[self._st_pos]
+            elif a and a[0][0] <= last_start:
+                x, _, _, r = heapq.heappop(a)
+            else:
+                return marks
+            before = len(self.waiting)
+            self._arrive(r)
+            if len(self.waiting) > before:
+                marks.append(reach(x))
+
+    def _stretch_rows(self, t: float, k: int, n: int, nw0: int, marks: list, used0: int, cum) -> None:
+        """Step rows of a stretch that arrivals passed through: one row per run of steps with
+        the same queue length."""
+        bs = self.bs
+        buf = self._step_buf
+        s = 0
+        w = nw0
+        i = 0
+        m = len(marks)
+        while s < k:
+            while i < m and marks[i] <= s:
+                i += 1
+                w += 1
+            e = marks[i] if i < m else k
+            c0 = cum(s)
+            buf.append((self.steps_taken + s, t + c0, cum(e) - c0, 0, n, n, w,
+                        (used0 + self._blocks_in(e)) * bs, 0, e - s))
+            s = e
 
     def _stretch_durations(self, t: float, n: int, k: int, speed: float) -> np.ndarray:
         durs = self.model.decode_stretch(n, self.sum_dbase + n * self.D + n, k)
@@ -1122,17 +1199,18 @@ class Replica:
             durs = durs * speed
         return durs
 
-    def _sample_stretch(self, t: float, k: int, n: int) -> None:
-        """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated."""
+    def _sample_stretch(self, t: float, k: int, n: int, nw0: int, marks: list | None) -> None:
+        """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated;
+        the queue grows by the arrivals seen at the step indices ``marks``."""
         speed = self.drift.at(t) if self.drift is not None else 1.0
         if self._b0 and self.noise is None:
             ends = t + self._b0 * speed * np.arange(1, k + 1)
         else:
             ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
         used0 = self.total_blocks - self.free
-        nw = len(self.waiting)
         while self.next_sample < ends[-1] and self.next_sample <= self.horizon:
             j = int(np.searchsorted(ends, self.next_sample, side="right"))  # step j contains the sample
+            nw = nw0 + bisect.bisect_right(marks, j) if marks else nw0
             self._ts_buf.append((self.next_sample, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
             self.next_sample += self.sample_dt
 
