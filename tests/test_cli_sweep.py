@@ -67,6 +67,9 @@ def test_param_grid_table_and_slo_line(capsys, tmp_path):
     assert d["points"][0]["theory_binding"] == "max_num_seqs"
     assert d["points"][2]["theory_binding"] == "KV cache (seed 004)"
     assert all(isinstance(p["slo_met"], bool) for p in d["points"])
+    # every row carries the failed share and the goodput, the table shows them
+    assert all(p["failed_share"] is not None and p["request_goodput"] is not None for p in d["points"])
+    assert "failed" in out and "goodput (req/s)" in out
 
 
 def test_scenario_sweep_with_knob_override(capsys):

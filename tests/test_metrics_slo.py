@@ -44,7 +44,12 @@ def test_goodput_by_hand():
     assert list(good_mask(r, {"e2el_ms": 4900})) == [False, True, True, True, False, False]
     # goodput counts finishes in the window: horizon 8 s drops request 5
     assert request_goodput(r, slos, horizon_s=8.0) == pytest.approx(2 / 8)
-    assert request_goodput(r, {"p99_ttft_ms": 100}) is None  # no per-request threshold
+    # aggregate targets only: each target's threshold applies per request (DistServe's goodput):
+    # TTFT <= 300 ms: requests 3 (0.2 s) and 5 (0.1 s)
+    assert request_goodput(r, {"p99_ttft_ms": 300}) == pytest.approx(2 / 10)
+    # per class: batch TTFT <= 600 ms (2 and 5), the others E2EL <= 1 s (3)
+    assert request_goodput(r, {"batch": {"p99_ttft_ms": 600}, "*": {"mean_e2el_ms": 1000}}) == pytest.approx(3 / 10)
+    assert request_goodput(r, {"p99_itl_ms": 100}) is None  # no target applies to one request
 
 
 def test_per_class_targets_and_attainment():

@@ -86,6 +86,18 @@ def test_run_report_is_self_contained_with_png_copies(runs, tmp_path, capsys):
     assert summary["verdict"] in html
     assert f"{summary['theory']['mu_kv']:.4g}" in html
     assert "growing" in html and "KV cache in use against capacity" in html
+    assert "failed share (of arrivals)" in html
+
+
+def test_an_overloaded_run_is_named_so_in_the_report(tmp_path, capsys):
+    # the chat scenario with one sequence at a time: timeouts keep its queue flat
+    run = tmp_path / "run"
+    assert main(["simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120", "--out", str(run)]) == 0
+    out = tmp_path / "r.html"
+    assert main(["report", str(run), "-o", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    assert 'class="badge bad">overloaded<' in html and "bounded" not in html
 
 
 def test_queue_note_follows_the_verdict(runs, tmp_path, capsys):

@@ -51,6 +51,10 @@ def simulate(ctx, scenario, out_dir, progress, as_json, **flags):
     print_report(out.summary, out.theory, out_dir)
 
 
+def _share(x) -> str:
+    return "-" if x is None else f"{100 * x:.3g}%"
+
+
 def print_report(s: dict, th: dict, out_dir=None) -> None:
     """The readable summary: simulation and theory side by side."""
 
@@ -78,10 +82,12 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         ("mean queue time (ms)", ms("mean_queue_ms")),
         ("KV utilization", s.get("kv_utilization")),
         ("Little's law gap |L - lam W| / L", s.get("little_gap")),
-        ("verdict (queue trend)", verdict),
+        ("failed share (of arrivals)", _share(s.get("failed_share"))),
+        ("verdict (queue, failures, goodput)", verdict),
     ]
     if s.get("request_goodput") is not None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
+        rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
     print_kv(rows, title="Simulation")
     if th:
         trows = [("b (s), " + th.get("b_source", ""), th.get("b"))] if th.get("b") else []

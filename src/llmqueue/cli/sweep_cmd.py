@@ -192,16 +192,23 @@ def _target(url, model):
 def print_sweep(res, written=(), out_dir=None) -> None:
     coords = list(res.grid)
     headers = [*coords] if coords else ["rate"]
-    headers += ["throughput (req/s)", "p99 TTFT ms [CI]", "p99 TPOT ms [CI]", "p99 E2EL ms", "verdict",
+    headers += ["throughput (req/s)", "p99 TTFT ms [CI]", "p99 TPOT ms [CI]", "p99 E2EL ms", "failed", "verdict",
                 "Little gap", "theory mu"]
+    goodput = any(r.get("request_goodput") is not None for r in res.rows)
+    if goodput:
+        headers.insert(headers.index("failed") + 1, "goodput (req/s)")
     slo = bool(res.meta.get("slos"))
     if slo:
         headers.append("SLO")
     rows = []
     for r in res.rows:
         row = [r.get(c) for c in coords] if coords else [r.get("rate")]
+        fs = r.get("failed_share")
         row += [r.get("request_throughput"), _ms_ci(r, "p99_ttft_ms"), _ms_ci(r, "p99_tpot_ms"), r.get("p99_e2el_ms"),
-                _short_verdict(r.get("verdict")), r.get("little_gap"), r.get("theory_mu")]
+                "-" if fs is None else f"{100 * fs:.3g}%"]
+        if goodput:
+            row.append(r.get("request_goodput"))
+        row += [_short_verdict(r.get("verdict")), r.get("little_gap"), r.get("theory_mu")]
         if slo:
             row.append(("meets" if r.get("slo_met") else "fails") + (" (est.)" if r.get("slo_basis") == "estimate" else ""))
         rows.append(row)

@@ -114,19 +114,42 @@ def has_per_request(slos: Mapping) -> bool:
     return bool(parse_targets(slos)[0])
 
 
+def goodput_targets(slos: Mapping) -> Mapping:
+    """The per-request thresholds that decide which requests are *good*: the per-request ones
+    when any is given (vLLM's ``--goodput``); else each aggregate target's threshold applied to
+    every request (``p99_ttft_ms: 2000`` counts a request with TTFT <= 2 s as good, as
+    DistServe's goodput does), per class; ITL targets have no per-request value and are left out."""
+    if has_per_request(slos):
+        return slos
+
+    def per(targets: Mapping) -> dict:
+        out = {}
+        for stat, metric, ms in parse_targets(targets)[1].values():
+            if metric in PER_REQUEST:
+                key = f"{metric}_ms"
+                out[key] = min(out.get(key, ms), ms)
+        return out
+
+    if _is_per_class(slos):
+        return {c: per(t) for c, t in slos.items()}
+    return per(slos)
+
+
 def request_goodput(requests, slos: Mapping, *, warmup_s: float = 0.0,
                     horizon_s: float | None = None) -> float | None:
-    """vLLM's ``request_goodput``: good requests finishing in the window, per second.
+    """Goodput: good requests (:func:`goodput_targets`) finishing in the window, per second;
+    vLLM's ``request_goodput`` when per-request thresholds are given.
 
-    ``None`` when ``slos`` holds no per-request threshold (vLLM reports goodput only for those).
+    ``None`` when no target applies to a single request (only ITL targets).
     """
-    if not has_per_request(slos):
+    targets = goodput_targets(slos)
+    if not has_per_request(targets):
         return None
     t0, t1 = window(requests, warmup_s, horizon_s)
     fin = requests["finish_s"]
     with np.errstate(invalid="ignore"):
         in_win = (fin >= t0) & (fin <= t1)
-    return float(np.sum(good_mask(requests, slos) & in_win)) / (t1 - t0)
+    return float(np.sum(good_mask(requests, targets) & in_win)) / (t1 - t0)
 
 
 def _aggregate(stat: str, x: np.ndarray, w: np.ndarray | None, level: float):

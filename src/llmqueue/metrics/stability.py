@@ -28,6 +28,23 @@ than 1% of arrivals is a slow transient or a near-critical queue, reported as st
 growth). ``stable`` otherwise (including a significantly shrinking queue, i.e. a draining
 backlog). ``insufficient data`` with fewer than ``min_batches * min_batch_arrivals`` (default
 10 x 10 = 100) arrivals in the window.
+
+The verdict of a whole run (:func:`system_verdict`, what ``summarize`` reports) judges more than
+the queue: a queue can stay flat because the system throws work away. Judged over the arrival
+window only (from warm-up to the last arrival, never over the drain after it, where a backlog
+shrinks whatever the load was):
+
+- ``unstable: queue grows X req/s ...`` as above;
+- ``overloaded: N% failed (timeout a%, rejected b%)`` when significantly more than
+  :data:`FAILED_SHARE_LIMIT` (5%) of the requests arriving in the window were rejected, timed
+  out, cancelled or failed (the Wilson interval of the share, at the run's confidence level,
+  lies above it): the queue stays bounded only because requests leave unserved (reneging and
+  balking);
+- ``failing SLOs: N% met them ...`` when SLOs are given and fewer than :data:`GOODPUT_SHARE_LIMIT`
+  (50%) of the arrivals were good (finished within every target): goodput has collapsed;
+- ``stable`` otherwise. The boolean ``stable`` is False for the first two (the system does not
+  serve its offered load), True for the third (the queue is bounded and nothing is dropped; the
+  latency targets fail).
 """
 
 from __future__ import annotations
@@ -62,6 +79,44 @@ class StabilityVerdict(Result):
     arrivals: int
     batches: int
     level: float
+
+
+FAILED_STATUSES = ("rejected", "timeout", "cancelled", "error")
+FAILED_SHARE_LIMIT = 0.05   # failed share of arrivals above which a run is overloaded
+GOODPUT_SHARE_LIMIT = 0.5   # good share of arrivals below which goodput has collapsed
+
+
+def _share_low(k: int, n: int, level: float) -> float:
+    """Lower end of the Wilson interval of a share ``k / n``."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(k, n).proportion_ci(confidence_level=level, method="wilson").low)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def system_verdict(queue: StabilityVerdict, status_counts: dict, good_share: float | None = None,
+                   goodput: float | None = None, level: float = DEFAULT_LEVEL) -> tuple[str, bool | None]:
+    """The verdict of a whole run: ``(text, stable)`` from the queue trend ``queue``, the
+    statuses of the requests arriving in the window (``status_counts``) and, with SLOs, the share
+    of them that were good (``good_share``) and the goodput (req/s). See the module docstring."""
+    arrivals = sum(int(v) for v in status_counts.values())
+    failed = {k: int(status_counts.get(k, 0)) for k in FAILED_STATUSES if status_counts.get(k)}
+    share = sum(failed.values()) / arrivals if arrivals else 0.0
+    why = ""
+    if share > FAILED_SHARE_LIMIT and _share_low(sum(failed.values()), arrivals, level) > FAILED_SHARE_LIMIT:
+        parts = ", ".join(f"{k} {_pct(v / arrivals)}" for k, v in sorted(failed.items(), key=lambda kv: -kv[1]))
+        why = f"{_pct(share)} failed ({parts})"
+    if queue.stable is False:
+        return (queue.verdict + (f"; {why}" if why else ""), False)
+    if why:
+        return ("overloaded: " + why, False)
+    if good_share is not None and arrivals and good_share < GOODPUT_SHARE_LIMIT:
+        g = f" (goodput {goodput:.3g} req/s of {queue.arrival_rate:.3g} arriving)" if goodput is not None else ""
+        return (f"failing SLOs: {_pct(good_share)} of requests met them{g}", queue.stable)
+    return queue.verdict, queue.stable
 
 
 def _t_ci(center: float, values: np.ndarray, level: float) -> tuple[float, float]:

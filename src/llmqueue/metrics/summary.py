@@ -6,7 +6,8 @@
 
 - ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens`` (of completed
   requests), ``request_throughput`` / ``output_throughput`` / ``total_token_throughput``
-  (per second of ``duration``), ``request_goodput`` (None without per-request SLOs);
+  (per second of ``duration``), ``request_goodput`` (vLLM's with per-request SLOs; with aggregate
+  targets only, each target's threshold applied per request; None without SLOs);
 - ``mean_X_ms``, ``median_X_ms``, ``std_X_ms`` (population std, like ``np.std``) and
   ``pP_X_ms`` for ``X`` in ``ttft``, ``tpot``, ``itl``, ``e2el`` (``P`` printed as vLLM does:
   ``p99``, ``p99.9``); percentiles with numpy's linear interpolation. TPOT covers requests with
@@ -16,7 +17,11 @@ Additions: ``queue`` latencies (``first_scheduled_s - arrival_s``) with the same
 ``mean_X_ms_ci`` / ``pP_X_ms_ci`` (``[lo, hi]`` or None, see :mod:`llmqueue.metrics.ci`);
 ``duration_s``; ``arrivals``, ``arrival_rate``; ``status_counts``, ``in_flight``; ``utilization``,
 ``mean_batch_size``, ``mean_kv_tokens``, ``kv_utilization``; ``little`` and ``little_gap``;
-``verdict``, ``stable``, ``queue_growth_per_s`` and ``queue_growth_per_s_ci``, ``stability``;
+``verdict`` and ``stable`` (the whole system over the arrival window: queue trend, failed share,
+goodput; :func:`llmqueue.metrics.stability.system_verdict`), ``queue_verdict`` (the queue trend
+alone), ``failed_share`` (rejected, timed out, cancelled or failed, of the arrivals),
+``good_share`` (with SLOs: good requests of the arrivals), ``queue_growth_per_s`` and
+``queue_growth_per_s_ci``, ``stability``;
 ``slo`` (attainment per class) when SLOs are given.
 
 Measurement window: ``[warmup_s, horizon_s]`` (horizon: the last event in the records unless
@@ -59,8 +64,8 @@ from llmqueue.metrics.ci import (
     weighted_percentile,
 )
 from llmqueue.metrics.little import little_check
-from llmqueue.metrics.slo import request_goodput, slo_attainment
-from llmqueue.metrics.stability import stability_verdict
+from llmqueue.metrics.slo import good_mask, goodput_targets, has_per_request, request_goodput, slo_attainment
+from llmqueue.metrics.stability import FAILED_STATUSES, stability_verdict, system_verdict
 from llmqueue.records.schema import STATUSES
 
 METRICS = ("ttft", "tpot", "itl", "e2el", "queue")
@@ -235,10 +240,22 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     lc = little_check(requests, warmup_s=t0, horizon_s=t1, timeseries=timeseries)
     out["little"] = lc.to_dict()
     out["little_gap"] = finite_or_none(lc.gap)
-    sv = stability_verdict(requests, timeseries=timeseries, warmup_s=t0, horizon_s=t1,
-                           level=level, batches=batches)
-    out["verdict"] = sv.verdict
-    out["stable"] = sv.stable
+    # the queue's trend over the arrival window only (the drain after the last arrival would
+    # show a shrinking backlog whatever the load), then the whole system's verdict
+    t_last = float(a[arrived].max()) if arrived.any() else t1
+    sv = stability_verdict(requests, timeseries=timeseries, warmup_s=t0,
+                           horizon_s=t_last if t_last > t0 else t1, level=level, batches=batches)
+    good_share = None
+    out["failed_share"] = (float(np.sum(arrived & np.isin(status, FAILED_STATUSES)) / arrived.sum())
+                           if arrived.any() else None)
+    if slos:
+        targets = goodput_targets(slos)
+        if has_per_request(targets) and arrived.any():
+            good_share = float(np.sum(good_mask(requests, targets) & arrived) / arrived.sum())
+    out["good_share"] = good_share
+    out["verdict"], out["stable"] = system_verdict(sv, out["status_counts"], good_share, out["request_goodput"],
+                                                  level=level)
+    out["queue_verdict"] = sv.verdict
     out["queue_growth_per_s"] = sv.growth_per_s
     out["queue_growth_per_s_ci"] = list(sv.growth_ci) if sv.growth_ci else None
     out["stability"] = sv.to_dict()

@@ -295,6 +295,8 @@ def point_row(p: PointResult, slos: dict | None = None) -> dict:
         row["rate"] = th.get("lam")
     row.update(key=p.key, seed=p.seed, offered_rate=th.get("lam"), arrival_rate=s.get("arrival_rate"),
                arrivals=s.get("arrivals"), completed=s.get("completed"), failed=s.get("failed"),
+               failed_share=s.get("failed_share"), request_goodput=s.get("request_goodput"),
+               good_share=s.get("good_share"),
                request_throughput=s.get("request_throughput"), output_throughput=s.get("output_throughput"),
                total_token_throughput=s.get("total_token_throughput"))
     for m in LATENCIES:

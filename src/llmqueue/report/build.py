@@ -145,6 +145,10 @@ def summary_table(summaries: list, labels: list) -> H.Table:
     t.add("request throughput (req/s)", *g("request_throughput"))
     if any(s.get("request_goodput") is not None for s in summaries):
         t.add("request goodput (req/s)", *g("request_goodput"))
+        t.add("good share (met the SLOs)", *[None if s.get("good_share") is None else H.Raw(H.esc(f"{100 * s['good_share']:.3g}%"))
+                                             for s in summaries])
+    t.add("failed share (of arrivals)", *[None if s.get("failed_share") is None else H.Raw(H.esc(f"{100 * s['failed_share']:.3g}%"))
+                                          for s in summaries])
     t.add("output throughput (tok/s)", *g("output_throughput"))
     for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"), ("queue", "queue time")):
         if not any(s.get(f"mean_{metric}_ms") is not None for s in summaries):
@@ -265,12 +269,13 @@ def sweep_table(sweep) -> H.Table:
     best = {id(p) for p in sweep_best_within_slo(sweep).values()}
     params = [k for k in sweep.swept if k not in sources.RATE_KEYS]
     t = H.Table([*params, "rate (req/s)", "throughput (req/s)", "p99 TTFT (ms)", "p99 TPOT (ms)", "p99 E2EL (ms)",
-                 "theory mu", "verdict", "SLO met", "mark"])
+                 "failed share", "goodput (req/s)", "theory mu", "verdict", "SLO met", "mark"])
     for p in sweep.points:
         marks = [w for w, ids in (("knee", knees), ("best within SLO", best)) if id(p) in ids]
         met = meets_slo(sweep, p)
         t.add(*[p.params.get(k, "-") for k in params], p.rate, p.throughput,
-              *[H.Raw(H.with_ci(*p.p99[m])) for m in ("ttft", "tpot", "e2el")], p.mu,
+              *[H.Raw(H.with_ci(*p.p99[m])) for m in ("ttft", "tpot", "e2el")],
+              "-" if p.failed_share is None else f"{100 * p.failed_share:.3g}%", p.goodput, p.mu,
               p.verdict or "-", "-" if met is None else ("yes" if met else "no"), ", ".join(marks))
     return t
 

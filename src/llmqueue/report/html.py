@@ -123,7 +123,7 @@ def figure_html(png: bytes, alt: str, caption: str | None = None) -> str:
 
 
 def badge(word: str) -> str:
-    cls = {"bounded": "ok", "stable": "ok", "growing": "bad", "unstable": "bad"}.get(word, "mid")
+    cls = {"bounded": "ok", "stable": "ok", "growing": "bad", "unstable": "bad", "overloaded": "bad"}.get(word, "mid")
     return f'<span class="badge {cls}">{esc(word)}</span>'
 
 

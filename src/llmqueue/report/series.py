@@ -165,17 +165,22 @@ def decomposition(run, bins: int = 30) -> dict | None:
 
 
 def verdict_note(summary: dict | None) -> tuple[str, str]:
-    """``(word, detail)``: ``"bounded"``, ``"growing"`` or ``"undecided"``, with the verdict text."""
+    """``(word, detail)``: ``"bounded"``, ``"growing"``, ``"overloaded"`` (requests failed),
+    ``"failing SLOs"`` or ``"undecided"``, with the verdict text."""
     s = summary or {}
-    verdict = s.get("verdict")
+    verdict = str(s.get("verdict") or "")
     stable = s.get("stable")
+    g = s.get("queue_growth_per_s")
+    trend = f" (queue trend {g:+.3g} req/s)" if isinstance(g, (int, float)) else ""
+    if verdict.startswith("overloaded"):
+        return "overloaded", verdict
     if stable is True:
-        g = s.get("queue_growth_per_s")
-        detail = "stable" + (f" (queue trend {g:+.3g} req/s)" if isinstance(g, (int, float)) else "")
-        return "bounded", detail
+        if verdict.startswith("failing SLOs"):
+            return "failing SLOs", verdict + trend
+        return "bounded", "stable" + trend
     if stable is False:
-        return "growing", str(verdict or "unstable")
-    return "undecided", str(verdict or "no stability verdict in summary.json")
+        return "growing", verdict or "unstable"
+    return "undecided", verdict or "no stability verdict in summary.json"
 
 
 def knee_index(x, y, *, min_gap: float = 0.05) -> int | None:

@@ -94,6 +94,8 @@ class SweepPoint:
     slo: dict
     run_dir: str | None = None
     slo_met: bool | None = None  # the sweep's own SLO judgement, when it gives one
+    failed_share: float | None = None  # rejected, timed out, cancelled or failed, of the arrivals
+    goodput: float | None = None       # requests meeting the SLOs per second
 
     def group(self) -> tuple:
         """The parameters other than the rate: points with the same group form one curve."""
@@ -277,8 +279,9 @@ def _point(x, i: int, f: Path, swept=()) -> SweepPoint:
     stable = get("stable")
     if not isinstance(stable, bool):
         stable = None if verdict is None else (True if verdict.startswith("stable") else
-                                               False if verdict.startswith("unstable") else None)
+                                               False if verdict.startswith(("unstable", "overloaded")) else None)
     return SweepPoint(params=dict(params), rate=rate, throughput=_num(get("request_throughput", "throughput")),
                       p99=p99, verdict=verdict, stable=stable, mu=mu, slo=_slo(x),
                       run_dir=x.get("run_dir") if isinstance(x.get("run_dir"), str) else None,
-                      slo_met=x.get("slo_met") if isinstance(x.get("slo_met"), bool) else None)
+                      slo_met=x.get("slo_met") if isinstance(x.get("slo_met"), bool) else None,
+                      failed_share=_num(get("failed_share")), goodput=_num(get("request_goodput", "goodput")))
