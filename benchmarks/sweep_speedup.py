@@ -27,7 +27,7 @@ import time
 from llmqueue.spec import build_spec
 from llmqueue.knobs import flag_defaults
 from llmqueue.plan.backends import LocalBackend, SerialBackend, get_backend
-from llmqueue.plan.sweep import sweep
+from llmqueue.plan.sweep_run import sweep
 
 RATES = [0.25 * (i + 1) for i in range(20)]
 MAX_NUM_SEQS = [4, 8, 16, 32, 48, 64, 96, 128, 192, 256]

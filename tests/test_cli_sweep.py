@@ -65,7 +65,7 @@ def test_param_grid_table_and_slo_line(capsys, tmp_path):
     assert [(p["max_num_seqs"], p["rate"]) for p in d["points"]] == [(4, 1), (4, 2), (256, 1), (256, 2)]
     # four slots bind: mu_seqs = 4 / (b E[steps]) is the theory's capacity at max_num_seqs=4
     assert d["points"][0]["theory_binding"] == "max_num_seqs"
-    assert d["points"][2]["theory_binding"] == "KV cache (seed 004)"
+    assert d["points"][2]["theory_binding"] == "KV cache (Nie et al. 2026)"
     assert all(isinstance(p["slo_met"], bool) for p in d["points"])
     # every row carries the failed share and the goodput, the table shows them
     assert all(p["failed_share"] is not None and p["request_goodput"] is not None for p in d["points"])

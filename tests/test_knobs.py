@@ -113,3 +113,4 @@ def test_flag_defaults_refuses_unknown_and_file_only_knobs():
         flag_defaults(bogus=1)
     with pytest.raises(InputError, match="preemption_mode: is set in scenario files only"):
         flag_defaults(preemption_mode="recompute")  # replicas became a flag with the fleet
+

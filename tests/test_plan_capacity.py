@@ -9,10 +9,10 @@ import pytest
 
 from llmqueue.cli.main import main
 from llmqueue.errors import InputError
-from llmqueue.plan import sweep as sweep_mod
+from llmqueue.plan import sweep_run as sweep_mod
 from llmqueue.plan.capacity import capacity_search, judge, scenario_slos, slo_targets
 from llmqueue.plan.points import scenario_spec
-from llmqueue.plan.sweep import PointResult
+from llmqueue.plan.sweep_run import PointResult
 
 SLOS = {"p99_ttft_ms": 2000.0, "p99_tpot_ms": 50.0}
 

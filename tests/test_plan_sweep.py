@@ -13,7 +13,7 @@ from llmqueue.knobs import flag_defaults
 from llmqueue.errors import InputError
 from llmqueue.plan.backends import Backend, LocalBackend, SerialBackend, get_backend
 from llmqueue.plan.points import derive_seed, point_key, resolve, scale_arrival, scenario_spec
-from llmqueue.plan.sweep import knee, make_grid, run_points, sweep
+from llmqueue.plan.sweep_run import knee, make_grid, run_points, sweep
 
 # seed 004's 1:1 setting (M = 131,000 tokens, b = 0.0372 s, chunk 512), short runs
 SEED004 = dict(capacity_tokens=131000, step_time="0.0372", chunk=512, prompt="uniform:10:1600",

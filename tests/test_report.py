@@ -334,11 +334,11 @@ def test_knee_definitions():
 
 def test_seed002_figure2(tmp_path, capsys):
     out = tmp_path / "fig2.html"
-    assert main(["report", "--seed002-figure2", "-o", str(out)]) == 0
+    assert main(["report", "--batch-figure", "-o", str(out)]) == 0
     capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
-    assert (tmp_path / "fig2_png" / "seed002_figure2.png").stat().st_size > 5000
+    assert (tmp_path / "fig2_png" / "batch_figure.png").stat().st_size > 5000
     # B_min = 50 ms * 100 / (1 - 0.05) = 5.26 -> 6; the largest B with P99 <= 300 ms is 16 (seed 002's
     # model, as `llmqueue batch --slo-ms 300` finds); E[T]'s elasticity against mu_eff first exceeds 1
     # from B = 32 to 48: the knee is 32
@@ -349,13 +349,24 @@ def test_seed002_figure2(tmp_path, capsys):
 
 def test_seed004_figure2_short(tmp_path, capsys):
     out = tmp_path / "fig2.html"
-    assert main(["report", "--seed004-figure2", "--duration", "240", "-o", str(out)]) == 0
+    assert main(["report", "--kv-stability-figure", "--duration", "240", "-o", str(out)]) == 0
     capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
     assert len(images(html)) == 1
     rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td class=\"text\">(\w+)</td>", html)
     assert dict(rows) == {"1": "bounded", "3": "bounded", "5": "growing", "20": "growing", "50": "growing"}
+    assert "seed 00" not in html.lower()
+
+
+def test_old_figure_flag_names_still_work(tmp_path, capsys):
+    out = tmp_path / "fig2.html"
+    assert main(["report", "--seed002-figure2", "-o", str(out)]) == 0
+    assert (tmp_path / "fig2_png" / "batch_figure.png").is_file()
+    assert "--seed002-figure2" not in capsys.readouterr().out
+    assert main(["report", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "--batch-figure" in help_text and "seed00" not in help_text
 
 
 @pytest.mark.slow
@@ -378,8 +389,8 @@ def test_seed004_figure2_full(tmp_path, capsys):
     ("run", ["{tmp}/d", "-o", "{tmp}/r.txt"], "--output"),
     ("sweep", ["{tmp}/d", "--compare", "{tmp}/d"], "--compare"),
     ("run", ["{tmp}/d", "--compare", "{tmp}/nope"], "--compare"),
-    (None, ["--seed004-figure2", "--seed002-figure2"], "give one of"),
-    ("run", ["{tmp}/d", "--seed002-figure2"], "takes no directory"),
+    (None, ["--kv-stability-figure", "--batch-figure"], "give one of"),
+    ("run", ["{tmp}/d", "--batch-figure"], "takes no directory"),
     ("badsweep", ["{tmp}/d"], "no list of points"),
     (None, ["--seed004-figure2", "--duration", "-5"], "--duration"),
 ])

@@ -23,7 +23,7 @@ def test_the_kv_bound_is_seed_004s_and_binds_in_its_setting():
     p = o = parse_length("uniform:10:1600")
     cap = replica_capacity(b=0.0372, max_num_seqs=256, max_num_batched_tokens=512, prompt_tokens=[805] * 10,
                            output_tokens=[805] * 10, M=131000, prompt=p, output=o, lam=3.0)
-    assert cap.binding == "KV cache (seed 004)" and cap.mu == pytest.approx(3.263, rel=2e-3)
+    assert cap.binding == "KV cache (Nie et al. 2026)" and cap.mu == pytest.approx(3.263, rel=2e-3)
     assert cap.verdict in ("stable", "indeterminate") and cap.delta is not None
 
 

@@ -4,7 +4,7 @@
 request stream, runs the fast replica simulator, summarises the records with
 :func:`llmqueue.metrics.summarize` and computes the closed-form predictions that apply:
 
-- ``mu_kv``: seed 004's KV-memory capacity ``M / (b E[g])`` (``b`` the mean step time);
+- ``mu_kv``: Nie et al.'s KV-memory capacity ``M / (b E[g])`` (``b`` the mean step time);
 - ``mu_seqs``: the slot bound ``max_num_seqs / (b E[steps per request])`` (Little's law on the
   running set: at most ``max_num_seqs`` requests hold a slot, each for its steps);
 - ``mu_tokens``: the token-budget bound ``max_num_batched_tokens / (b E[s + o - 1])``;
@@ -159,7 +159,7 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     (:mod:`llmqueue.theory.replica`) for what was simulated.
 
     ``b`` is the step time when it is constant (noise has mean one); otherwise it is measured as
-    the mean duration of the simulated steps, as seed 004 measures b-bar on the real engine.
+    the mean duration of the simulated steps, as Nie et al. 2026 measures b-bar on the real engine.
     """
     from llmqueue.engine.step_time import constant_step
     from llmqueue.theory.replica import replica_capacity
@@ -175,7 +175,7 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
             return {"note": "no steps were simulated"}
         k = steps["steps"] if "steps" in steps else np.ones(len(steps["duration_s"]))
         b = float(np.sum(steps["duration_s"]) / np.sum(k))
-        out["b_source"] = "mean simulated step (seed 004's b-bar)"
+        out["b_source"] = "mean simulated step (Nie et al.'s b-bar)"
     wl = spec.workload
     dists = _length_dists(wl)
     lam = _arrival_rate(wl, requests)

@@ -1,11 +1,11 @@
 """Calibration: the simulator's and the theory's inputs, measured on a real (or simulated) run.
 
-Seed 004's recipe needs three measured inputs: the KV capacity ``M`` (tokens), a representative
+Nie et al.'s recipe needs three measured inputs: the KV capacity ``M`` (tokens), a representative
 step time ``b`` and the joint (prompt, output) length distribution. From a run directory:
 
 - ``M``: the server's ``vllm:cache_config_info`` (``num_gpu_blocks x block_size``) recorded by the
   benchmark in ``server.json``, or given by the user;
-- ``b``: seed 004 appendix C's estimators (median and alpha-trimmed means) over the decode
+- ``b``: Nie et al. 2026 appendix C's estimators (median and alpha-trimmed means) over the decode
   inter-token latencies of the run (one sample per decoded token, from ``tokens.parquet`` or
   from step records), measured where the engine is busy; and, when step records exist, the
   mean busy step *cycle* (start to next start: 1 / steps per second), the default then. On a
@@ -93,7 +93,7 @@ def step_cycles(steps, window: tuple[float, float] | None = None, *, max_gap_s: 
     """Engine-step cycles: the wall time from one step's start to the next's, per step.
 
     A real engine spends time between steps too (scheduling, sampling, output processing: the
-    iteration log's elapsed time leaves it out), and seed 004's conservation argument counts
+    iteration log's elapsed time leaves it out), and Nie et al.'s conservation argument counts
     steps per second, so the representative step time ``b`` is the mean *cycle* while the
     engine is busy. Returns ``(mask, cycles, weights)`` over the step rows: ``cycles[i] =
     (start[i+1] - start[i]) / k[i]`` for a row of ``k`` steps (the simulator's decode stretches),
@@ -250,7 +250,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
 
     ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
     second, the quantity behind ``mu = M / (b E[g])``), when the run has step records with start
-    times, else seed 004's ``median`` inter-token latency. ``window``: (from, to) run seconds
+    times, else Nie et al.'s ``median`` inter-token latency. ``window``: (from, to) run seconds
     measured (default: the whole run); a saturation run's arrival period after warm-up is the
     steady part. ``steps_from``: other run directories of the same server whose step records
     join the linear step model's fit (``M`` and ``b`` stay this run's; the speed sd is this run's
@@ -355,7 +355,7 @@ def write_calibration(cal: Calibration, path) -> Path:
     d = cal.to_dict()
     d["notes"] = list(d["notes"])
     p = Path(path)
-    p.write_text("# llmqueue calibration (seed 004's inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
+    p.write_text("# llmqueue calibration (Nie et al.'s inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
     return p
 
 

@@ -3,7 +3,7 @@
 The measured run's request stream (intended arrival times, prompt and requested output
 lengths; ``workload.parquet`` written by the benchmark, else rebuilt from the records) is
 replayed through the simulator with the calibration's ``M`` and step-time model and the
-server's engine knobs; seed 004's ``mu = M / (b E[g])`` is computed on the measured (prompt,
+server's engine knobs; Nie et al.'s ``mu = M / (b E[g])`` is computed on the measured (prompt,
 output) pairs. Each quantity is reported predicted against measured with its relative error:
 throughput (and capacity ``mu`` when the measured run was saturated), TTFT and TPOT p50/p99, the
 stability verdict.
@@ -120,7 +120,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
-    period). ``paged``: seed 004's ``E[g]`` counted in whole KV blocks of the engine's block size
+    period). ``paged``: Nie et al.'s ``E[g]`` counted in whole KV blocks of the engine's block size
     (what a paged engine allocates; ``False``: the paper's token count). ``frontend``: add the
     calibration's ``frontend_latency_s`` (the server's HTTP/API path, measured on isolated
     requests, see :func:`llmqueue.bench.calibrate.frontend_latency`) to the simulated first and

@@ -1,4 +1,4 @@
-"""``llmqueue batch``: seed 002's batch-service model, its B_min bounds, the P99 decision and Table 2."""
+"""``llmqueue batch``: Inference Foundations' batch-service model, its B_min bounds, the P99 decision and Table 2."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def _f1(x: float) -> str:
               help="P99 approximation used by the decision: E[T] + 2.33 sigma_T, or -ln(0.01) E[T] (~4.6 E[T]).")
 @json_option
 def batch(lam, t_fixed_ms, t_req_ms, sizes, rho_target, slo_ms, b_max, t_max_ms, sigma_ms, p99, as_json):
-    """Batch-service model T_svc(B) = T_fixed + t_req*B under Poisson arrivals (seed 002).
+    """Batch-service model T_svc(B) = T_fixed + t_req*B under Poisson arrivals (Inference Foundations).
 
     Per batch size B: T_svc, capacity mu_eff = B/T_svc, utilization rho = lam T_svc/B, the
     M/D/1-on-batches queue wait E[W] = lam T_svc^2 / (2B(1-rho)), accumulation E[T_batch]
@@ -104,7 +104,7 @@ def batch(lam, t_fixed_ms, t_req_ms, sizes, rho_target, slo_ms, b_max, t_max_ms,
     lowest_mean_response_batch_size, lowest_refined_mean_response_batch_size,
     action_batch_size, action.
 
-    Seed 002, Table 1: llmqueue batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5 --sizes 1,4,8,16,32
+    Inference Foundations, Table 1: llmqueue batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5 --sizes 1,4,8,16,32
     """
     from llmqueue._validate import nonnegative, positive, positive_int, probability
     from llmqueue.errors import InputError
@@ -137,7 +137,7 @@ def batch(lam, t_fixed_ms, t_req_ms, sizes, rho_target, slo_ms, b_max, t_max_ms,
                     slo=None if slo_ms is None else slo_ms / 1e3, p99=p99)
     d = t.decision
     out = {
-        "model": "T_svc(B) = T_fixed + t_req*B, M/D/1 on batches (seed 002); refined_*: E_B/D/1",
+        "model": "T_svc(B) = T_fixed + t_req*B, M/D/1 on batches (Inference Foundations); refined_*: E_B/D/1",
         "lam": lam, "t_fixed_ms": t_fixed_ms, "t_req_ms": t_req_ms, "rho_target": rho_target,
         "t_max_ms": t_max_ms, "slo_ms": slo_ms, "sigma_ms": sigma_ms, "b_max": b_max, "p99_method": p99,
         "b_min_stability": t.b_min_stability.B_min, "b_min_stability_int": t.b_min_stability.B_min_int,
@@ -172,7 +172,7 @@ def batch(lam, t_fixed_ms, t_req_ms, sizes, rho_target, slo_ms, b_max, t_max_ms,
         if d is not None:
             row += [_f1(_ms(r.sigma_T)), _f1(_ms(r.P99_normal)), _f1(_ms(r.P99_exponential))]
         rows.append(row + [r.action])
-    title = (f"Batch service T_svc(B) = {t_fixed_ms:g} + {t_req_ms:g}*B ms at lam = {lam:g} req/s (seed 002)"
+    title = (f"Batch service T_svc(B) = {t_fixed_ms:g} + {t_req_ms:g}*B ms at lam = {lam:g} req/s (Inference Foundations)"
              + (f", timeout T_max = {t_max_ms:g} ms" if timeout else ""))
     print_table(headers, rows, title=title)
     click.echo()

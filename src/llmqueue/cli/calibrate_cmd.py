@@ -31,7 +31,7 @@ def _run_second(run, value, option: str):
 @click.option("--capacity-tokens", type=float, help="KV capacity M, when the run did not record the server's.")
 @click.option("--estimator", default="auto", show_default=True,
               help="b-bar estimator: cycle (mean busy step cycle, needs step records), median, mean, "
-                   "trimmed_0.05, trimmed_0.1 (seed 004 appendix C); auto: cycle when the run has steps, else median.")
+                   "trimmed_0.05, trimmed_0.1 (Nie et al. 2026 appendix C); auto: cycle when the run has steps, else median.")
 @click.option("--from", "t_from", type=float, default=None, help="Measure from this run second (e.g. after warm-up).")
 @click.option("--to", "t_to", default=None, metavar="SECONDS|last-send",
               help="Measure up to this run second, or up to the client's last send (last-send: the end of a "
@@ -92,7 +92,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
               help="Measure up to this run second, or last-send: up to the client's last send (a "
                    "concurrency-capped saturation run's saturated part).")
 @click.option("--step-model", type=click.Choice(["constant", "linear"]), default="constant", show_default=True,
-              help="Simulate with the constant b-bar (seed 004) or the fitted linear step-time model.")
+              help="Simulate with the constant b-bar (Nie et al. 2026) or the fitted linear step-time model.")
 @click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
 @click.option("--no-frontend", is_flag=True, help="Leave out the calibration's frontend latency.")
 @click.option("--arrivals", type=click.Choice(["auto", "sent", "intended"]), default="auto", show_default=True,

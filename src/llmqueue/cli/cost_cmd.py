@@ -11,7 +11,7 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.pass_context
 def cost(ctx):
-    """Cost and operations arithmetic (seed 003, sections 7 and 9.3).
+    """Cost and operations arithmetic (the Serving Systems course, sections 7 and 9.3).
 
     \b
     tokens        tokens per dollar = 3600 Q / C_hour, $ per million tokens, effective cost at utilization u
@@ -52,7 +52,7 @@ def tokens_cmd(Q, C_hour, u, as_json):
         ("utilization u", r.u),
         ("tokens per $ at u", r.tokens_per_dollar_eff),
         ("$ per 1M tokens at u", f"{r.dollars_per_Mtok_eff:.4g}"),
-    ], title="Token cost (seed 003, 7.2-7.4)")
+    ], title="Token cost (the Serving Systems course, 7.2-7.4)")
 
 
 @command("error-budget")
@@ -91,7 +91,7 @@ def error_budget_cmd(slo_target, N, lam, window, bad, as_json):
     if r.bad is not None:
         pairs += [("bad requests", r.bad), ("budget burned", f"{100 * r.burned:.4g}%"),
                   ("remaining", r.remaining), ("exhausted", r.exhausted)]
-    print_kv(pairs, title="Error budget (seed 003, 9.3)")
+    print_kv(pairs, title="Error budget (the Serving Systems course, 9.3)")
 
 
 @command("replicas")

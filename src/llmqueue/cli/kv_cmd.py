@@ -56,12 +56,12 @@ def kv(model, gpu, context_len, tensor_parallel_size, gpu_memory_utilization, bl
        reserve_gib, list_, as_json):
     """KV bytes per token and per request, weight memory, and the KV capacity M of one replica.
 
-    KV bytes per token = 2 * layers * KV heads * head_dim * bytes (seed 002 eq. 3 with
+    KV bytes per token = 2 * layers * KV heads * head_dim * bytes (Inference Foundations eq. 3 with
     GQA). Per GPU, memory * utilization - weights / TP - reserve is cut into blocks of
     --block-size tokens; M = blocks * block size. Max concurrent requests at --context =
     floor(KV memory / KV per request).
 
-    Example (seed 001): llmqueue kv --model llama-2-7b --context 4096
+    Example (the Continuous Batching essay): llmqueue kv --model llama-2-7b --context 4096
     """
     if list_:
         _print_catalog(as_json)

@@ -21,8 +21,8 @@ from llmqueue.errors import LlmqueueError
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "example": ("llmqueue.cli.example_cmd", "example", "Run the built-in example: KV capacity, stability and batch sizing side by side."),
     "kv": ("llmqueue.cli.kv_cmd", "kv", "KV cache per token and per request, weights, and KV capacity M of a GPU."),
-    "stability": ("llmqueue.cli.stability_cmd", "stability", "KV-memory stability threshold mu = M / (b E[g]) (seed 004) and a verdict for a rate."),
-    "batch": ("llmqueue.cli.batch_cmd", "batch", "Batch-service model T_svc(B) = T_fixed + t_req*B (seed 002): table, B_min, P99 and action."),
+    "stability": ("llmqueue.cli.stability_cmd", "stability", "KV-memory stability threshold mu = M / (b E[g]) (Nie et al. 2026) and a verdict for a rate."),
+    "batch": ("llmqueue.cli.batch_cmd", "batch", "Batch-service model T_svc(B) = T_fixed + t_req*B (Inference Foundations): table, B_min, P99 and action."),
     "queue": ("llmqueue.cli.queue_cmd", "queue", "Classic queueing models: M/M/1, M/D/1, M/G/1, M/M/c, M/M/c/K, G/G/1, G/G/c, Little."),
     "cost": ("llmqueue.cli.cost_cmd", "cost", "Tokens per dollar, cost per million tokens, error budgets and replica counts."),
     "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
@@ -78,8 +78,17 @@ def _flag_for(ctx: click.Context | None, field: str | None) -> str | None:
     return None
 
 
+COMPLETE_VAR = "_LLMQUEUE_COMPLETE"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input or unstable steady-state request)."""
+    import os
+
+    if os.environ.get(COMPLETE_VAR):
+        # shell completion (`eval "$(_LLMQUEUE_COMPLETE=bash_source llmqueue)"`): click's own
+        # entry point answers it and exits
+        cli.main(args=[] if argv is None else list(argv), prog_name="llmqueue", complete_var=COMPLETE_VAR)
     try:
         with cli.make_context("llmqueue", list(sys.argv[1:] if argv is None else argv)) as ctx:
             cli.invoke(ctx)

@@ -22,8 +22,8 @@ def queue():
 @click.option("--W", "W", type=float, help="Mean time in system (s).")
 @json_option
 def little_cmd(L, lam, W, as_json):
-    """Little's law L = lam * W: give two, get the third (seed 000: --lam 900 --W 0.12 gives L = 108)."""
-    from llmqueue.theory.little import little
+    """Little's law L = lam * W: give two, get the third (the Queueing System essay: --lam 900 --W 0.12 gives L = 108)."""
+    from llmqueue.theory.littles_law import little
 
     r = little(L=L, lam=lam, W=W)
     if as_json:

@@ -1,4 +1,4 @@
-"""``llmqueue report``: one self-contained HTML report of a run or sweep directory, or a seed's figure."""
+"""``llmqueue report``: one self-contained HTML report of a run or sweep directory, or a source's figure."""
 
 from __future__ import annotations
 
@@ -14,17 +14,22 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv
 @click.option("--compare", type=click.Path(),
               help="A run directory (e.g. the simulated twin of a measured run) drawn dashed over the run.")
 @click.option("--title", help="The report's title.")
-@click.option("--seed004-figure2", "seed004", is_flag=True,
-              help="Seed 004's Figure 2: the 1:1 setting simulated at lam = 1, 3, 5, 20, 50; queue length over time.")
-@click.option("--seed002-figure2", "seed002", is_flag=True,
-              help="Seed 002's Figure 2: throughput against latency over batch size (lam 100, T_fixed 50 ms, t_req 0.5 ms).")
+@click.option("--kv-stability-figure", "seed004", is_flag=True,
+              help="Nie et al. 2026's Figure 2 (KV-memory stability): the 1:1 setting simulated at lam = 1, 3, 5, "
+                   "20, 50; queue length over time.")
+@click.option("--batch-figure", "seed002", is_flag=True,
+              help="Inference Foundations' Figure 2 (batch service): throughput against latency over batch size "
+                   "(lam 100, T_fixed 50 ms, t_req 0.5 ms).")
+@click.option("--seed004-figure2", "seed004_old", is_flag=True, hidden=True, help="Old name of --kv-stability-figure.")
+@click.option("--seed002-figure2", "seed002_old", is_flag=True, hidden=True, help="Old name of --batch-figure.")
 @click.option("--duration", type=float, default=3600.0, show_default=True,
-              help="--seed004-figure2: simulated seconds per rate.")
-@click.option("--seed", type=int, default=1, show_default=True, help="--seed004-figure2: random seed.")
+              help="--kv-stability-figure: simulated seconds per rate.")
+@click.option("--seed", type=int, default=1, show_default=True, help="--kv-stability-figure: random seed.")
 @click.option("--slo-ms", type=float, default=300.0, show_default=True,
-              help="--seed002-figure2: the P99 latency target drawn as the SLO line.")
+              help="--batch-figure: the P99 latency target drawn as the SLO line.")
 @json_option
-def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, duration, seed, slo_ms, as_json):
+def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, seed004_old, seed002_old, duration,
+           seed, slo_ms, as_json):
     """Write one self-contained HTML report (figures inlined, no network) of RUN_OR_SWEEP_DIR.
 
     A run directory (llmqueue simulate/bench --out DIR) gets its summary table, queue length and
@@ -35,9 +40,10 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     from llmqueue._validate import positive
     from llmqueue.errors import InputError
 
-    seeds = [flag for flag, on in (("--seed004-figure2", seed004), ("--seed002-figure2", seed002)) if on]
+    seed004, seed002 = seed004 or seed004_old, seed002 or seed002_old
+    seeds = [flag for flag, on in (("--kv-stability-figure", seed004), ("--batch-figure", seed002)) if on]
     if len(seeds) > 1:
-        raise InputError("seed004", "give one of --seed004-figure2 and --seed002-figure2",
+        raise InputError("seed004", "give one of --kv-stability-figure and --batch-figure",
                          "write each to its own file with -o")
     if seeds and run_or_sweep_dir is not None:
         raise InputError("RUN_OR_SWEEP_DIR", f"{seeds[0]} makes its own data; it takes no directory",
@@ -54,7 +60,7 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
         res = seed002_figure2(output, png_dir=png_dir, slo_ms=positive("slo_ms", slo_ms))
     elif run_or_sweep_dir is None:
         raise InputError("RUN_OR_SWEEP_DIR", "missing directory",
-                         "give a run or sweep directory, or --seed004-figure2 / --seed002-figure2")
+                         "give a run or sweep directory, or --kv-stability-figure / --batch-figure")
     else:
         from llmqueue.report.build import build_report
 

@@ -1,4 +1,4 @@
-"""``llmqueue stability``: seed 004's KV-memory stability threshold for one replica."""
+"""``llmqueue stability``: Nie et al.'s KV-memory stability threshold for one replica."""
 
 from __future__ import annotations
 
@@ -45,14 +45,14 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
 @json_option
 def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_utilization, block_size, b, chunk,
               prompt, output, lengths, lam, rho_target, paged, as_json):
-    """Service rate mu = M / (b E[g]) of one replica under KV-memory limits (seed 004).
+    """Service rate mu = M / (b E[g]) of one replica under KV-memory limits (Nie et al. 2026).
 
     g(s,o) is a request's lifetime KV memory-work in token-steps (chunked prefill, then decode).
     With --rate: "unstable" if lam > mu, "stable" if lam < mu(1 - delta), delta = max(s+o)/M,
     else "indeterminate". With --utilization too: replicas needed for that utilization.
     --paged counts the memory-work in whole KV blocks (half a block per request more, on average).
 
-    Example (seed 004, P/D 1:1; the paper's theory gives 3.263 req/s):
+    Example (Nie et al. 2026, P/D 1:1; the paper's theory gives 3.263 req/s):
 
       llmqueue stability --capacity-tokens 131000 --step-time 0.0372 --chunk 512
       --prompt uniform:10:1600 --output uniform:10:1600 --rate 3
@@ -102,4 +102,4 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
             rows.append(("queue grows (req/s, at least)", r.lam - r.mu))
     if r.replicas is not None:
         rows += [("target utilization", r.rho_target), ("replicas G >= lam/(mu rho)", r.replicas)]
-    print_kv(rows, title="KV-memory stability (seed 004)")
+    print_kv(rows, title="KV-memory stability (Nie et al. 2026)")

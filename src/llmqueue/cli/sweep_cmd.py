@@ -1,7 +1,7 @@
 """``llmqueue sweep`` and ``llmqueue capacity``: load sweeps and the SLO-bounded capacity search.
 
 Both take the simulate command's flags (or ``--scenario``) for the base point; see
-:mod:`llmqueue.plan.sweep` and :mod:`llmqueue.plan.capacity` for what they compute.
+:mod:`llmqueue.plan.sweep_run` and :mod:`llmqueue.plan.capacity` for what they compute.
 """
 
 from __future__ import annotations
@@ -149,18 +149,18 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     Examples:
 
       llmqueue sweep --rates 1,3,5,20,50 --capacity-tokens 131000 --step-time 0.0372 --chunk 512
-      --prompt uniform:10:1600 --output uniform:10:1600 --duration 1800 --out runs/seed004
+      --prompt uniform:10:1600 --output uniform:10:1600 --duration 1800 --out runs/kv-sweep
 
       llmqueue sweep --scenario chat --rates 5,10,15,20 --param max_num_seqs=64,256 --duration 900
     """
-    from llmqueue.plan.sweep import sweep as run_sweep
+    from llmqueue.plan.sweep_run import sweep as run_sweep
 
     if url is not None and scenario is None and flags.get("step_time") is None and flags.get("model") is None:
         flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
     factory, base = _base(ctx, scenario, flags)
     slos = _slos(ctx, scenario, flags, percentile)
     metric = knee_metric.strip()
-    from llmqueue.plan.sweep import LATENCIES
+    from llmqueue.plan.sweep_run import LATENCIES
 
     valid = {f"{s}_{m}_ms" for m in LATENCIES for s in ("mean", "median", "p50", "p90", "p95", "p99")}
     if metric not in valid:

@@ -40,7 +40,7 @@ def stats(trace, format, map, time_unit, spread_ties, drop_bad, request_rate, ar
 
     Mean rate (n-1)/span, inter-arrival CV, index of dispersion IDC(b) and peak/mean of
     b-second counts (last partial bin dropped), prompt/output mean and percentiles, their
-    correlation, E[g] for the chunk size (seed 004) and, with hash_ids, prefix-block reuse.
+    correlation, E[g] for the chunk size (Nie et al. 2026) and, with hash_ids, prefix-block reuse.
 
     Examples:
 

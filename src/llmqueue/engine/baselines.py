@@ -1,11 +1,11 @@
 """Baselines the seeds compare continuous batching against, in the same record schema.
 
-- :func:`dynamic_batching` (seed 002): request-level batches. When the server is free it
+- :func:`dynamic_batching` (Inference Foundations): request-level batches. When the server is free it
   starts a batch of ``B_max`` waiting requests, or, once the oldest waiting request has waited
   ``T_max``, of all that wait (at most ``B_max``). A batch of ``B`` is served in
   ``T_svc(B) = T_fixed + t_req B`` and all its requests finish (first token and last token)
-  when it ends. ``T_max = inf`` waits for full batches: the system of seed 002's Table 1.
-- :func:`static_batching` (seed 001, head-of-line blocking): token-level batches of up to
+  when it ends. ``T_max = inf`` waits for full batches: the system of Inference Foundations' Table 1.
+- :func:`static_batching` (the Continuous Batching essay, head-of-line blocking): token-level batches of up to
   ``B`` requests taken when the server is free; one prefill step for the batch's prompts, then
   decode steps until the longest output is done. Each request's tokens stream as they are made
   (it finishes at its own last token) but no new request joins until the whole batch ends.
@@ -70,7 +70,7 @@ def _timeseries(arrivals: np.ndarray, starts: list, ends: list, sizes: list, dt:
 
 def dynamic_batching(requests, *, B_max: int, T_fixed: float, t_req: float, T_max: float = math.inf,
                      horizon_s: float | None = None, sample_dt: float = 1.0) -> SimResult:
-    """Seed 002's dynamic batching server (request level); see the module docstring."""
+    """Inference Foundations' dynamic batching server (request level); see the module docstring."""
     B_max = positive_int("B_max", B_max)
     T_fixed = nonnegative("T_fixed", T_fixed)
     t_req = nonnegative("t_req", t_req)

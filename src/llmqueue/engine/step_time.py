@@ -6,14 +6,14 @@ Every model answers ``duration(prefill_tokens, decode_seqs, context_tokens, step
 
 Models (spec syntax, shared by the CLI and scenario files):
 
-- ``0.0372`` or ``const:0.0372``: a constant ``b`` seconds per step (seed 004's b-bar).
+- ``0.0372`` or ``const:0.0372``: a constant ``b`` seconds per step (Nie et al.'s b-bar).
 - ``linear:c0=0.01:prefill=2e-5:decode=1e-4:ctx=1e-8``: ``c0 + prefill*P + decode*D + ctx*C``
-  (seed 002's ``T_fixed + t_req*B`` is ``c0=T_fixed``, ``decode=t_req``).
+  (Inference Foundations' ``T_fixed + t_req*B`` is ``c0=T_fixed``, ``decode=t_req``).
 - ``roofline``: built by :func:`roofline_model` from a model and a GPU: the larger of compute
   time and memory time, plus a fixed overhead.
 - ``fitted:FILE``: a calibration file (YAML with ``step_time:`` holding one of the above).
 
-Noise (seed 000 section 5: service-time variance widens the tail): any model may carry
+Noise (the Queueing System essay section 5: service-time variance widens the tail): any model may carry
 ``:noise=exp`` (the step time is the model's value times an Exp(1) factor) or
 ``:noise=gamma:cv=0.3`` / ``:noise=lognormal:cv=0.3`` (mean-one factor with that CV).
 ``exp:0.1`` is shorthand for ``const:0.1:noise=exp`` (exponential step times, mean 0.1 s).

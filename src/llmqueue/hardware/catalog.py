@@ -117,7 +117,7 @@ MODELS: tuple[ModelSpec, ...] = (
         n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=32, head_dim=128, intermediate_size=11008,
         vocab_size=32000, max_model_len=4096, params_published=6_738_415_616, dtype="fp16",
         source=f"{_HF} of meta-llama/Llama-2-7b-hf; params = safetensors total",
-        notes="MHA. Seed 001: ~2 GB of KV per 4096-token request. Shape checked against config.json copies; "
+        notes="MHA. The Continuous Batching essay: ~2 GB of KV per 4096-token request. Shape checked against config.json copies; "
               "param count from memory, equal to the shape-derived count."),
     ModelSpec(
         name="llama-2-13b", hf_id="meta-llama/Llama-2-13b-hf",
@@ -213,7 +213,7 @@ MODELS: tuple[ModelSpec, ...] = (
         mlp="plain", norm="layer", linear_bias=True, learned_pos=True, dtype="fp16",
         source="Brown et al. 2020, table 2.1 (n_layers, d_model, n_heads, d_head, n_ctx); GPT-2 vocabulary",
         notes="Not released: no config.json. MHA, plain 4x MLP with biases, tied embeddings, learned positions. "
-              "Seed 002's worked table uses this model. From memory."),
+              "Inference Foundations' worked table uses this model. From memory."),
 )
 
 GPUS: tuple[GpuSpec, ...] = (

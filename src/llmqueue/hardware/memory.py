@@ -1,8 +1,8 @@
 """KV cache bytes per token, weight memory, and the KV capacity ``M`` of a GPU.
 
 ``M`` (tokens) is the memory side of the serving queue: the number of tokens whose
-keys and values fit in GPU memory at once. Seed 004 divides it by the KV
-memory-work of a request to get the service rate ``mu = M / (b E[g])``; seed 002's
+keys and values fit in GPU memory at once. Nie et al. 2026 divides it by the KV
+memory-work of a request to get the service rate ``mu = M / (b E[g])``; Inference Foundations'
 equation 3 ``M_KV = 2 * N_L * d * S * B * s_elem`` solved for ``B`` gives the
 number of requests of ``S`` tokens that fit.
 
@@ -66,7 +66,7 @@ def resolve_dtype(dtype: str, model: ModelSpec | None = None, *, field: str = "d
 def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str = "bf16") -> int:
     """KV cache bytes one token occupies in the whole model: ``2 * n_layers * n_kv_heads * head_dim * bytes``.
 
-    The 2 is keys and values. This is seed 002's equation 3 per token and per
+    The 2 is keys and values. This is Inference Foundations' equation 3 per token and per
     sequence (``S = B = 1``) with ``d = n_kv_heads * head_dim``, which is the hidden
     size ``d`` for multi-head attention and smaller for grouped-query attention.
     Assumes every layer keeps full attention (sliding-window and latent-attention
@@ -279,7 +279,7 @@ def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_s
 class Concurrency(Result):
     """How many requests of ``context_len`` tokens fit in the KV cache at once.
 
-    ``B`` is seed 002's equation 3 solved for the batch: ``floor(kv_bytes_per_gpu /
+    ``B`` is Inference Foundations' equation 3 solved for the batch: ``floor(kv_bytes_per_gpu /
     (context_len * per_gpu_kv_bytes_per_token))`` (for TP=1, KV bytes available over
     KV bytes per request). ``B_from_M = M // context_len`` counts in whole blocks;
     ``B_paged`` also rounds each request up to whole blocks as PagedAttention allocates
@@ -303,10 +303,10 @@ class Concurrency(Result):
 def max_concurrent_requests(model: ModelSpec | str, gpu: GpuSpec | str, context_len: int, **kwargs) -> Concurrency:
     """Requests of ``context_len`` tokens (prompt plus output) whose KV cache fits at once.
 
-    Keyword arguments are those of :func:`kv_capacity`. Example (seed 001): Llama-2-7B at
+    Keyword arguments are those of :func:`kv_capacity`. Example (the Continuous Batching essay): Llama-2-7B at
     4096 tokens needs 2 GiB (2.147 GB) of KV per request; an A100 80GB at
     ``gpu_memory_utilization=0.9`` holds 29 of them after 12.55 GiB of weights and 1 GiB
-    of reserve (seed 001 says "around 24", with its own overhead assumptions).
+    of reserve (the Continuous Batching essay says "around 24", with its own overhead assumptions).
     """
     m = get_model(model)
     S = positive_int("context_len", context_len)

@@ -1,6 +1,6 @@
 """Plan: load sweeps and SLO-bounded capacity search over simulated deployments.
 
-- :func:`sweep` (:mod:`llmqueue.plan.sweep`): a grid of arrival rates x engine knobs, each point
+- :func:`sweep` (:mod:`llmqueue.plan.sweep_run`): a grid of arrival rates x engine knobs, each point
   one simulation with its own seed, cached on disk; per-point summaries, latency-versus-load
   curves with their knee, the theory's capacity ``mu``, the simulated stability bracket and the
   SLO line.
@@ -19,12 +19,12 @@ from __future__ import annotations
 from llmqueue._lazy import lazy_exports
 
 _EXPORTS = {
-    "sweep": "sweep",
-    "SweepResult": "sweep",
-    "PointResult": "sweep",
-    "run_points": "sweep",
-    "make_grid": "sweep",
-    "knee": "sweep",
+    "sweep": "sweep_run",
+    "SweepResult": "sweep_run",
+    "PointResult": "sweep_run",
+    "run_points": "sweep_run",
+    "make_grid": "sweep_run",
+    "knee": "sweep_run",
     "capacity_search": "capacity",
     "CapacityResult": "capacity",
     "judge": "capacity",

@@ -197,14 +197,14 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
                     address: str | None = None, out_dir=None, progress: bool = False) -> CapacityResult:
     """The highest arrival rate whose simulation meets ``slos`` (see the module docstring).
 
-    ``factory``/``base``: as for :func:`llmqueue.plan.sweep.sweep`; every rate uses ``base``'s
+    ``factory``/``base``: as for :func:`llmqueue.plan.sweep_run.sweep`; every rate uses ``base``'s
     seed. ``lo``/``hi``: an initial bracket (``lo`` must meet and ``hi`` fail; otherwise the
     search moves them). ``out_dir``: the point cache (``points/``), shared with sweeps.
     """
     from llmqueue._validate import positive, positive_int
     from llmqueue.plan.backends import get_backend
     from llmqueue.plan.points import base_rate, derive_seed, factory_name, jsonable
-    from llmqueue.plan.sweep import RunStats, base_seed, run_points
+    from llmqueue.plan.sweep_run import RunStats, base_seed, run_points
 
     if not slos:
         raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-ms and/or --slo-tpot-ms (or a scenario "

@@ -7,7 +7,7 @@
   decomposition, the verdict note, :func:`knee_index`).
 - ``figures``: the matplotlib figures (Agg canvas, no pyplot), :func:`png_bytes`.
 - ``html``: the page (inline CSS, base64 PNG figures, no script, no network).
-- ``seeds``: seed 004's Figure 2 (:func:`seed004_figure2`) and seed 002's (:func:`seed002_figure2`).
+- ``seeds``: Nie et al.'s Figure 2 (:func:`seed004_figure2`) and Inference Foundations' (:func:`seed002_figure2`).
 
 Names are imported lazily so ``import llmqueue.report`` does not import matplotlib.
 """

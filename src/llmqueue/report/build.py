@@ -30,7 +30,7 @@ from llmqueue.report import series, sources
 class Report:
     """What :func:`build_report` wrote."""
 
-    kind: str  # "run", "sweep", "seed004-figure2", "seed002-figure2"
+    kind: str  # "run", "sweep", "kv-stability-figure", "batch-figure"
     html_path: Path
     png_paths: list = field(default_factory=list)
     source: str | None = None
@@ -174,7 +174,7 @@ def theory_table(theory: dict) -> H.Table | None:
     if not theory or "mu" not in theory:
         return None
     t = H.Table(["closed form (simulate's theory)", "value"])
-    names = [("mu_kv", "mu, KV memory M / (b E[g]) (seed 004), req/s"), ("mu_seqs", "mu, max_num_seqs slots, req/s"),
+    names = [("mu_kv", "mu, KV memory M / (b E[g]) (Nie et al. 2026), req/s"), ("mu_seqs", "mu, max_num_seqs slots, req/s"),
              ("mu_tokens", "mu, token budget, req/s"), ("mu", "capacity mu (min), req/s"), ("binding", "binding bound"),
              ("b", "step time b (s)"), ("lam", "arrival rate lam (req/s)"), ("rho", "rho = lam / mu"),
              ("verdict", "theory verdict")]
@@ -235,7 +235,7 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
          f"statistics.{twin_note}"),
         ("kv", F.kv_figure(run, twin), "KV cache in use against capacity",
          "KV tokens held per replica (block-rounded) against the capacity M; a queue that grows while the cache "
-         f"stays near M is memory-bound (seed 004).{twin_note}"),
+         f"stays near M is memory-bound (Nie et al. 2026).{twin_note}"),
         ("cdf", F.cdf_figure(run, twin), "Latency CDFs",
          "Empirical CDFs of TTFT, TPOT and E2EL of the finished requests arriving in the window; dotted: p99. "
          f"In an overloaded run these describe the survivors.{twin_note}"),

@@ -504,7 +504,7 @@ def sweep_throughput_figure(sweep):
 # -- the seeds' figures ----------------------------------------------------------------------------
 
 def seed004_queue_figure(runs):
-    """Seed 004's Figure 2: waiting queue over time, one line per arrival rate.
+    """Nie et al.'s Figure 2: waiting queue over time, one line per arrival rate.
 
     ``runs``: ``[(lam, t_s, num_waiting, verdict_word)]``. Left: linear axis as in the paper;
     right: the same on a symmetric-log axis, so the bounded queues of the low rates show.
@@ -530,7 +530,7 @@ def seed004_queue_figure(runs):
 
 def seed002_tradeoff_figure(table, *, slo_ms: float | None = None, knee_B: int | None = None,
                             best_B: int | None = None):
-    """Seed 002's Figure 2: throughput against latency over batch size B.
+    """Inference Foundations' Figure 2: throughput against latency over batch size B.
 
     ``table``: a :class:`llmqueue.theory.batch.BatchTable`. x: capacity ``mu_eff(B) = B / T_svc(B)``
     (the most the server can carry at batch size B); y: mean response time ``E[T]`` and the P99

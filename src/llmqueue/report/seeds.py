@@ -1,11 +1,11 @@
 """The seeds' figures as reports.
 
-- :func:`seed004_figure2`: seed 004's Figure 2. The 1:1 P/D setting (M = 131,000 tokens, step
+- :func:`seed004_figure2`: Nie et al.'s Figure 2. The 1:1 P/D setting (M = 131,000 tokens, step
   time b = 0.0372 s, chunk 512, prompt and output uniform on 10..1600) simulated at
   lam = 1, 3, 5, 20, 50 req/s for 3600 s; the waiting queue over time, one line per rate. The
   closed form puts capacity at mu = M / (b E[g]) = 3.26 req/s, so the queue stays bounded at
   1 and 3 and grows roughly linearly (at about lam - mu) at 5, 20 and 50.
-- :func:`seed002_figure2`: seed 002's Figure 2. The batch-service model
+- :func:`seed002_figure2`: Inference Foundations' Figure 2. The batch-service model
   ``T_svc(B) = T_fixed + t_req B`` at lam = 100 req/s, T_fixed = 50 ms, t_req = 0.5 ms
   (:func:`llmqueue.theory.batch.batch_table`): throughput capacity against latency as the batch
   size grows, with the SLO line and the knee.
@@ -50,7 +50,7 @@ def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: i
 
 
 def seed004_figure2(out, *, png_dir=None, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1) -> Report:
-    """Write seed 004's Figure 2 as a report (one figure, ``seed004_figure2.png``)."""
+    """Write Nie et al.'s Figure 2 as a report (one figure, ``kv_stability_figure.png``)."""
     from llmqueue.report.figures import seed004_queue_figure
     from llmqueue.report.series import verdict_note
 
@@ -66,29 +66,29 @@ def seed004_figure2(out, *, png_dir=None, rates=SEED004_RATES, duration_s: float
     setting = (f"M = {st['capacity_tokens']:,} tokens, b = {st['step_time']} s, chunk {st['chunk']}, prompt "
                f"{st['prompt']}, output {st['output']}, Poisson arrivals, {duration_s:g} s per rate, seed {seed}")
     body = [
-        H.para(f"Seed 004 (Nie, Si and Zhou), Figure 2: waiting queue length under different arrival rates, 1:1 P/D "
+        H.para(f"Nie et al. 2026 (Nie, Si and Zhou), Figure 2: waiting queue length under different arrival rates, 1:1 P/D "
                f"setting, in simulation. {setting}. Closed-form capacity mu = M / (b E[g]) = "
                f"{H.num(mu)} req/s: the queue should stay bounded below it and grow above it.", cls="verdict"),
-        H.section("Waiting queue over time", fig("seed004_figure2"), anchor="figure"),
+        H.section("Waiting queue over time", fig("kv_stability_figure"), anchor="figure"),
         H.section("Per rate", t.html(), anchor="rates"),
     ]
-    figs = [("seed004_figure2", seed004_queue_figure(lines), "Seed 004 Figure 2: waiting queue over time",
+    figs = [("kv_stability_figure", seed004_queue_figure(lines), "Nie et al. 2026 Figure 2: waiting queue over time",
              "Left: linear axis, as in the paper (the bounded queues at lam = 1 and 3 lie on the floor). Right: the "
              "same on a symmetric-log axis (linear below 10), where they show.")]
-    return write("seed004-figure2", out, png_dir, "Seed 004, Figure 2: queue length against time",
+    return write("kv-stability-figure", out, png_dir, "Nie et al. 2026, Figure 2: queue length against time",
                  setting, body, figs, source="simulation")
 
 
 def seed002_figure2(out, *, png_dir=None, lam: float = SEED002_SETTING["lam"],
                     T_fixed: float = SEED002_SETTING["T_fixed"], t_req: float = SEED002_SETTING["t_req"],
                     slo_ms: float | None = 300.0, sizes=SEED002_SIZES) -> Report:
-    """Write seed 002's Figure 2 as a report (one figure, ``seed002_figure2.png``).
+    """Write Inference Foundations' Figure 2 as a report (one figure, ``batch_figure.png``).
 
     The knee: on the frontier (the stable sizes at or above the mean-latency optimum, where a
     larger batch buys throughput with latency), the last size before 1% more capacity costs more
     than 1% more mean latency (:func:`llmqueue.report.series.elasticity_knee` on (mu_eff, E[T])):
-    seed 002's "throughput gains diminish while latency continues to increase". With ``slo_ms``,
-    the SLO-constrained optimum (seed 002, step 5: the largest B with P99 within the SLO) is
+    Inference Foundations' "throughput gains diminish while latency continues to increase". With ``slo_ms``,
+    the SLO-constrained optimum (Inference Foundations, step 5: the largest B with P99 within the SLO) is
     reported beside it.
     """
     from llmqueue.report.figures import seed002_tradeoff_figure
@@ -102,7 +102,7 @@ def seed002_figure2(out, *, png_dir=None, lam: float = SEED002_SETTING["lam"],
     tail = [r for r in rows if best is None or r.B >= best]
     k = elasticity_knee([r.mu_eff for r in tail], [r.W for r in tail])
     knee_B = tail[k].B if k is not None else None
-    t = H.Table(["B", "T_svc (ms)", "mu_eff (req/s)", "rho", "E[T] (ms)", "P99 (ms)", "action (seed 002 Table 2)"])
+    t = H.Table(["B", "T_svc (ms)", "mu_eff (req/s)", "rho", "E[T] (ms)", "P99 (ms)", "action (Inference Foundations Table 2)"])
     for r in table.rows:
         t.add(r.B, 1000 * r.T_svc, r.mu_eff, r.rho, 1000 * r.W if math.isfinite(r.W) else None,
               1000 * r.P99_normal if math.isfinite(r.P99_normal) else None, r.action)
@@ -116,17 +116,17 @@ def seed002_figure2(out, *, png_dir=None, lam: float = SEED002_SETTING["lam"],
         facts.add(f"largest B with P99 <= {slo_ms:g} ms", dec.B_slo if dec.B_slo is not None else "none")
     setting = f"lam = {lam:g} req/s, T_fixed = {1000 * T_fixed:g} ms, t_req = {1000 * t_req:g} ms"
     body = [
-        H.para("Seed 002, Figure 2: the operating region of batching. A larger batch raises the throughput capacity "
+        H.para("Inference Foundations, Figure 2: the operating region of batching. A larger batch raises the throughput capacity "
                "mu_eff(B) = B / (T_fixed + t_req B) towards 1/t_req, but each request waits for its batch to fill "
                "(B / (2 lam)) and for a longer pass, so latency has a knee rather than a floor. "
-               f"{setting}; M/D/1 on batches (seed 002's model).", cls="verdict"),
-        H.section("Throughput against latency", fig("seed002_figure2"), anchor="figure"),
+               f"{setting}; M/D/1 on batches (Inference Foundations' model).", cls="verdict"),
+        H.section("Throughput against latency", fig("batch_figure"), anchor="figure"),
         H.section("Batch sizes", f'<div class="cols">{t.html()}{facts.html()}</div>', anchor="table"),
     ]
-    figs = [("seed002_figure2", seed002_tradeoff_figure(table, slo_ms=slo_ms, knee_B=knee_B,
+    figs = [("batch_figure", seed002_tradeoff_figure(table, slo_ms=slo_ms, knee_B=knee_B,
                                                      best_B=dec.B_slo if dec is not None else None),
-             "Seed 002 Figure 2: throughput against latency over batch size",
+             "Inference Foundations Figure 2: throughput against latency over batch size",
              "Each point is one batch size B: x its capacity mu_eff(B), y the mean response time E[T] and the P99 "
              "estimate. Sizes below B_min cannot keep up with lam and are left out.")]
-    return write("seed002-figure2", out, png_dir, "Seed 002, Figure 2: throughput against latency",
+    return write("batch-figure", out, png_dir, "Inference Foundations, Figure 2: throughput against latency",
                  setting, body, figs, source="llmqueue.theory.batch")

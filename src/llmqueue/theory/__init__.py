@@ -1,11 +1,11 @@
 """Closed-form queueing results for LLM serving: pure functions, no simulation.
 
 Submodules:
-- ``little``: Little's law.
+- ``littles_law``: Little's law (``little``).
 - ``classic``: M/M/1, M/D/1, M/G/1 (Pollaczek-Khinchine), M/M/c (Erlang C), M/M/c/K,
   G/G/1 (Kingman), G/G/c (Allen-Cunneen).
-- ``batch``: the batch-service model of seed 002 (T_svc(B) = T_fixed + t_req*B).
-- ``kv``: the KV-memory stability model of seed 004 (mu = M / (b E[g])).
+- ``batch``: the batch-service model of Inference Foundations (T_svc(B) = T_fixed + t_req*B).
+- ``kv``: the KV-memory stability model of Nie et al. 2026 (mu = M / (b E[g])).
 - ``cost``: tokens per dollar, cost per million tokens, SLO error budgets, replicas.
 
 Names are imported lazily on first use so that ``import llmqueue.theory`` is cheap.
@@ -17,8 +17,8 @@ from llmqueue._lazy import lazy_exports
 
 
 _EXPORTS = {
-    "little": "little",
-    "LittleResult": "little",
+    "little": "littles_law",
+    "LittleResult": "littles_law",
     "mm1": "classic",
     "md1": "classic",
     "mg1": "classic",

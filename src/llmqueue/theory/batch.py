@@ -1,12 +1,12 @@
-"""The batch-service model of seed 002: ``T_svc(B) = T_fixed + t_req * B``.
+"""The batch-service model of Inference Foundations: ``T_svc(B) = T_fixed + t_req * B``.
 
 A server runs requests in batches of ``B``. A batch takes
 
-    T_svc(B) = T_fixed + t_req * B                       (seed 002, equation 1)
+    T_svc(B) = T_fixed + t_req * B                       (Inference Foundations, equation 1)
 
 seconds (``T_fixed``: per-pass overhead such as weight loading; ``t_req``: marginal
 time per request), so the server's capacity is ``mu_eff(B) = B / T_svc(B)`` req/s,
-rising towards ``1 / t_req``. With Poisson arrivals at ``lam`` req/s, seed 002
+rising towards ``1 / t_req``. With Poisson arrivals at ``lam`` req/s, Inference Foundations
 treats each batch as one "super-request" of an M/D/1 queue whose arrival rate is
 ``lam / B`` and whose utilization is ``rho = lam * T_svc / B``; the
 Pollaczek-Khinchine formula then gives the mean wait of a batch in the queue
@@ -29,11 +29,11 @@ system (Little's law). Times are in seconds, rates per second.
 Also here:
 
 - ``b_min_stability``: the smallest batch with ``mu_eff(B) > lam``,
-  ``B_min = T_fixed lam / (1 - t_req lam)`` (seed 002, step 2);
+  ``B_min = T_fixed lam / (1 - t_req lam)`` (Inference Foundations, step 2);
 - ``b_min_target``: the smallest batch with ``rho <= rho_target``,
-  ``B_min = lam T_fixed / (rho_target - lam t_req)`` (seed 002, equation 2);
+  ``B_min = lam T_fixed / (rho_target - lam t_req)`` (Inference Foundations, equation 2);
 - ``choose_batch_size``: the five-step decision (largest ``B`` whose P99 meets the SLO);
-- ``batch_action``: the recommended action of seed 002's Table 2;
+- ``batch_action``: the recommended action of Inference Foundations' Table 2;
 - a REFINEMENT of the seed's queue (``erlang_batch_wait``): batches that wait to be
   full are not a Poisson stream, they form an Erlang-B renewal stream, and the
   batch queue is E_B/D/1. Results of the refinement carry the suffix ``_refined``
@@ -60,12 +60,12 @@ __all__ = [
     "BatchDecision", "candidate_sizes", "choose_batch_size", "BatchTable", "batch_table",
 ]
 
-#: z-value used by seed 002 for the normal-approximation P99: ``E[T] + 2.33 sigma_T``.
+#: z-value used by Inference Foundations for the normal-approximation P99: ``E[T] + 2.33 sigma_T``.
 Z_P99 = 2.33
 #: ``-ln(0.01)``: P99 of an exponential response time is ``-ln(0.01) E[T]`` (the seed's "4.6 E[T]").
 EXP_P99 = math.log(100.0)
 
-#: Seed 002, Table 2, in order of precedence, then "ok".
+#: Inference Foundations, Table 2, in order of precedence, then "ok".
 ACTIONS = (
     "increase batch size or add replicas",       # B < B_min: unstable
     "reduce batch size or add replicas",         # P99 > SLO
@@ -84,7 +84,7 @@ def _model(lam, T_fixed, t_req) -> tuple[float, float, float]:
 
 
 def service_time(*, T_fixed: float, t_req: float, B: float) -> float:
-    """``T_svc(B) = T_fixed + t_req * B`` (seconds; seed 002, equation 1)."""
+    """``T_svc(B) = T_fixed + t_req * B`` (seconds; Inference Foundations, equation 1)."""
     T_fixed = positive("T_fixed", T_fixed)
     t_req = nonnegative("t_req", t_req)
     B = positive("B", B)
@@ -118,7 +118,7 @@ def _round_up(raw: float, ok) -> int:
 
 
 def b_min_stability(*, lam: float, T_fixed: float, t_req: float) -> BatchMin:
-    """Smallest batch size with ``mu_eff(B) = B / T_svc(B) > lam`` (seed 002, step 2).
+    """Smallest batch size with ``mu_eff(B) = B / T_svc(B) > lam`` (Inference Foundations, step 2).
 
     ``B_min = T_fixed lam / (1 - t_req lam)``; any smaller batch gives ``rho >= 1`` and
     an unbounded queue. Since ``mu_eff`` never exceeds ``1 / t_req``, no batch size is
@@ -137,11 +137,11 @@ def b_min_stability(*, lam: float, T_fixed: float, t_req: float) -> BatchMin:
 
 
 def b_min_target(*, lam: float, T_fixed: float, t_req: float, rho_target: float = 0.75) -> BatchMin:
-    """Smallest batch size with utilization ``rho = lam T_svc(B) / B <= rho_target`` (seed 002, equation 2).
+    """Smallest batch size with utilization ``rho = lam T_svc(B) / B <= rho_target`` (Inference Foundations, equation 2).
 
     ``B_min = lam T_fixed / (rho_target - lam t_req)``. Needs ``rho_target > lam t_req``:
     ``rho`` falls with ``B`` towards ``lam t_req`` but never below it, so otherwise no
-    batch size reaches the target (:class:`InputError`). Seed 002's worked example:
+    batch size reaches the target (:class:`InputError`). Inference Foundations' worked example:
     ``lam=100, T_fixed=0.05, t_req=0.0005, rho_target=0.75`` gives 7.14, rounded up to 8.
     """
     lam, T_fixed, t_req = _model(lam, T_fixed, t_req)
@@ -159,9 +159,9 @@ def b_min_target(*, lam: float, T_fixed: float, t_req: float, rho_target: float 
 
 
 def accumulation_delay(*, lam: float, B: float, T_max: float | None = None) -> float:
-    """Mean time a request spends waiting for its batch to form, ``E[T_batch]`` (seed 002).
+    """Mean time a request spends waiting for its batch to form, ``E[T_batch]`` (Inference Foundations).
 
-    Without a timeout: ``B / (2 lam)`` (seed 002, Table 1). With dynamic batching capped at
+    Without a timeout: ``B / (2 lam)`` (Inference Foundations, Table 1). With dynamic batching capped at
     ``B`` (= ``B_max``) requests and ``T_max`` seconds: ``B / (2 lam)`` if ``lam T_max >= B``
     (the batch fills) else ``T_max / 2`` (the timeout fires). The factor 1/2 is the mean
     position of a request arriving uniformly in the batch window.
@@ -259,7 +259,7 @@ def erlang_batch_wait(*, lam: float, T_svc: float, B: int, method: str = "auto")
     Requests arrive as a Poisson stream at ``lam``; every ``B`` consecutive requests form a
     batch, dispatched when its ``B``-th request arrives, to one FIFO server with deterministic
     service ``T_svc``. Batch interarrival times are then Gamma(``B``, ``lam``) (Erlang-B), not
-    exponential, so the batch queue is E_B/D/1 rather than the M/D/1 that seed 002's formula
+    exponential, so the batch queue is E_B/D/1 rather than the M/D/1 that Inference Foundations' formula
     assumes; it waits less, since its arrivals are more regular (scv ``1/B`` instead of 1).
 
     ``method``: ``"spitzer"`` sums Spitzer's identity
@@ -291,7 +291,7 @@ def erlang_batch_wait(*, lam: float, T_svc: float, B: int, method: str = "auto")
 
 @dataclass(frozen=True)
 class BatchRow(Result):
-    """Seed 002's model at one batch size ``B`` (seconds, req/s), plus the E_B/D/1 refinement.
+    """Inference Foundations' model at one batch size ``B`` (seconds, req/s), plus the E_B/D/1 refinement.
 
     ``B_eff``: requests per batch actually served (``B``, or ``max(1, lam T_max)`` when a
     timeout ``T_max`` fires first). ``T_svc = T_fixed + t_req B_eff``; ``mu_eff = B_eff / T_svc``;
@@ -302,7 +302,7 @@ class BatchRow(Result):
     ``P99_normal = W + 2.33 sigma_T``; ``P99_exponential = -ln(0.01) W`` (about 4.6 W).
     Refinement (E_B/D/1, batches that wait to be full; NaN when a timeout shortens batches):
     ``Wq_refined``; ``T_batch_refined = (B - 1) / (2 lam)``; ``W_refined``; ``L_refined``.
-    ``action``: seed 002 Table 2 for this state (see :func:`batch_action`).
+    ``action``: Inference Foundations Table 2 for this state (see :func:`batch_action`).
     Unstable rows carry ``math.inf`` waits (JSON null), never an error.
     """
 
@@ -337,7 +337,7 @@ def _sigma_model(lam: float, T: float, B: float, Wq: float, T_batch: float) -> f
 
 def batch_action(*, B: float, B_min: float, rho: float, P99: float | None = None,
                  slo: float | None = None) -> str:
-    """Seed 002, Table 2: the first matching row's action.
+    """Inference Foundations, Table 2: the first matching row's action.
 
     ``B < B_min`` (or ``rho >= 1``) -> "increase batch size or add replicas" (unstable);
     ``P99 > slo`` -> "reduce batch size or add replicas" (skipped unless both are given);
@@ -407,11 +407,11 @@ def _options(T_max, sigma, slo, p99):
 
 def batch_row(*, lam: float, T_fixed: float, t_req: float, B: int, T_max: float | None = None,
               sigma: float | None = None, slo: float | None = None, p99: str = "normal") -> BatchRow:
-    """Seed 002's batch-service model at batch size ``B`` (one row of its Table 1).
+    """Inference Foundations' batch-service model at batch size ``B`` (one row of its Table 1).
 
     ``T_max``: dynamic-batching timeout (s); ``B`` is then the cap ``B_max`` and, when
     ``lam T_max < B``, the timeout fires first: ``E[T_batch] = T_max / 2`` and batches hold
-    ``B_eff = max(1, lam T_max)`` requests on average (seed 002's ``E[B]``), at which the
+    ``B_eff = max(1, lam T_max)`` requests on average (Inference Foundations' ``E[B]``), at which the
     service time, utilization and queue wait are evaluated (a mean-value approximation).
 
     Standard deviation ``sigma_T`` of the response time (for the P99 ``E[T] + 2.33 sigma_T``),
@@ -423,7 +423,7 @@ def batch_row(*, lam: float, T_fixed: float, t_req: float, B: int, T_max: float 
     ``sigma``, if given (s), replaces the model's ``sigma_T``. ``slo`` (s) and ``p99``
     (``"normal"`` or ``"exponential"``) only feed the row's Table 2 ``action``.
 
-    Seed 002, Table 1 (``lam=100, T_fixed=0.05, t_req=0.0005``): ``B=8`` gives
+    Inference Foundations, Table 1 (``lam=100, T_fixed=0.05, t_req=0.0005``): ``B=8`` gives
     ``T_svc=0.054, rho=0.675, Wq=0.0561, W=0.1501``; ``B=1, 4`` are unstable.
     """
     lam, T_fixed, t_req = _model(lam, T_fixed, t_req)
@@ -436,12 +436,12 @@ def batch_row(*, lam: float, T_fixed: float, t_req: float, B: int, T_max: float 
 
 @dataclass(frozen=True)
 class BatchDecision(Result):
-    """Seed 002's five-step batch-size decision for a P99 SLO.
+    """Inference Foundations' five-step batch-size decision for a P99 SLO.
 
     ``B_min``/``B_min_int``: the stability bound (step 2); ``rows``: the candidates (step 3-4);
     ``B_slo_normal``/``B_slo_exponential``: largest candidate whose P99 by that approximation
     is ``<= slo`` (``None`` if none); ``B_slo``: the one for ``p99_method`` (step 5);
-    ``B_mean_opt``: the stable candidate with the lowest mean response ``W`` (seed model);
+    ``B_mean_opt``: the stable candidate with the lowest mean response ``W`` (the M/D/1-on-batches model);
     ``B_mean_opt_refined``: the same under the E_B/D/1 refinement; ``B_action`` and
     ``action``: Table 2 at ``B_slo``, or, when no candidate meets the SLO, at the candidate
     with the lowest P99.
@@ -506,7 +506,7 @@ def _sizes(name: str, sizes: Iterable) -> list[int]:
 
 
 def candidate_sizes(*, B_min: int, B_max: int) -> list[int]:
-    """Seed 002 step 3: ``{B_min, 2 B_min, 3 B_min, ...} <= B_max``, plus ``B_max`` itself.
+    """Inference Foundations step 3: ``{B_min, 2 B_min, 3 B_min, ...} <= B_max``, plus ``B_max`` itself.
 
     Just ``[B_max]`` when ``B_max < B_min`` (every allowed size is unstable).
     """
@@ -523,7 +523,7 @@ def candidate_sizes(*, B_min: int, B_max: int) -> list[int]:
 def choose_batch_size(*, lam: float, T_fixed: float, t_req: float, slo: float, B_max: int | None = None,
                       candidates: Sequence[int] | None = None, T_max: float | None = None,
                       sigma: float | None = None, p99: str = "normal") -> BatchDecision:
-    """Seed 002's decision framework: the largest batch size whose P99 meets ``slo`` (seconds).
+    """Inference Foundations' decision framework: the largest batch size whose P99 meets ``slo`` (seconds).
 
     1. the service model ``T_svc(B) = T_fixed + t_req B`` (given);
     2. ``B_min`` for stability (:func:`b_min_stability`);
@@ -561,7 +561,7 @@ def choose_batch_size(*, lam: float, T_fixed: float, t_req: float, slo: float, B
 
 @dataclass(frozen=True)
 class BatchTable(Result):
-    """Seed 002's Table 1 for a list of batch sizes, the two ``B_min`` bounds and (with an SLO) the decision.
+    """Inference Foundations' Table 1 for a list of batch sizes, the two ``B_min`` bounds and (with an SLO) the decision.
 
     ``B_mean_opt``/``B_mean_opt_refined``: the size with the lowest finite mean response time
     under the seed's model / the E_B/D/1 refinement (``None`` if none is stable).
@@ -586,12 +586,12 @@ class BatchTable(Result):
 def batch_table(*, lam: float, T_fixed: float, t_req: float, sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
                 rho_target: float = 0.75, T_max: float | None = None, sigma: float | None = None,
                 slo: float | None = None, p99: str = "normal") -> BatchTable:
-    """Evaluate seed 002's model at each batch size in ``sizes`` (sorted, duplicates dropped).
+    """Evaluate Inference Foundations' model at each batch size in ``sizes`` (sorted, duplicates dropped).
 
     Raises :class:`InputError` when ``rho_target <= lam t_req`` (no batch size reaches the
     target utilization; this includes every case where no batch size is stable). With ``slo``
     (s), runs the decision (:func:`choose_batch_size`) over the same sizes.
-    Seed 002, Table 1: ``batch_table(lam=100, T_fixed=0.05, t_req=0.0005, sizes=[1, 4, 8, 16, 32])``.
+    Inference Foundations, Table 1: ``batch_table(lam=100, T_fixed=0.05, t_req=0.0005, sizes=[1, 4, 8, 16, 32])``.
     """
     lam, T_fixed, t_req = _model(lam, T_fixed, t_req)
     sizes = _sizes("sizes", sizes)

@@ -30,7 +30,7 @@ D. Gross, J. Shortle, J. Thompson, C. Harris, *Fundamentals of Queueing Theory*
 (4th ed., 2008), ch. 2, 3, 6; J.F.C. Kingman, "The single server queue in heavy
 traffic" (1961); A.O. Allen, *Probability, Statistics, and Queueing Theory* (2nd
 ed., 1990); W. Whitt, "Approximations for the GI/G/m queue" (1993). The seeds
-use M/M/1 ``W = 1/(mu - lam)`` (seed 001) and the P-K wait (seed 002).
+use M/M/1 ``W = 1/(mu - lam)`` (the Continuous Batching essay) and the P-K wait (Inference Foundations).
 
 A steady-state quantity of a queue with ``rho >= 1`` (all models but M/M/c/K,
 which is always stable) raises :class:`~llmqueue.errors.UnstableError`.
@@ -243,7 +243,7 @@ class GGApproxResult(Result):
 def mm1(*, lam: float, mu: float) -> MM1Result:
     """M/M/1: Poisson arrivals at ``lam``, exponential service at ``mu``, one server, FCFS.
 
-    ``W = 1/(mu - lam)`` (seed 001), ``L = rho/(1 - rho)``, ``Wq = rho/(mu - lam)``. The response
+    ``W = 1/(mu - lam)`` (the Continuous Batching essay), ``L = rho/(1 - rho)``, ``Wq = rho/(mu - lam)``. The response
     time is exponential, ``T ~ Exp(mu - lam)``; the wait is 0 with probability ``1 - rho`` and
     ``P(Wq > t) = rho exp(-(mu - lam) t)`` (Kleinrock 1975, sec. 3.2; Gross et al. 2008,
     sec. 2.2). Raises UnstableError when ``lam >= mu``.
@@ -272,7 +272,7 @@ def mg1(*, lam: float, mu: float, scv_s: float) -> MG1Result:
 
         Wq = rho (1 + scv_s) / 2 * (1/mu) / (1 - rho) = lam E[S^2] / (2 (1 - rho))
 
-    (Pollaczek 1930, Khinchine 1932; Kleinrock 1975, sec. 5.6; seed 002). ``scv_s = 1`` is
+    (Pollaczek 1930, Khinchine 1932; Kleinrock 1975, sec. 5.6; Inference Foundations). ``scv_s = 1`` is
     M/M/1, ``scv_s = 0`` is M/D/1. Raises UnstableError when ``lam >= mu``.
     """
     lam, mu = _rates(lam, mu)
@@ -509,7 +509,7 @@ def mmck_distribution(*, lam: float, mu: float, c: int, K: int) -> list[float]:
 def mmck(*, lam: float, mu: float, c: int, K: int) -> MMcKResult:
     """M/M/c/K: Poisson arrivals at ``lam``, ``c`` exponential servers at ``mu``, FCFS, and room
     for ``K >= c`` requests in total (in service plus waiting); an arrival that finds ``K``
-    present is blocked and lost (load shedding, seed 002's M/G/c/K with exponential service).
+    present is blocked and lost (load shedding, Inference Foundations' M/G/c/K with exponential service).
 
     ``P_block = pi_K`` (PASTA), carried throughput ``lam_eff = lam (1 - P_block)``,
     ``L = sum n pi_n``, ``Lq = sum (n - c) pi_n``, and ``W = L/lam_eff``, ``Wq = Lq/lam_eff``

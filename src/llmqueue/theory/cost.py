@@ -1,6 +1,6 @@
 """Cost and operations arithmetic: tokens per dollar, cost per million tokens, error budgets, replicas.
 
-Seed 003, section 7 (cost modelling): hardware price turns time into dollars; a
+The Serving Systems course, section 7 (cost modelling): hardware price turns time into dollars; a
 deployment that costs ``C_hour`` dollars per hour and completes ``Q`` tokens per
 second yields
 
@@ -10,14 +10,14 @@ and idle capacity raises the effective cost: the hours are paid whether or not
 the capacity is used, so at utilization ``u`` (fraction of the ``Q`` tokens/s
 capacity actually used) the cost per token is divided by ``u``.
 
-Seed 003, section 9.3 (error budget): an SLO target ``slo_target`` (e.g. 0.999 of
+The Serving Systems course, section 9.3 (error budget): an SLO target ``slo_target`` (e.g. 0.999 of
 requests good) allows ``(1 - slo_target) N`` bad requests among the ``N`` requests
 of a window. (The seed's own formulas were lost in extraction apart from the
 tokens-per-dollar one; these are the standard SRE definitions.)
 
 Replicas: ``c = ceil(lam / (mu rho_target))`` servers of rate ``mu`` keep the
 per-replica utilization ``rho = lam / (c mu)`` at or below ``rho_target``
-(the same sizing rule as seed 002's target-utilization headroom).
+(the same sizing rule as Inference Foundations' target-utilization headroom).
 """
 
 from __future__ import annotations
@@ -60,12 +60,12 @@ class TokenCost(Result):
 
 
 def tokens_per_dollar(*, Q: float, C_hour: float) -> float:
-    """``3600 Q / C_hour``: tokens bought by one dollar at ``Q`` tokens/s and ``C_hour`` $/hour (seed 003, 7.2)."""
+    """``3600 Q / C_hour``: tokens bought by one dollar at ``Q`` tokens/s and ``C_hour`` $/hour (the Serving Systems course, 7.2)."""
     return 3600.0 * positive("Q", Q) / positive("C_hour", C_hour)
 
 
 def dollars_per_million_tokens(*, Q: float, C_hour: float, u: float = 1.0) -> float:
-    """``C_hour 1e6 / (3600 Q u)``: dollars per million tokens at utilization ``u`` (seed 003, 7.3-7.4)."""
+    """``C_hour 1e6 / (3600 Q u)``: dollars per million tokens at utilization ``u`` (the Serving Systems course, 7.3-7.4)."""
     u = probability("u", u, open_high=False)
     return positive("C_hour", C_hour) * 1e6 / (3600.0 * positive("Q", Q) * u)
 

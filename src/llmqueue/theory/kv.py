@@ -1,4 +1,4 @@
-"""The KV-memory stability model of seed 004 (Nie, Si, Zhou, ICML 2026).
+"""The KV-memory stability model of Nie et al. 2026 (Nie, Si, Zhou, ICML 2026).
 
 A replica holds at most ``M`` tokens of KV cache. A request with prompt length
 ``s`` and output length ``o``, prefilled in chunks of ``s_hat`` tokens and then
@@ -111,7 +111,7 @@ def g_paged(s, o, chunk: int, block_size: int):
 
 
 def g_closed(s, o, chunk: int):
-    """Seed 004's closed form ``((1 + s/chunk) s + 2 o s + (1 + o) o) / 2`` (vectorized)."""
+    """Nie et al.'s closed form ``((1 + s/chunk) s + 2 o s + (1 + o) o) / 2`` (vectorized)."""
     s_arr = np.asarray(s, dtype=np.float64)
     o_arr = np.asarray(o, dtype=np.float64)
     out = ((1.0 + s_arr / chunk) * s_arr + 2.0 * o_arr * s_arr + (1.0 + o_arr) * o_arr) / 2.0
@@ -191,7 +191,7 @@ def _max_total(prompt=None, output=None, pairs=None) -> float:
 # --- the stability threshold --------------------------------------------------------------------
 
 def verdict(lam: float, mu: float, delta: float) -> str:
-    """Seed 004's verdict: ``"stable"`` if ``lam < mu (1 - delta)``, ``"unstable"`` if ``lam > mu``,
+    """Nie et al.'s verdict: ``"stable"`` if ``lam < mu (1 - delta)``, ``"unstable"`` if ``lam > mu``,
     else ``"indeterminate"`` (the theorems do not decide the band in between)."""
     lam = positive("lam", lam)
     if lam > mu:
@@ -202,7 +202,7 @@ def verdict(lam: float, mu: float, delta: float) -> str:
 
 
 def replicas_needed(lam: float, mu: float, rho_target: float) -> int:
-    """Identical replicas ``G >= lam / (mu rho_target)`` behind a balanced router (seed 004, 8.2).
+    """Identical replicas ``G >= lam / (mu rho_target)`` behind a balanced router (Nie et al. 2026, 8.2).
 
     A thin wrapper over :func:`llmqueue.theory.cost.replicas_for_utilization`.
     """
@@ -212,7 +212,7 @@ def replicas_needed(lam: float, mu: float, rho_target: float) -> int:
 
 
 def mu_mix(mus: Sequence[float], weights: Sequence[float]) -> float:
-    """Service rate of a piecewise-stationary mix: ``(sum_l q_l / mu_l)^-1`` (harmonic, seed 004 5.1).
+    """Service rate of a piecewise-stationary mix: ``(sum_l q_l / mu_l)^-1`` (harmonic, Nie et al. 2026 5.1).
 
     ``weights`` are the request shares ``q_l`` (normalized here); the mix spends ``q_l / mu_l``
     seconds of capacity per request of workload ``l``.
@@ -227,7 +227,7 @@ def mu_mix(mus: Sequence[float], weights: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class KvStability(Result):
-    """Seed 004's capacity for one replica.
+    """Nie et al.'s capacity for one replica.
 
     ``M`` KV capacity (tokens), ``b`` representative step time (s), ``chunk`` prefill chunk,
     ``E_g`` and ``E_g_closed`` expected memory-work per request (token-steps; step-exact sum and
@@ -258,7 +258,7 @@ class KvStability(Result):
 def kv_stability(*, M: float, b: float, chunk: int, prompt=None, output=None, pairs=None,
                  lam: float | None = None, rho_target: float | None = None,
                  block_size: int | None = None) -> KvStability:
-    """Seed 004's ``mu = M / (b E[g])`` with ``delta``, and optionally a verdict and a replica count.
+    """Nie et al.'s ``mu = M / (b E[g])`` with ``delta``, and optionally a verdict and a replica count.
 
     ``prompt``/``output``: independent length distributions (objects with ``pmf()``) or samples;
     ``pairs``: joint samples that keep the (s, o) correlation. ``block_size``: paged KV, ``E[g]``
@@ -290,7 +290,7 @@ def kv_stability(*, M: float, b: float, chunk: int, prompt=None, output=None, pa
 @dataclass(frozen=True)
 class BBar(Result):
     """Estimators of the representative step time ``b`` from step-time samples (seconds):
-    mean, median and alpha-trimmed means (seed 004, appendix C), with the sample count and CV."""
+    mean, median and alpha-trimmed means (Nie et al. 2026, appendix C), with the sample count and CV."""
 
     n: int
     mean: float
@@ -302,7 +302,7 @@ class BBar(Result):
 def b_bar(step_times, *, alphas: Sequence[float] = (0.05, 0.10)) -> BBar:
     """Mean, median and alpha-trimmed means (``alpha`` cut from each tail) of step times.
 
-    Seed 004 uses the median for concentrated step times and 5-10% trimmed means when the
+    Nie et al. 2026 uses the median for concentrated step times and 5-10% trimmed means when the
     distribution has a heavy tail (prompt-heavy workloads).
     """
     x = np.asarray(step_times, dtype=np.float64).ravel()

@@ -4,7 +4,7 @@ binds, and (one request at a time) the M/G/1 mean response.
 A replica with step time ``b`` serves requests of prompt ``s`` and output ``o`` tokens under three
 bounds; its capacity is the least of them:
 
-- ``mu_kv``: seed 004's KV-memory capacity ``M / (b E[g])`` (:func:`llmqueue.theory.kv.kv_stability`);
+- ``mu_kv``: Nie et al.'s KV-memory capacity ``M / (b E[g])`` (:func:`llmqueue.theory.kv.kv_stability`);
 - ``mu_seqs``: the slot bound ``max_num_seqs / (b E[steps per request])`` (Little's law on the
   running set: at most ``max_num_seqs`` requests hold a slot, each for ``ceil(s / chunk) + o - 1``
   steps);
@@ -29,7 +29,7 @@ import numpy as np
 from llmqueue._result import Result
 from llmqueue._validate import positive, positive_int
 
-BINDING = {"mu_kv": "KV cache (seed 004)", "mu_seqs": "max_num_seqs", "mu_tokens": "token budget"}
+BINDING = {"mu_kv": "KV cache (Nie et al. 2026)", "mu_seqs": "max_num_seqs", "mu_tokens": "token budget"}
 
 
 @dataclass(frozen=True)

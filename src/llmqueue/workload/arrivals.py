@@ -80,7 +80,7 @@ class ArrivalProcess:
 class Poisson(ArrivalProcess):
     """Poisson arrivals at ``rate`` req/s (``poisson:RATE``): exponential inter-arrivals, scv = idc = 1.
 
-    The M in M/M/1 and M/G/1; the usual model of many independent users (seed 002).
+    The M in M/M/1 and M/G/1; the usual model of many independent users (Inference Foundations).
     """
 
     rate: float

@@ -1,6 +1,6 @@
 """Request classes (lanes, tenants) and their superposition into one request stream.
 
-Seed 000: "Separate tenants and request classes early"; an interactive lane, a throughput lane
+The Queueing System essay: "Separate tenants and request classes early"; an interactive lane, a throughput lane
 and a long-context lane each have their own geometry (prompt and output lengths), urgency and
 latency targets. A :class:`RequestClass` holds one lane: how its requests arrive, how long they
 are, their ``priority`` (an int, lower = more urgent, as in vLLM's ``--scheduling-policy

@@ -1,6 +1,6 @@
 """Client behaviour: timeouts, cancellations and retries, decided the same way everywhere.
 
-Seed 000 names the feedback loop: "timeouts and cancellations feed back into the system as new
+The Queueing System essay names the feedback loop: "timeouts and cancellations feed back into the system as new
 arrivals, which raises load during degradation", and lists "retry amplification" among the
 metrics that matter. This module holds the client side of that loop as plain data
 (:class:`ClientBehavior`, :class:`RetryPolicy`) and one pure decision function, so that the
@@ -55,7 +55,7 @@ for a whole run, ``ClassMix.retry_function(seed, requests)`` (what the engine's
 Retry amplification: if each attempt fails (retryably) with probability ``p`` independently and
 at most ``n`` attempts are made, a request makes ``(1 - p^n) / (1 - p)`` attempts on average
 (:func:`retry_amplification`), so the server sees ``lam * (1 - p^n) / (1 - p)`` req/s; ``p``
-itself grows with load, which is the feedback loop of seed 000.
+itself grows with load, which is the feedback loop of the Queueing System essay.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@
     (seeded) before the gaps are measured. Window counts use the recorded times.
 
 (b) **Lengths**: by default the empirical joint ``(prompt, output)`` distribution, resampled
-    as whole observed pairs (correlation and tails kept, seed 004). Sampling is *balanced*
+    as whole observed pairs (correlation and tails kept, Nie et al. 2026). Sampling is *balanced*
     (Davison, Hinkley and Schechtman 1986): successive random permutations of all the pairs,
     so a regenerated trace as long as the source has exactly its length distribution, in a new
     order. ``lengths="lognormal"`` fits a lognormal to each marginal by maximum likelihood on

@@ -1,6 +1,6 @@
 """Joint prompt/output lengths ``(s, o)`` observed together, so their dependence is kept.
 
-Seed 004 insists on it: ``E[g(s, o)]`` depends on the joint law ``p(s, o)``, not only on the
+Nie et al. 2026 insists on it: ``E[g(s, o)]`` depends on the joint law ``p(s, o)``, not only on the
 marginals ("collect pairs (s, o), not isolated means"). :class:`JointLengths` resamples whole
 observed pairs with replacement.
 """
@@ -99,6 +99,6 @@ class JointLengths:
     def expect(self, f) -> float:
         """``E[f(s, o)]`` over the observed pairs; ``f`` takes two float64 arrays (vectorized).
 
-        For example seed 004's ``E[g(s, o)]``.
+        For example Nie et al.'s ``E[g(s, o)]``.
         """
         return float(np.mean(f(self._s.astype(np.float64), self._o.astype(np.float64))))

@@ -13,7 +13,7 @@ Every distribution is over positive integers (token counts >= 1) and offers:
   from (for unbounded forms, truncated as documented on the class);
 - ``mean()``, ``second_moment()``, ``var()``, ``std()``, ``scv()``: exact, from closed forms
   (``fixed``, ``uniform``) or exact sums over the pmf. These give E[s], E[s^2] for the P-K
-  formula and E[g(s, o)] of seed 004.
+  formula and E[g(s, o)] of Nie et al. 2026.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Fixed(LengthDist):
 class Uniform(LengthDist):
     """Integers ``lo..hi``, both included, equally likely (``uniform:LO:HI``).
 
-    Seed 004's synthetic experiments use Uniform(10, 1600) for both prompt and output.
+    Nie et al.'s synthetic experiments use Uniform(10, 1600) for both prompt and output.
     Closed forms with ``w = hi - lo + 1``: mean ``(lo + hi) / 2``, variance ``(w^2 - 1) / 12``,
     ``E[s^2] = (S(hi) - S(lo - 1)) / w`` with ``S(m) = m (m + 1) (2m + 1) / 6``.
     """

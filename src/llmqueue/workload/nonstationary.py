@@ -500,7 +500,7 @@ class Piecewise(TimeVarying):
 class Spike(Piecewise):
     """A base rate with a burst: ``k`` times the rate in ``[at, at + for)`` (``spike:RATE:k=K:at=T:for=D``).
 
-    Seed 000's noon launch, where "request arrivals briefly double", is ``spike:R:k=2:at=T:for=D``.
+    The Queueing System essay's noon launch, where "request arrivals briefly double", is ``spike:R:k=2:at=T:for=D``.
     ``k < 1`` is a dip, ``k = 0`` an outage. Without ``period=`` the spike happens once and the
     long-run rate is the base rate; with ``period=P`` (``>= at + for``) it recurs every ``P``
     seconds (a daily launch at noon: ``at=43200:period=86400``). A piecewise-constant rate,

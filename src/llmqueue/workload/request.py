@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Request:
     """A request: id, arrival time (s from the start), prompt and output token counts, class.
 
-    ``prompt_tokens`` is ``s`` and ``output_tokens`` is ``o`` in seed 004's ``g(s, o)``. The
+    ``prompt_tokens`` is ``s`` and ``output_tokens`` is ``o`` in Nie et al.'s ``g(s, o)``. The
     per-request record schema calls ``class_name`` ``class``. Bulk work uses the columnar
     :class:`~llmqueue.workload.generate.RequestArrays`; this object is for iteration and tests.
     """

@@ -11,7 +11,7 @@ Definitions follow the shared traces' ``compute_stats.py`` (its README's tables)
   dropped; with fewer than 2 complete bins both are undefined (None in JSON);
 - length percentiles use numpy's linear interpolation;
 - ``corr``: Pearson correlation of prompt and output lengths;
-- ``E_g``: the sample mean of seed 004's lifetime KV memory-work ``g(s, o)`` for the chunk size
+- ``E_g``: the sample mean of Nie et al.'s lifetime KV memory-work ``g(s, o)`` for the chunk size
   (:func:`llmqueue.theory.kv.expected_g` over the observed pairs, their correlation kept);
 - ``prefix_reuse_frac`` (traces with ``hash_ids``): the fraction of prefix blocks that an
   earlier request had already used (a block repeated inside one request counts once it has

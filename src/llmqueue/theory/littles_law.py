@@ -27,7 +27,7 @@ class LittleResult(Result):
 def little(*, L: float | None = None, lam: float | None = None, W: float | None = None) -> LittleResult:
     """Solve ``L = lam * W`` for whichever one of the three is not given.
 
-    Example (seed 000): ``little(lam=900, W=0.120).L == 108`` requests in flight.
+    Example (the Queueing System essay): ``little(lam=900, W=0.120).L == 108`` requests in flight.
     """
     given = {k: v for k, v in (("L", L), ("lam", lam), ("W", W)) if v is not None}
     if len(given) != 2:
