@@ -116,3 +116,31 @@ def test_shared_azure_trace(capsys, tmp_path):
     for k in ("prompt", "output"):
         for q in ("p50", "p99"):
             assert mod[k][q] == pytest.approx(src[k][q], rel=0.05)
+
+
+def test_the_fitted_spec_runs_in_simulate_and_sweep(capsys, trace_file, tmp_path):
+    """The file `workload fit` writes is a workload the other commands take (--workload)."""
+    spec = tmp_path / "fit.yaml"
+    code, _, err = run(capsys, trace_file, "-o", spec)
+    assert code == 0, err
+    n_trace = sum(1 for _ in open(trace_file))
+    eng = ["--capacity-tokens", "200000", "--step-time", "0.03"]
+    # its span (1,800 s) is the default duration: about as many arrivals as the trace
+    assert main(["simulate", "--workload", str(spec), *eng, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["arrivals"] == pytest.approx(n_trace, rel=0.01)
+    assert d["duration_s"] == pytest.approx(1800, rel=0.01)
+    # --arrival replaces its arrival process, the lengths stay the fitted pairs
+    assert main(["simulate", "--workload", str(spec), "--arrival", "poisson:2", "--duration", "600", *eng,
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["arrival_rate"] == pytest.approx(2.0, rel=0.15)
+    # a sweep's rates rescale the fitted process (its shape kept)
+    assert main(["sweep", "--workload", str(spec), "--rates", "2,4", "--duration", "1800", *eng,
+                 "--backend", "serial", "--json"]) == 0
+    pts = json.loads(capsys.readouterr().out)["points"]
+    assert [p["arrival_rate"] for p in pts] == pytest.approx([2.0, 4.0], rel=0.1)
+    # lengths cannot come from two places
+    assert main(["simulate", "--workload", str(spec), "--prompt", "fixed:3", *eng]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--workload" in err and "drop" in err

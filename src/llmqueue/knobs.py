@@ -135,6 +135,9 @@ KNOBS: tuple[Knob, ...] = (
     # --- the workload -------------------------------------------------------------------------------
     Knob("trace", str, None, "Replay a trace file (Azure CSV, Mooncake JSONL, canonical Parquet, ...).",
          group="workload", metavar="FILE"),
+    Knob("workload", str, None, "A workload fitted to a trace (the spec file of `llmqueue workload fit -o FILE`): "
+         "its arrival process and lengths; --arrival replaces its arrival process; its span is the default "
+         "--duration.", group="workload", metavar="FILE"),
     Knob("arrival", str, None, "Arrival process: poisson:RATE | gamma:RATE:cv=CV | deterministic:RATE | onoff:... "
          "With --scenario it replaces the scenario's arrival process (a mix of classes with their own "
          "processes, or a trace, is rescaled to its rate).", group="workload", scenario="workload", metavar="SPEC"),

@@ -108,8 +108,13 @@ def build_spec(**flags):
         eng["max_model_len"] = model.max_model_len
     engine = engine_config(M, **eng)
     st = _step_time(f, model)
+    if f["workload"] is not None and f["duration"] is None and f["num_requests"] is None:
+        from llmqueue.workload import load_fitted
+
+        f["duration"] = load_fitted(f["workload"]).duration_s  # the fitted trace's span
     wl, requests, hash_ids = workload_from_flags(**{k: f[k] for k in ("trace", "arrival", "prompt", "output",
-                                                                        "lengths", "num_requests", "duration")})
+                                                                        "lengths", "num_requests", "duration",
+                                                                        "workload")})
     slos = {m: f[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if f[f"slo_{m}"] is not None} or None
     opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids, early_stop=f["early_stop"],
                       hash_block_tokens=f["prefix_block_tokens"])
@@ -121,9 +126,11 @@ def build_spec(**flags):
 
 
 def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, lengths=None, num_requests=None,
-                        duration=None):
+                        duration=None, workload=None):
     """The workload knobs (shared by ``simulate`` and ``bench``): ``(workload, requests, hash_ids)``,
-    a Workload to generate from, or (with ``trace``) the replayed requests and their prefix hashes."""
+    a Workload to generate from, or (with ``trace``) the replayed requests and their prefix hashes.
+    ``workload``: the spec file of a fitted workload (``llmqueue workload fit -o FILE``); ``arrival``
+    then replaces its arrival process."""
     from llmqueue._validate import positive, positive_int
     from llmqueue.workload import Workload
 
@@ -145,9 +152,23 @@ def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, l
         if num_requests is not None and len(tr):
             tr = window(tr, 0.0, float(tr.arrival_s[min(num_requests, len(tr)) - 1]) + 1e-9)
         return None, trace_to_requests(tr), tr.hash_ids
+    if workload is not None:
+        if trace is not None or prompt is not None or output is not None or lengths is not None:
+            raise InputError("workload", "a fitted workload brings its own lengths",
+                             "drop --trace/--prompt/--output/--lengths, or drop --workload")
+        from llmqueue.workload import load_fitted
+
+        fw = load_fitted(workload)
+        arr = arrival if arrival is not None else fw.arrival.spec
+        wl = (Workload(arr, joint=fw.joint) if fw.joint is not None
+              else Workload(arr, prompt=fw.prompt, output=fw.output))
+        if num_requests is None and duration is None:
+            raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")
+        return wl, None, None
     if arrival is None:
         raise InputError("arrival", "missing arrival process",
-                         "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2, or --trace FILE, or --scenario NAME")
+                         "give --arrival, e.g. poisson:3.5 or gamma:3.5:cv=2, or --trace FILE, --workload FILE "
+                         "or --scenario NAME")
     if lengths is not None:
         if prompt is not None or output is not None:
             raise InputError("lengths", "give either --lengths or --prompt/--output, not both")

@@ -43,7 +43,9 @@ def fit(trace, output, window_s, lengths, counts, sampling, alpha, seed, format,
     renewal law (Gamma, or hyperexponential bursts) with the CV of the time-rescaled gaps.
     Lengths: the empirical joint (prompt, output) pairs, or lognormal marginals with their
     Kolmogorov-Smirnov distance. Prints the model, the test and the source's statistics beside
-    those of one regenerated trace. Read the spec back with llmqueue.workload.load_fitted.
+    those of one regenerated trace. Run the spec with llmqueue simulate/sweep/capacity --workload
+    FILE (--arrival replaces its arrival process; --rates rescale it), or read it back with
+    llmqueue.workload.load_fitted.
 
     Example:
 

@@ -48,6 +48,15 @@ __all__ = ["SCENARIO_KNOBS", "base_rate", "build_spec", "canonical", "check_para
 SCENARIO_KNOBS = {k.name: k.scenario for k in KNOBS if k.scenario}
 
 
+def _fitted_arrival(params: dict) -> str | None:
+    """The arrival spec of a fitted workload file (``--workload``), if one is given."""
+    if params.get("workload") is None:
+        return None
+    from llmqueue.workload import load_fitted
+
+    return load_fitted(params["workload"]).arrival.spec
+
+
 def base_rate(factory, params: dict) -> float:
     """The long-run arrival rate of the base parameters (req/s)."""
     if _is_scenario(factory):
@@ -55,7 +64,7 @@ def base_rate(factory, params: dict) -> float:
 
         knobs = {k: v for k, v in params.items() if k not in ("scenario", "rate")}
         return overridden_rate(params["scenario"], **knobs)
-    arrival = params.get("arrival")
+    arrival = params.get("arrival") or _fitted_arrival(params)
     if arrival is None:
         raise InputError("arrival", "no arrival process to take the rate from", "give --arrival, e.g. poisson:5")
     from llmqueue.workload.parse import parse_arrival
@@ -91,7 +100,7 @@ def resolve(factory, base: dict, point: dict) -> dict:
             raise InputError("rate", "a replayed trace's rate cannot be rescaled here",
                              "use a scenario with workload.trace (it rescales to the point's rate), or drop --rates")
         # without an arrival process, a rate means Poisson arrivals at that rate
-        params["arrival"] = scale_arrival(params.get("arrival") or "poisson:1", rate).spec
+        params["arrival"] = scale_arrival(params.get("arrival") or _fitted_arrival(params) or "poisson:1", rate).spec
     return params
 
 
