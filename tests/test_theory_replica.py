@@ -36,3 +36,42 @@ def test_one_at_a_time_is_mm1_with_exponential_one_step_service():
     rho = 2.0 * 0.3
     assert r.mean_e2el_ms == pytest.approx(1e3 * (0.3 + rho * 0.3 / (2 * (1 - rho))))
     assert not one_at_a_time(lam=4.0, b=0.1, prompt_tokens=1, output_tokens=3, chunk=512).stable
+
+
+def test_saturated_capacity_solves_the_step_at_the_capacity_point():
+    # prompts of one token, outputs of 101: k = 1 + 100 steps a request; 64 slots bind. At capacity a
+    # step starts N / k = 64 / 101 requests and decodes D = 64 * 100 / 101 sequences, so
+    # b = c0 + c_prefill * (64 / 101) + c_decode * D, and mu = 64 / (b k)
+    from llmqueue.theory.replica import saturated_capacity
+
+    c0, cp, cd = 0.01, 1e-3, 2e-4
+
+    def base(P, D, C):
+        return c0 + cp * P + cd * D
+
+    cap = saturated_capacity(base, max_num_seqs=64, max_num_batched_tokens=8192, prompt_tokens=[1] * 10,
+                             output_tokens=[101] * 10)
+    b = c0 + cp * 64 / 101 + cd * 64 * 100 / 101
+    assert cap.b == pytest.approx(b, rel=1e-6)
+    assert cap.mu == pytest.approx(64 / (b * 101), rel=1e-6) and cap.binding == "max_num_seqs"
+
+
+def test_theory_beside_a_linear_step_run_is_the_saturation_capacity(capsys):
+    """The capacity printed beside a run does not depend on the run's load (it was the run's mean
+    step: twice the capacity at a low load), and meets the simulated saturation throughput."""
+    import json
+
+    from llmqueue.cli.main import main
+
+    args = ["simulate", "--capacity-tokens", "1000000", "--max-num-seqs", "64", "--step-time",
+            "linear:c0=0.01:prefill=2e-5:decode=2e-4", "--prompt", "uniform:10:200", "--output", "uniform:50:150",
+            "--duration", "300", "--json"]
+    out = {}
+    for rate in (5, 100):
+        assert main([*args, "--arrival", f"poisson:{rate}"]) == 0
+        out[rate] = json.loads(capsys.readouterr().out)
+    th_low, th_high = out[5]["theory"], out[100]["theory"]
+    assert th_low["mu"] == pytest.approx(th_high["mu"], rel=1e-9)
+    assert th_low["b_mean_simulated"] < 0.6 * th_low["b"]  # the low-load mean step is far shorter
+    assert out[100]["request_throughput"] == pytest.approx(th_high["mu"], rel=0.03)
+    assert th_low["verdict"] == "stable" and th_high["verdict"] == "unstable"

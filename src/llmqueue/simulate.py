@@ -158,11 +158,13 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     """Closed-form capacity bounds and, where exact, the queueing-model prediction
     (:mod:`llmqueue.theory.replica`) for what was simulated.
 
-    ``b`` is the step time when it is constant (noise has mean one); otherwise it is measured as
-    the mean duration of the simulated steps, as Nie et al. 2026 measures b-bar on the real engine.
+    ``b`` is the step time when it is constant (noise has mean one); otherwise the step-time model's
+    price of a step at the capacity point (:func:`~llmqueue.theory.replica.saturated_capacity`: the
+    run's own mean step, ``b_mean_simulated``, depends on its load), or, where no fixed point is
+    found, the mean duration of the simulated steps.
     """
     from llmqueue.engine.step_time import constant_step
-    from llmqueue.theory.replica import replica_capacity
+    from llmqueue.theory.replica import replica_capacity, saturated_capacity
 
     cfg = spec.engine
     model = spec.step_time
@@ -187,9 +189,19 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
         o = np.asarray(requests.output_tokens, dtype=np.float64)
     else:
         s, o = _samples(dists, requests)
-    cap = replica_capacity(b=b, max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                           prompt_tokens=s, output_tokens=o, M=None if spec.kv_unlimited else cfg.capacity_tokens,
-                           lam=lam, prompt=(dists or {}).get("prompt"), output=(dists or {}).get("output"))
+    kw = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+              prompt_tokens=s, output_tokens=o, M=None if spec.kv_unlimited else cfg.capacity_tokens,
+              lam=lam, prompt=(dists or {}).get("prompt"), output=(dists or {}).get("output"))
+    cap = None
+    if out["b_source"] != "step-time model":
+        # a composition-dependent step: price it at the capacity point, not at this run's load
+        cap = saturated_capacity(model.base, **kw)
+        if cap is not None:
+            out["b_mean_simulated"] = b
+            out["b_source"] = "the step-time model at the capacity point (saturation)"
+            b = cap.b
+    if cap is None:
+        cap = replica_capacity(b=b, **kw)
     out.update(b=b, lam=lam)
     if cap.mu_kv is not None:
         out.update(delta=cap.delta, E_g=cap.E_g, mu_kv=cap.mu_kv)

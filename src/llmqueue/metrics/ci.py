@@ -238,7 +238,8 @@ def batch_quantile_ci(x, p: float, *, weights=None, level: float = DEFAULT_LEVEL
         est = np.array([quantile(q, ids == j) for j in range(k)])
         return _interval(center, est, level, "batch_quantiles", total)
     below = np.bincount(ids, weights=ww * (x <= center), minlength=k)
-    frac = below / np.bincount(ids, weights=ww, minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a batch of zero weight: no interval below
+        frac = below / np.bincount(ids, weights=ww, minlength=k)
     h = t_quantile(level, k - 1) * float(np.std(frac, ddof=1)) / math.sqrt(k)
     if not (0 < p - h and p + h < 1) or h <= 0:
         return None

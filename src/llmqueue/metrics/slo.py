@@ -181,7 +181,7 @@ class _Data:
     def __init__(self, requests, slos, t0, t1, itl):
         self.requests = requests
         self.vals = per_request_metrics_s(requests)
-        self.good = good_mask(requests, slos)
+        self.good = good_mask(requests, goodput_targets(slos))  # what goodput counts
         self.a = requests["arrival_s"]
         self.arrived = (self.a >= t0) & (self.a < t1)
         self.ok = requests["status"] == "ok"
@@ -235,7 +235,8 @@ def slo_attainment(requests, slos: Mapping, *, warmup_s: float = 0.0,
     """SLO attainment overall and per class, with confidence intervals.
 
     Returns ``{"targets": ..., "overall": {...}, "by_class": {class: {...}}}``. Each entry holds
-    ``requests`` (arrivals in the window that ended), ``in_flight``, ``good``; with per-request
+    ``requests`` (arrivals in the window that ended), ``in_flight``, ``good`` (within every
+    threshold of :func:`goodput_targets`: what goodput counts); with per-request
     thresholds, ``attainment`` (fraction good) and ``attainment_ci`` and, per threshold,
     ``{"target", "attainment"}``; per aggregate target (``p99_ttft_ms``...) ``{"target",
     "value", "ci", "verdict"}``, all in ms. ``overall`` judges each request by its own class's

@@ -215,6 +215,9 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
         notes.append("this run has no summary.json: the tables are empty; the figures use the records")
     for n in notes:
         body.append(H.para(n))
+    caveats = [str(n) for n in (s.get("notes") or [])]
+    if caveats:
+        body.append(H.section("Caveats", "".join(H.para("- " + c) for c in caveats), anchor="caveats"))
     summaries, labels = [s], [run.label]
     if twin is not None:
         summaries.append(twin.summary or {})
@@ -223,6 +226,14 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
     th = theory_table(s.get("theory") or {})
     if th is not None:
         tables.append(th.html())
+    from llmqueue.cli.simulate_cmd import slo_verdict_rows
+
+    slo_rows = slo_verdict_rows(s.get("slo"))
+    if slo_rows:
+        st = H.Table(["SLO (per class)", "value vs target (ms): verdict"])
+        for label, text in slo_rows:
+            st.add(label, text)
+        tables.append(st.html())
     body.append(H.section("Summary", f'<div class="cols">{"".join(tables)}</div>', anchor="summary"))
     if run.validate:
         vt = validate_table(run.validate)

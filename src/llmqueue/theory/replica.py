@@ -14,6 +14,13 @@ For ``lam`` arrivals per second, ``rho = lam / mu``; the verdict is ``unstable``
 ``stable`` below ``mu (1 - delta)`` (``delta``: the KV model's band, 0 for the other bounds),
 ``indeterminate`` in between.
 
+A step time that depends on the step's composition (prompt tokens ``P``, decodes ``D``, context ``C``:
+``b = base(P, D, C)``) has no single ``b``: it grows with the load. :func:`saturated_capacity`
+prices the step at the capacity it implies: at throughput ``mu`` a step holds ``P = mu b E[s]``
+prompt tokens and ``D = mu b E[o - 1]`` decodes over a context ``C = D E[o (s + o/2)] / E[o]``
+(capped at ``M``), so ``b = base(P, D, C)`` and ``mu = bound(b)`` are solved together (a fixed point).
+The mean step of a run at a low load (Nie et al. measure ``b`` at saturation) would overstate ``mu``.
+
 With one request at a time (``max_num_seqs = 1``), Poisson arrivals and fixed lengths, a request's
 service is ``k = ceil(s / chunk) + o - 1`` steps of i.i.d. durations: the replica is exactly an
 M/G/1 queue with ``mu = 1 / (k b)`` and service SCV ``scv_step / k`` (Pollaczek-Khinchine).
@@ -85,6 +92,36 @@ def replica_capacity(*, b: float, max_num_seqs: int, max_num_batched_tokens: int
     return ReplicaCapacity(b=b, lam=lam, mu_seqs=bounds["mu_seqs"], mu_tokens=bounds["mu_tokens"],
                            mu_kv=bounds.get("mu_kv"), mu=mu, binding=BINDING[name], rho=rho, verdict=verdict,
                            delta=delta, E_g=E_g)
+
+
+def saturated_capacity(base, *, max_num_seqs: int, max_num_batched_tokens: int, prompt_tokens, output_tokens,
+                       M: float | None = None, lam: float | None = None, prompt=None, output=None,
+                       tol: float = 1e-9, max_iter: int = 200) -> ReplicaCapacity | None:
+    """:func:`replica_capacity` with the step time ``b`` of the capacity point (see the module
+    docstring): ``base(P, D, C)`` (seconds) is the step-time model's noise-free price of a step.
+    None when the fixed point is not found (a model whose steps grow faster than the work)."""
+    s = np.asarray(prompt_tokens, dtype=np.float64)
+    o = np.asarray(output_tokens, dtype=np.float64)
+    Es, Eo1 = float(s.mean()), float(np.maximum(o - 1, 0).mean())
+    ctx = float(np.mean(o * (s + o / 2)) / max(float(o.mean()), 1e-12))
+    kw = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, prompt_tokens=s,
+              output_tokens=o, M=M, lam=lam, prompt=prompt, output=output)
+    b = float(base(0, 1, ctx))
+    if not b > 0:
+        return None
+    for _ in range(max_iter):
+        cap = replica_capacity(b=b, **kw)
+        per_step = cap.mu * b  # requests started (and finished) per step at capacity
+        D = min(per_step * Eo1, float(max_num_seqs))
+        P = min(per_step * Es, float(max_num_batched_tokens))
+        C = D * ctx if M is None else min(D * ctx, float(M))
+        b_new = float(base(P, D, C))
+        if not b_new > 0 or not math.isfinite(b_new):
+            return None
+        if abs(b_new - b) <= tol * b:
+            return replica_capacity(b=b_new, **kw)
+        b = 0.5 * (b + b_new)
+    return None
 
 
 @dataclass(frozen=True)
