@@ -194,3 +194,61 @@ def test_kv_bound_overload_equals_reference(step, monkeypatch):
     _compare(fast, ref)
     assert (fast.requests["preemptions"] > 0).any()
     assert len(taken) > 50  # arrivals seen inside stretches, at their step boundaries
+
+
+def _peak_mib(fn):
+    """``fn()`` and the peak memory it allocated (MiB; numpy reports its arrays to tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return out, peak / 2**20
+
+
+def test_idle_time_costs_nothing_at_low_load():
+    """300 requests at 0.001 req/s with a constant step time (about 300,000 simulated seconds,
+    almost all idle): the epoch path used to build per-step arrays across every idle gap (over
+    120 s and 3 GB); now well under the acceptance's 2 s, and the records equal the reference's."""
+    import time
+
+    reqs = Workload("poisson:0.001", prompt="uniform:10:1600", output="uniform:10:1600").generate(seed=1, n=300)
+    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
+    t0 = time.perf_counter()
+    fast = simulate(cfg, "0.0372", reqs)
+    assert time.perf_counter() - t0 < 2.0
+    assert fast.epoch_steps > 0  # the epoch path carried the busy periods
+    _compare(fast, simulate(cfg, "0.0372", reqs, reference=True))
+
+
+@pytest.mark.parametrize("step", ["0.0372", "exp:0.0372"])
+def test_a_request_a_day_later_allocates_nothing_for_the_gap(step):
+    """Two requests a day apart (2.3 million constant steps of idle time between them): the
+    epoch path's arrays stop at the first idle step and the idle time series is one block of
+    columns, so the run's peak memory is the 86,400 samples' (about 3.5 MB), not the gap's steps'."""
+    from llmqueue.workload.generate import RequestArrays
+
+    reqs = RequestArrays([0, 1], [0.5, 86400.5], [700, 300], [900, 50])
+    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
+    fast, peak = _peak_mib(lambda: simulate(cfg, step, reqs))
+    assert peak < 40, f"{peak:.0f} MiB"
+    assert (fast.requests["status"] == "ok").all()
+    ts = fast.timeseries["t_s"]
+    assert len(ts) == int(fast.horizon_s) + 1  # one a second to the last finish, idle time included
+    np.testing.assert_allclose(np.diff(ts), 1.0)
+    _compare(fast, simulate(cfg, step, reqs, reference=True))
+
+
+def test_sample_times_are_whole_multiples_of_the_interval():
+    """Sample ``k`` is at ``k * sample_dt`` on both replicas (not a running sum, which drifts),
+    so a vectorized idle gap and a sample taken one at a time agree to the last bit."""
+    reqs = Workload("poisson:0.05", prompt="uniform:10:300", output="uniform:10:300").generate(seed=2, n=40)
+    cfg = EngineConfig.from_capacity(20000, max_num_batched_tokens=512)
+    opts = SimOptions(sample_dt=0.1)
+    fast = simulate(cfg, "0.02", reqs, options=opts)
+    ts = fast.timeseries["t_s"]
+    assert (ts == np.arange(len(ts)) * 0.1).all()
+    _compare(fast, simulate(cfg, "0.02", reqs, options=opts, reference=True))

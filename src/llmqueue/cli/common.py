@@ -22,13 +22,21 @@ class FieldError(Exception):
 
 
 class Command(click.Command):
-    """click.Command that hands library errors to ``main`` together with its context."""
+    """click.Command that hands library errors to ``main`` together with its context, and
+    Ctrl-C as :class:`~llmqueue.cli.interrupt.Interrupted` naming what it had written."""
 
     def invoke(self, ctx):
+        import time
+
+        started = time.time()
         try:
             return super().invoke(ctx)
         except LlmqueueError as err:
             raise FieldError(err, ctx) from None
+        except KeyboardInterrupt:
+            from llmqueue.cli.interrupt import Interrupted, kept
+
+            raise Interrupted(kept(ctx.params, started)) from None
 
 
 def command(name: str | None = None, **kwargs):

@@ -3,7 +3,8 @@
 Subcommands live in their own modules and are imported only when invoked, so
 ``llmqueue --help`` and the theory commands start fast. Every
 :class:`~llmqueue.errors.LlmqueueError` and every click usage error becomes one
-line on stderr and exit code 2.
+line on stderr and exit code 2; Ctrl-C becomes ``llmqueue: interrupted; kept ...`` (what the
+command had written, which stays) and exit code 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import click
 
 from llmqueue import __version__
 from llmqueue.cli.common import FieldError
+from llmqueue.cli.interrupt import Interrupted
 from llmqueue.errors import LlmqueueError
 
 # name -> (module, attribute, one-line help shown by `llmqueue --help`)
@@ -110,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("llmqueue: aborted", err=True)
+        return 130
+    except Interrupted as e:
+        click.echo(f"llmqueue: interrupted; kept {e.kept}", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("llmqueue: interrupted; kept nothing (no output written yet)", err=True)
         return 130
     except BrokenPipeError:
         # Output piped into `head` and the like: stop quietly, as Unix tools do.

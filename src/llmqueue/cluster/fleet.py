@@ -20,6 +20,7 @@ from collections import deque
 import numpy as np
 
 from llmqueue.cluster.routers import router as make_router
+from llmqueue.engine.limits import check_run_size
 from llmqueue.engine.replica import Replica
 from llmqueue.engine.run import SimResult, _concat_steps, request_columns
 from llmqueue.engine.stream import RequestStream
@@ -72,6 +73,8 @@ def simulate_fleet(config, step_time, requests, *, replicas: int, router="random
             reps[i].advance(t)  # its step begins now
 
     stream = RequestStream(requests, class_priority=config.class_priority)
+    check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if stream.n else 0.0, horizon_s=horizon_s,
+                   sample_dt=sample_dt)
     t_last = 0.0
     for r in [*stream.requests(), None]:
         a = horizon if r is None else min(r.arrival_time, horizon)

@@ -29,6 +29,9 @@ import numpy as np
 from llmqueue.engine.request import RequestStatus
 
 MAX_CHUNK = 50_000  # arrivals considered per epoch, at most
+MAX_EPOCH_STEPS = 1 << 20
+"""Steps one epoch computes at most: its per-step arrays take about ``(block_size + 12) x 8`` bytes
+a step (under 250 MB at block size 16); a longer busy period is taken in several epochs."""
 
 
 def epoch_eligible(rep) -> bool:
@@ -105,6 +108,9 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
     start = np.concatenate([np.zeros(n0, dtype=np.int64), kr_ok])
     end = np.concatenate([f0 - 1, end_ok])
     X = np.concatenate([X0, s_ok - kr_ok])
+    # the per-step arrays below stop at the first idle step (found from the intervals alone) and
+    # at MAX_EPOCH_STEPS: time in which nothing runs is never paid for step by step
+    K = min(K, _first_idle_step(start, end) + 1, MAX_EPOCH_STEPS)
     Kc = K
     # difference arrays over steps [0, Kc)
     st = np.minimum(start, Kc)
@@ -146,6 +152,16 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
     return t0 + K * b, taken_until - lo, full
 
 
+def _first_idle_step(start: np.ndarray, end: np.ndarray) -> int:
+    """The first step index in which none of the intervals ``[start, end]`` (inclusive, ``start``
+    sorted) is running: the replica would idle there. O(intervals), whatever the gaps' lengths."""
+    if not start.size or start[0] > 0:
+        return 0
+    reach = np.maximum.accumulate(end + 1)  # steps [0, reach[i]) are covered by the first i + 1
+    gap = np.nonzero(start[1:] > reach[:-1])[0]
+    return int(reach[gap[0]] if gap.size else reach[-1])
+
+
 def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks) -> None:
     """Commit steps ``[0, K)`` of an epoch: step and time-series records, finished requests,
     and the still-running ones as implicit decoders."""
@@ -159,12 +175,8 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
         "preempted": np.zeros(K, dtype=np.int64), "steps": np.ones(K, dtype=np.int64)})
     t_end = t0 + K * b
     if rep.next_sample < t_end:
-        ts = []
-        while rep.next_sample < t_end and rep.next_sample <= rep.horizon:
-            ts.append(rep.next_sample)
-            rep.next_sample += rep.sample_dt
-        if ts:
-            ts = np.asarray(ts)
+        ts = rep._take_samples(t_end)
+        if len(ts):
             k_s = np.minimum(np.floor((ts - t0) / b + 1e-12).astype(np.int64), K - 1)
             rep.add_sample_chunk(ts, np.zeros(len(ts), dtype=np.int64), seqs[k_s], blocks[k_s] * bs)
     rep.D += K

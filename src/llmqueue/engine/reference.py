@@ -31,6 +31,7 @@ import math
 
 from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
 from llmqueue.engine.request import RequestStatus
+from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.scheduler import Scheduler
 from llmqueue.engine.step_time import drift_stream, noise_stream, parse_step_time
 from llmqueue.errors import InputError
@@ -64,6 +65,7 @@ class ReferenceReplica:
         self.on_sample = on_sample
         self.sample_dt = sample_dt
         self.next_sample = 0.0 if (sample_dt > 0 and on_sample is not None) else math.inf
+        self._sample_k = 0
         self.now = 0.0
         self.clock = 0.0  # the latest time advanced to
         self.steps_taken = 0
@@ -263,8 +265,10 @@ class ReferenceReplica:
         if st is None:
             s = self.scheduler
             st = (len(s.waiting), len(s.running), s.kv.num_used_blocks * self.config.block_size)
-        while self.next_sample < t_end and self.next_sample <= self._horizon:
-            self.on_sample((self.next_sample, *st))
-            self.next_sample += self.sample_dt
+        k1 = sample_index_before(self._sample_k, self.sample_dt, t_end, self._horizon)
+        for k in range(self._sample_k, k1):  # sample times are k * sample_dt
+            self.on_sample((k * self.sample_dt, *st))
+        self._sample_k = k1
+        self.next_sample = k1 * self.sample_dt
 
     _horizon = math.inf

@@ -40,6 +40,7 @@ import numpy as np
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
 from llmqueue.engine.kv_cache_manager import cdiv
+from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
@@ -146,7 +147,8 @@ class Replica:
         self._step_chunks: list = []
         self._ts_buf: list = []
         self._ts_chunks: list = []
-        self.next_sample = 0.0 if sample_dt > 0 else math.inf
+        self.next_sample = 0.0 if sample_dt > 0 else math.inf  # sample times are k * sample_dt
+        self._sample_k = 0
 
     # =============================================================================================
     # the shared clock
@@ -323,6 +325,8 @@ class Replica:
                 if not iters & 1023:
                     if len(self._step_buf) > 8192:
                         self._flush_steps()
+                    if len(self._ts_buf) > 8192:
+                        self._flush_samples()
                     if progress is not None:
                         progress(t)
             if progress is not None:
@@ -1208,11 +1212,10 @@ class Replica:
         else:
             ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
         used0 = self.total_blocks - self.free
-        while self.next_sample < ends[-1] and self.next_sample <= self.horizon:
-            j = int(np.searchsorted(ends, self.next_sample, side="right"))  # step j contains the sample
+        for ts in self._take_samples(ends[-1]).tolist():
+            j = int(np.searchsorted(ends, ts, side="right"))  # step j contains the sample
             nw = nw0 + bisect.bisect_right(marks, j) if marks else nw0
-            self._ts_buf.append((self.next_sample, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
-            self.next_sample += self.sample_dt
+            self._ts_buf.append((ts, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
 
     # =============================================================================================
     # step times and records
@@ -1228,12 +1231,32 @@ class Replica:
             raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
         return d
 
+    def _take_samples(self, t_end: float) -> np.ndarray:
+        """The sample times before ``t_end`` (and not after the horizon); the next sample moves
+        past them. O(1) in their number apart from the array itself."""
+        k0 = self._sample_k
+        k1 = sample_index_before(k0, self.sample_dt, t_end, self.horizon)
+        if k1 == k0:
+            return np.empty(0)
+        self._sample_k = k1
+        self.next_sample = k1 * self.sample_dt
+        return np.arange(k0, k1) * self.sample_dt
+
     def _sample_until(self, t_end: float, waiting: int, running: int, kv_tokens: int) -> None:
-        """Time-series rows for sample times before ``t_end`` with the given (constant) state."""
-        ts = self._ts_buf
-        while self.next_sample < t_end and self.next_sample <= self.horizon:
-            ts.append((self.next_sample, waiting, running, kv_tokens))
-            self.next_sample += self.sample_dt
+        """Time-series rows for sample times before ``t_end`` with the given (constant) state: a
+        few as rows, many (an idle gap, a long step) as one block of columns."""
+        k0 = self._sample_k
+        k1 = sample_index_before(k0, self.sample_dt, t_end, self.horizon)
+        if k1 - k0 <= 16:
+            ts = self._ts_buf
+            for k in range(k0, k1):
+                ts.append((k * self.sample_dt, waiting, running, kv_tokens))
+        else:
+            m = k1 - k0
+            self.add_sample_chunk(np.arange(k0, k1) * self.sample_dt, np.full(m, waiting, dtype=np.int64),
+                                  np.full(m, running, dtype=np.int64), np.full(m, kv_tokens, dtype=np.int64))
+        self._sample_k = k1
+        self.next_sample = k1 * self.sample_dt if self.sample_dt > 0 else math.inf
 
     def add_step_chunk(self, cols: dict) -> None:
         """Append many step rows at once (columns of equal length), after those buffered."""

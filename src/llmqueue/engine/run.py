@@ -48,6 +48,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     from llmqueue.engine.replica import Replica
     from llmqueue.engine.request import Request
 
+    from llmqueue.engine.limits import check_run_size
     from llmqueue.engine.stream import RequestStream
 
     opt = options or SimOptions()
@@ -55,6 +56,8 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     stream = RequestStream(requests, class_priority=config.class_priority, predicted_output=opt.predicted_output,
                            hash_ids=opt.hash_ids if config.enable_prefix_caching else None)
     n = len(stream)
+    check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if n else 0.0, horizon_s=opt.horizon_s,
+                   sample_dt=opt.sample_dt)
     done: list = []
     chunks: list = []  # record columns of requests the fast replica's epochs finished
     retry = opt.retry

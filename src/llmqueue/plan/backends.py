@@ -85,7 +85,7 @@ class LocalBackend(Backend):
                     importlib.import_module(mod)
                 except ImportError:  # pragma: no cover - optional pieces
                     pass
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint)
         futures = {self._pool.submit(fn, t): i for i, t in enumerate(tasks)}
         pending = set(futures)
         try:
@@ -93,9 +93,21 @@ class LocalBackend(Backend):
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield futures[f], f.result()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
         finally:
             for f in pending:
                 f.cancel()
+
+    def _stop(self) -> None:
+        """Ctrl-C: end the workers now (their points are lost; finished ones were handed back)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for p in list((getattr(pool, "_processes", None) or {}).values()):
+            p.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self):
         if self._pool is not None:
@@ -152,6 +164,13 @@ class RayBackend(Backend):
         if self._started and self._ray.is_initialized():
             self._ray.shutdown()
         self._started = False
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent (which ends them): no traceback from each of them."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _workers(workers: int | None) -> int:

@@ -34,7 +34,11 @@ def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: i
     from llmqueue.simulate import SimSpec, run_simulation
     from llmqueue.workload import Workload
 
+    from llmqueue.workload.generate import check_stream_size
+
     st = SEED004_SETTING
+    for lam in sorted(rates, reverse=True):  # every rate's stream size before the first simulation
+        check_stream_size(n=None, duration=duration_s, rate=lam)
     out = []
     for lam in rates:
         spec = SimSpec(engine=EngineConfig.from_capacity(st["capacity_tokens"], max_num_batched_tokens=st["chunk"]),

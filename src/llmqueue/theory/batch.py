@@ -505,15 +505,27 @@ def _sizes(name: str, sizes: Iterable) -> list[int]:
     return sorted({positive_int(name, b) for b in items})
 
 
+MAX_CANDIDATES = 20_000
+"""The most batch sizes one table or decision takes: each row costs some 50 microseconds and
+5 KB (the E_B/D/1 refinement), so 20,000 rows take about a second and 100 MB. A B_max of 10^7
+over B_min = 6 would ask for 1.7 million rows (minutes, gigabytes) that nobody reads."""
+
+
 def candidate_sizes(*, B_min: int, B_max: int) -> list[int]:
     """Inference Foundations step 3: ``{B_min, 2 B_min, 3 B_min, ...} <= B_max``, plus ``B_max`` itself.
 
-    Just ``[B_max]`` when ``B_max < B_min`` (every allowed size is unstable).
+    Just ``[B_max]`` when ``B_max < B_min`` (every allowed size is unstable). At most
+    :data:`MAX_CANDIDATES` sizes (an :class:`InputError` names the B_max that fits).
     """
     B_min_int = positive_int("B_min", B_min)
     B_max = positive_int("B_max", B_max)
     if B_max < B_min_int:
         return [B_max]
+    n = B_max // B_min_int + 1
+    if n > MAX_CANDIDATES:
+        raise InputError("b_max", f"{B_max:,} gives {n:,} candidate batch sizes (the multiples of B_min = "
+                         f"{B_min_int} up to it), more than the {MAX_CANDIDATES:,} a table takes",
+                         f"give at most {B_min_int * (MAX_CANDIDATES - 1):,}, or list --sizes")
     out = list(range(B_min_int, B_max + 1, B_min_int))
     if out[-1] != B_max:
         out.append(B_max)

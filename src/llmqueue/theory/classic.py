@@ -301,6 +301,23 @@ def _mg1(lam: float, mu: float, scv_s: float, model: str) -> MG1Result:
 
 # --- Erlang B / C and M/M/c -----------------------------------------------------------------------
 
+MAX_STATES = 1_000_000
+"""The most servers ``c`` and the largest capacity ``K`` the models take. The Erlang B recursion
+is O(c) and the M/M/c/K distribution O(K) in pure Python: a million take about a second (and
+the distribution some 100 MB); 1e9 would take many minutes or exhaust memory. No serving
+deployment has a million servers, and an M/M/c/K with K in the millions is M/M/c."""
+
+
+def _servers(name: str, x) -> int:
+    """A count of servers or states: a whole number from 1 to :data:`MAX_STATES`."""
+    n = positive_int(name, x)
+    if n > MAX_STATES:
+        raise InputError(name, f"{n:,} is more than the {MAX_STATES:,} the closed forms take (their work grows "
+                         f"with {name}, about a second a million: some {n / MAX_STATES:,.0f} s here)", f"give at most {MAX_STATES:,}"
+                         + (" (with rho < 1, M/M/c is the limit of a large K)" if name == "K" else ""))
+    return n
+
+
 def _erlang_b(a: float, c: int) -> float:
     # B(0) = 1, B(k) = a B(k-1) / (k + a B(k-1)): stable for any c (no factorials, no overflow).
     b = 1.0
@@ -323,7 +340,7 @@ def erlang_b(*, lam: float, mu: float, c: int) -> float:
     computed by the recursion ``B(k) = a B(k-1) / (k + a B(k-1))``. Defined for any load.
     """
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
+    c = _servers("c", c)
     return _erlang_b(lam / mu, c)
 
 
@@ -334,7 +351,7 @@ def erlang_c(*, lam: float, mu: float, c: int) -> float:
     (Gross et al. 2008, sec. 2.3). Raises UnstableError when ``rho >= 1``.
     """
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
+    c = _servers("c", c)
     _require_stable(lam, mu, c, "the M/M/c waiting probability (Erlang C)")
     return _erlang_c(lam / mu, c)
 
@@ -353,7 +370,7 @@ def mmc(*, lam: float, mu: float, c: int) -> MMcResult:
     Example: ``mmc(lam=2, mu=1, c=3)`` gives P_wait 4/9, Lq 8/9, Wq 4/9 s.
     """
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
+    c = _servers("c", c)
     rho = _require_stable(lam, mu, c, f"the M/M/{c} steady state")
     a = lam / mu
     B = _erlang_b(a, c)
@@ -386,7 +403,7 @@ def _mmc_params(result, lam, mu, c) -> tuple[float, float, float]:
     if not all(given):
         raise InputError("lam/mu/c", "give a result from mmc()/mm1() or all of lam, mu and c")
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
+    c = _servers("c", c)
     _require_stable(lam, mu, c, f"the M/M/{c} waiting-time distribution")
     return mu, c * mu - lam, _erlang_c(lam / mu, c)
 
@@ -474,8 +491,8 @@ def mmc_response_quantile(result=None, p: float | None = None, *, lam=None, mu=N
 
 def _mmck_check(lam, mu, c, K) -> tuple[float, float, int, int]:
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
-    K = positive_int("K", K)
+    c = _servers("c", c)
+    K = _servers("K", K)
     if K < c:
         raise InputError("K", f"must be >= c = {c} (got {K})",
                          "K is the total capacity: requests in service plus waiting")
@@ -569,7 +586,7 @@ def ggc_allen_cunneen(*, lam: float, mu: float, c: int, scv_a: float, scv_s: flo
     ``rho >= 1``.
     """
     lam, mu = _rates(lam, mu)
-    c = positive_int("c", c)
+    c = _servers("c", c)
     scv_a = nonnegative("scv_a", scv_a)
     scv_s = nonnegative("scv_s", scv_s)
     rho = _require_stable(lam, mu, c, f"the G/G/{c} mean waiting time (Allen-Cunneen)")

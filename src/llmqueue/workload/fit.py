@@ -64,6 +64,7 @@ from llmqueue._result import Result
 from llmqueue._validate import positive, positive_int, probability
 from llmqueue.errors import InputError
 from llmqueue.workload.joint import JointLengths
+from llmqueue.workload.stats import MAX_BINS
 
 FORMAT = "llmqueue-fitted-workload/1"
 LENGTH_MODELS = ("empirical", "lognormal")
@@ -248,6 +249,11 @@ class FittedWorkload:
 
 # -- fitting -------------------------------------------------------------------------------------
 
+MAX_WINDOWS = 1_000_000
+"""The most rate windows a fit makes: the model holds (and writes) one rate per window, and a
+window far shorter than the gaps between requests holds none. A week at 1 s windows is 604,800."""
+
+
 def fit_workload(trace, *, window_s: float = 60.0, lengths: str = "empirical", counts: str = "fixed",
                  sampling: str = "balanced", alpha: float = 0.01, seed: int = 0) -> FittedWorkload:
     """Fit an arrival model and a length model to ``trace`` (see the module docstring).
@@ -292,6 +298,10 @@ def fit_workload(trace, *, window_s: float = 60.0, lengths: str = "empirical", c
     rng = np.random.default_rng(seed)
     notes: list[str] = []
 
+    if t[-1] / window_s > MAX_WINDOWS:
+        raise InputError("window_s", f"{window_s:g} s windows over the trace's {t[-1]:.4g} s make "
+                         f"{t[-1] / window_s:.3g} windows, more than the {MAX_WINDOWS:,} a fitted rate holds",
+                         f"give --window-s {t[-1] / MAX_WINDOWS:.3g} or more")
     arrival, afit, td = _fit_arrivals(t, window_s, counts, alpha, rng, notes)
     joint, prompt, output, lfit = _fit_lengths(s, o, lengths, sampling, notes)
 
@@ -299,7 +309,7 @@ def fit_workload(trace, *, window_s: float = 60.0, lengths: str = "empirical", c
            "requests": int(t.size), "span_s": float(t[-1]),
            "repairs": [str(r) for r in getattr(trace, "repairs", []) or []]}
     sub = _sub_window(window_s, afit.tick_s)
-    bins = sorted({1.0, sub, 60.0, window_s})
+    bins = sorted(b for b in {1.0, sub, 60.0, window_s} if t[-1] / b <= MAX_BINS)  # diagnostics: too fine ones left out
     sstats = _stream_stats(t, s, o, bins)
     if afit.tick_s is not None:
         sstats["idc_dequantized"] = {_key(b): _idc(td, b) for b in bins}

@@ -77,6 +77,20 @@ def _bin_key(b: float) -> str:
     return f"{b:g}s"
 
 
+MAX_BINS = 10_000_000
+"""The most count bins one bin width may make over a trace's span: their counts take 8 bytes
+each (80 MB at the limit; a day at 10 ms bins is 8.6 million). A width of 1e-9 s over an hour
+would ask for 3.6e12 bins (29 TB)."""
+
+
+def check_bins(name: str, width: float, span: float, fix_flag: str) -> None:
+    """Refuse ``width``-second bins that would make more than :data:`MAX_BINS` over ``span``."""
+    if span > 0 and span / width > MAX_BINS:
+        raise InputError(name, f"{width:g} s bins over the {span:.4g} s span make {span / width:.3g} bins, more "
+                         f"than the {MAX_BINS:,} counted at once (8 bytes each)",
+                         f"give {fix_flag} {span / MAX_BINS:.3g} or wider")
+
+
 def arrival_stats(t, bins=(1, 60)) -> dict:
     """Arrival statistics of sorted times ``t`` (s): span, mean rate, IAT CV, IDC and peak/mean
     per bin width, exactly as ``compute_stats.py`` defines them."""
@@ -94,6 +108,8 @@ def arrival_stats(t, bins=(1, 60)) -> dict:
     elif n == 1:
         out["span_s"] = 0.0
     for b in bins:
+        if n >= 2:
+            check_bins("bins", b, float(t[-1] - t[0]), "--bins")
         key = _bin_key(b)
         idc = ptm = math.nan
         if n >= 1:
