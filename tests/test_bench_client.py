@@ -607,3 +607,19 @@ def test_slow_writes_never_overlap_nor_repeat(stub, tmp_path, monkeypatch):
     assert len(disk) == len(reqs) == len(np.unique(disk["request_id"]))
     tok = _tokens(tmp_path)
     assert len(tok["t_s"]) == int(res.records["output_tokens"].sum())
+
+
+@pytest.mark.parametrize("endpoint, line_end, ids", [("completions", "cr", True), ("chat", "crlf", True),
+                                                     ("completions", "lf", True)])
+def test_spec_valid_event_streams_from_a_server(endpoint, line_end, ids):
+    """A server whose event stream is valid but not vLLM's (bare-CR or CRLF line ends, an ``id:``
+    line after each ``data:`` line): every request is ok, with exactly its tokens."""
+    reqs = _reqs(rate=200, n=30, seed=13)
+    with StubServer(token_delay_s=0.001, sse_line_end=line_end, sse_ids=ids) as s:
+        res = run_bench(s.url, s.model, reqs, endpoint=endpoint)
+        st = s.stats()
+    r = res.records
+    assert (r["status"] == "ok").all(), res.summary["errors"]
+    assert st["completed"] == len(reqs)
+    assert np.array_equal(r["output_tokens"], reqs.output_tokens)
+    assert np.array_equal(np.bincount(res.tokens["request_id"], minlength=len(reqs)), reqs.output_tokens)

@@ -128,6 +128,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from llmqueue.bench.sse import SSEError, SSEParser
 from llmqueue.errors import InputError, LlmqueueError
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -349,21 +350,28 @@ class _Lost(ConnectionResetError):
 
 
 _HEAD, _BODY_LEN, _BODY_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _DONE = range(8)
-_MAX_HEAD = 64 * 1024
+_MAX_HEAD = 64 * 1024        # response head, and a chunked body's trailer
+_MAX_CHUNK_LINE = 4096       # a chunk-size line (hex size and extensions)
+_MAX_ERRBODY = 1 << 20       # kept of a non-200 body (for classify_http)
 
 
 class _Exchange:
     """One HTTP request/response on a connection, parsed as bytes arrive (no task per chunk).
 
     HTTP/1.1 framing (Content-Length, chunked, or until close) and, for a 200 answer,
-    server-sent events: each ``data:`` event is decoded as JSON when it arrives and a chunk with
-    ``choices`` is time-stamped then (``time.perf_counter() - t0``), as ``vllm bench serve``
-    time-stamps its chunks.
+    server-sent events (:class:`~llmqueue.bench.sse.SSEParser`): each event's data is decoded as
+    JSON when it arrives and a chunk with ``choices`` is time-stamped then
+    (``time.perf_counter() - t0``), as ``vllm bench serve`` time-stamps its chunks. Events of the
+    default type (``message``) carry the chunks; an ``error`` event fails the attempt (as the
+    OpenAI SDK reads it); other named events are ignored. Every buffer is bounded (head,
+    chunk-size line, trailer, SSE line and event, kept error body) and every byte is copied a
+    bounded number of times: what a server sends cannot exhaust the client nor slow it down
+    more than linearly.
     """
 
     __slots__ = ("t0", "pt", "ot", "cached", "first", "fin", "toks", "http_status", "usage", "done",
-                 "timer", "task", "expired", "later", "fut", "conn", "state", "buf", "sbuf", "remaining", "keep_alive", "errbody",
-                 "nbytes", "done_t", "complete")
+                 "timer", "task", "expired", "later", "fut", "conn", "state", "buf", "sse", "remaining", "keep_alive",
+                 "errbody", "nbytes", "done_t", "complete")
 
     def __init__(self, t0: float, prompt_tokens: int):
         self.t0 = t0
@@ -388,10 +396,10 @@ class _Exchange:
         """Forget a response (before resending on a fresh connection)."""
         self.state = _HEAD
         self.buf = b""
-        self.sbuf = b""
+        self.sse = None
         self.remaining = 0
         self.keep_alive = False
-        self.errbody = b""
+        self.errbody = bytearray()
         self.nbytes = 0
         self.done_t = math.nan
         self.complete = False
@@ -402,8 +410,9 @@ class _Exchange:
         if self.state != _HEAD:
             self.body(data)
             return
-        buf = self.buf + data if self.buf else data
-        j = buf.find(b"\r\n\r\n")
+        old = self.buf
+        buf = old + data if old else data
+        j = buf.find(b"\r\n\r\n", max(len(old) - 3, 0))  # bytes already searched are not searched again
         if j < 0:
             if len(buf) > _MAX_HEAD:
                 self.fail(_StreamError("response head too large"))
@@ -496,6 +505,9 @@ class _Exchange:
             elif st == _CHUNK_SIZE:
                 e = buf.find(b"\r\n", pos)
                 if e < 0:
+                    if n - pos > _MAX_CHUNK_LINE:
+                        self.fail(_StreamError("bad chunked encoding (chunk-size line too long)"))
+                        return
                     break
                 try:
                     size = int(buf[pos:e].split(b";", 1)[0], 16)
@@ -515,6 +527,9 @@ class _Exchange:
                     break
                 e = buf.find(b"\r\n\r\n", pos)
                 if e < 0:
+                    if n - pos > _MAX_HEAD:
+                        self.fail(_StreamError("chunked trailer too large"))
+                        return
                     break
                 pos = e + 4
                 self.finish()
@@ -528,38 +543,47 @@ class _Exchange:
         if self.fut is None or self.fut.done():
             return
         if self.http_status != 200:
-            if len(self.errbody) < (1 << 20):
-                self.errbody += data
+            if len(self.errbody) < _MAX_ERRBODY:
+                self.errbody += data[:_MAX_ERRBODY - len(self.errbody)]
             return
-        buf = self.sbuf + data if self.sbuf else data
-        if b"\r" in buf:  # CRLF line ends (a CR at the end waits for its LF in sbuf)
-            buf = buf.replace(b"\r\n", b"\n")
+        sse = self.sse
+        if sse is None:
+            sse = self.sse = SSEParser()
+        try:
+            events = sse.feed(data)
+        except SSEError as e:
+            self.fail(_StreamError(str(e)))
+            return
         t0 = self.t0
-        while True:
-            j = buf.find(b"\n\n")
-            if j < 0:
-                break
-            ev = buf[:j]
-            buf = buf[j + 2:]
-            if ev.startswith(b"data:"):
-                ev = ev[5:].strip()
-            else:
-                ev = _sse_data(ev)
-                if ev is None:
-                    continue
+        for kind, ev in events:
+            if kind != b"message":
+                if kind == b"error":  # the OpenAI SDK raises on an ``event: error``
+                    self.fail(_StreamError("error event in stream" + _error_text(ev)))
+                    return
+                continue  # other named events (pings, progress) carry no chunk
             if ev == b"[DONE]":
                 self.done = True
                 continue
             try:
                 d = json.loads(ev)
             except ValueError:
-                self.fail(_StreamError("malformed JSON chunk"))
-                return
+                d = _odd_data(ev)
+                if d is None:
+                    self.fail(_StreamError("malformed JSON chunk"))
+                    return
+                if d is _DONE_DATA:
+                    self.done = True
+                    continue
+                if d is _NO_DATA:
+                    continue
             if type(d) is not dict:
                 self.fail(_StreamError("malformed JSON chunk"))
                 return
             ch = d.get("choices")
             if ch:
+                if type(ch) is not list:
+                    self.fail(_StreamError("malformed chunk: choices is not a list"))
+                    return
                 if not self.toks and _role_only(ch):
                     continue  # vLLM's chat stream opens with {"role": "assistant", "content": ""}
                 now = _pc() - t0
@@ -579,7 +603,6 @@ class _Exchange:
             u = d.get("usage")
             if u:
                 self.usage = u
-        self.sbuf = buf
 
     def finish(self) -> None:
         self.state = _DONE
@@ -633,7 +656,7 @@ class _Exchange:
         code = self.http_status
         if code != 200:
             self.fin = self.done_t
-            return classify_http(code, self.errbody), f"HTTP {code}"
+            return classify_http(code, bytes(self.errbody)), f"HTTP {code}"
         if not self.toks:
             self.fin = self.done_t
             return "error", "no token in the stream"
@@ -672,7 +695,12 @@ class _Conn(asyncio.Protocol):
         if ex is None:  # bytes nobody asked for: the connection is not reusable
             self.close()
             return
-        ex.feed(data)
+        try:
+            ex.feed(data)
+        except Exception as e:  # noqa: BLE001 - an answer nobody foresaw fails its attempt, never the loop
+            self.ex = None
+            ex.fail(_StreamError(f"unreadable response ({type(e).__name__})"))
+            self.close()
 
     def eof_received(self):
         return False
@@ -1690,10 +1718,36 @@ def _role_only(choices) -> bool:
     return not any(delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls"))
 
 
-def _sse_data(ev: bytes):
-    """The data of an SSE event with several lines or none (comments give None)."""
-    data = [line[5:].strip() for line in ev.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(data) if data else None
+_DONE_DATA = object()
+_NO_DATA = object()
+
+
+def _odd_data(ev: bytes):
+    """An event's data that ``json.loads`` refused: ``[DONE]`` with spaces around it, nothing but
+    spaces (a keep-alive), or JSON that is not valid UTF-8 (read as the WHATWG decoder reads
+    it: bad bytes become U+FFFD). None: not JSON."""
+    s = ev.strip()
+    if s == b"[DONE]":
+        return _DONE_DATA
+    if not s:
+        return _NO_DATA
+    try:
+        return json.loads(ev.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+
+
+def _error_text(ev: bytes) -> str:
+    """``": message"`` of an ``error`` event's data (JSON with a message, or text), or ``""``."""
+    try:
+        d = json.loads(ev)
+    except ValueError:
+        msg = ev.decode("utf-8", "replace").strip()
+    else:
+        e = d.get("error", d) if isinstance(d, dict) else d
+        msg = str(e.get("message", "") if isinstance(e, dict) else e)
+    msg = msg[:80]
+    return f": {msg}" if msg else ""
 
 
 def _conn_message(e: BaseException) -> str:
