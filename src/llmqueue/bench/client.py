@@ -49,9 +49,17 @@ context length")
 any other HTTP status (400 bad request, 404 model, 500, ...)    ``error``
 malformed JSON chunk, an ``error`` event in the stream, no      ``error``
 token, stream cut before ``[DONE]``, connection refused/reset
+a broken answer: a usage count that is not an integer in        ``error``
+``[0, 2**63)``, ``choices`` not a list, an SSE line over 8 MiB
 client deadline passed (``timeout_s`` / ``ttft_timeout_s``)     ``timeout``
 still in flight when the run was stopped or interrupted         ``unfinished``
 ==============================================================  ===========
+
+Each failure's reason is counted in ``summary["errors"]``. An ok attempt with more output tokens
+than its ``max_tokens`` stays ``ok`` with the server's count (it was served; its times are real)
+and is counted in ``summary["warnings"]`` with a note naming the worst case: a server that ignores
+``max_tokens`` skews throughput and TPOT, which the reader must know, but it does not make the
+measured latencies false.
 
 Per-token times go to ``tokens.parquet`` (``request_id, attempt, index, t_s``: one row per
 streamed chunk with ``choices``; vLLM streams one token per chunk unless several are ready at
@@ -74,7 +82,10 @@ server stops accepting connections (``abort_after`` consecutive connection failu
 refused probe connection), sending stops, attempts in flight get ``abort_grace_s`` to end
 (then ``unfinished``), and the result carries ``error`` (the reason); requests never sent are
 counted in ``summary["not_sent"]``. A server that cannot be reached at the start raises
-:class:`BenchConnectError`.
+:class:`BenchConnectError`. If the records cannot be written (a full disk), the run stops the same
+way with ``error`` saying so: the batches written before stay readable (no batch follows a failed
+one), ``BenchResult.written`` counts them; a journal that cannot become its Parquet file stays in
+place, readable.
 
 Retries follow :mod:`llmqueue.workload.client`: after an attempt ends with a retryable status,
 ``retry(request_id, attempt, status, finish_s)`` gives the next attempt's intended send time (or
@@ -224,7 +235,8 @@ class BenchResult:
     :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_send`` and ``bench``;
     ``tokens``: per-chunk arrival times (``request_id, attempt, index, t_s`` arrays);
     ``error``: why the run stopped early (None if it ran to the end); ``out_dir``: where the
-    files are (None if not written).
+    files are (None if not written); ``written``: the attempt records on disk (all of them,
+    unless writing failed: a full disk).
     """
 
     records: object
@@ -234,6 +246,7 @@ class BenchResult:
     interrupted: bool = False
     out_dir: Path | None = None
     notes: list = field(default_factory=list)
+    written: int = 0
 
     @property
     def ok(self) -> bool:
@@ -353,6 +366,8 @@ _HEAD, _BODY_LEN, _BODY_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, 
 _MAX_HEAD = 64 * 1024        # response head, and a chunked body's trailer
 _MAX_CHUNK_LINE = 4096       # a chunk-size line (hex size and extensions)
 _MAX_ERRBODY = 1 << 20       # kept of a non-200 body (for classify_http)
+_MAX_COUNT = (1 << 63) - 1   # a token count must fit the records' int64
+_OVER_ASKED = "more output tokens than max_tokens"
 
 
 class _Exchange:
@@ -666,15 +681,33 @@ class _Exchange:
         self.fin = self.toks[-1]
         u = self.usage
         if u:
-            c = u.get("completion_tokens")
-            self.ot = int(c) if c is not None else len(self.toks)
-            p = u.get("prompt_tokens")
-            if p is not None:
-                self.pt = int(p)
-            det = u.get("prompt_tokens_details")
-            if isinstance(det, dict) and det.get("cached_tokens"):
-                self.cached = int(det["cached_tokens"])
+            bad = self.read_usage(u)
+            if bad is not None:
+                return "error", bad
         return "ok", None
+
+    def read_usage(self, u) -> str | None:
+        """Take the server's token counts from its usage chunk; returns why they cannot be taken
+        (the attempt is then an error, recorded with the prompt sent and the chunks counted), or
+        None. A count must be an integer (not a string, float or bool) in ``[0, 2**63)``, the
+        records' int64; cached prompt tokens cannot exceed the prompt."""
+        if type(u) is not dict:
+            return "invalid usage (not an object)"
+        c = u.get("completion_tokens")
+        p = u.get("prompt_tokens")
+        det = u.get("prompt_tokens_details")
+        k = det.get("cached_tokens") if type(det) is dict else None
+        for name, v in (("completion_tokens", c), ("prompt_tokens", p), ("prompt_tokens_details.cached_tokens", k)):
+            if v is not None and not (type(v) is int and 0 <= v <= _MAX_COUNT):
+                return f"invalid usage.{name} (not an integer in [0, 2^63))"
+        if k and p is not None and k > p:
+            return "invalid usage.prompt_tokens_details.cached_tokens (more than prompt_tokens)"
+        self.ot = len(self.toks) if c is None else c
+        if p is not None:
+            self.pt = p
+        if k:
+            self.cached = k
+        return None
 
 
 class _Conn(asyncio.Protocol):
@@ -888,7 +921,11 @@ class _Run:
         self.tok_t = array("d")            # their arrival times, attempt after attempt
         self.tok_flushed = 0
         self.errors: Counter = Counter()
+        self.warnings: Counter = Counter()  # reasons an ok attempt is suspect (more tokens than asked)
+        self.over_asked = (0.0, None)       # the largest output / max_tokens ratio, and (request, got, asked)
         self.flushed = 0
+        self.written = 0                    # attempt records whose write succeeded (the writer thread counts)
+        self.write_error: str | None = None  # why writing stopped (set by the writer thread)
         self.sent_first = 0                # first attempts sent
         self.retries_dropped = 0           # retries decided but not sent (run stopped)
         self.inflight: set = set()
@@ -979,6 +1016,21 @@ class _Run:
         index = np.arange(total, dtype=np.int64) - starts
         return {"request_id": rid, "attempt": att, "index": index, "t_s": t}
 
+    def _write_guarded(self, a: int, b: int, t) -> None:
+        """:meth:`_write_batch` in the writer thread; the first failure (a full disk, ``ENOSPC``)
+        stops every later write (a failed write may leave a cut batch at the journal's end,
+        which its reader skips, so nothing may follow it) and is kept in ``write_error`` for the
+        loop, which stops the run."""
+        if self.write_error is not None:
+            return
+        try:
+            self._write_batch(a, b, t)
+        except Exception as e:  # noqa: BLE001 - reported by the loop as the run's error
+            what = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            self.write_error = f"cannot write records to {self.out_dir} ({what})"
+            return
+        self.written += b - a
+
     def _write_batch(self, a: int, b: int, t) -> None:
         """Append attempts [a, b) to the Parquet files (runs in a worker thread): their token times
         first, so that a client killed between the two writes never leaves a record without them."""
@@ -1005,10 +1057,13 @@ class _Run:
                 ta, tb = self.tok_flushed, len(self.tok_t)
                 t = self.tok_t[ta:tb]  # a copy taken on the loop's thread (the array keeps growing)
                 self.flushed, self.tok_flushed = b, tb
-                fut = self._write_pool().submit(self._write_batch, a, b, t)
+                fut = self._write_pool().submit(self._write_guarded, a, b, t)
                 self._last_write = fut
                 # shielded: cancelling this wait must not cancel a write still queued
                 await asyncio.shield(asyncio.wrap_future(fut, loop=self.loop))
+            if self.write_error is not None and not self.stopping:
+                t_s = _pc() - self.t0
+                self.abort(f"{self.write_error} at t = {t_s:.3f} s; the run stopped")
 
     def _write_pool(self):
         if self._wexec is None:
@@ -1022,9 +1077,7 @@ class _Run:
         if self._wexec is not None:
             self._wexec.shutdown(wait=True)
             self._wexec = None
-        fut, self._last_write = self._last_write, None
-        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is not None:
-            raise fut.exception()
+        self._last_write = None
 
     async def flusher(self, bar) -> None:
         done_shown = 0
@@ -1215,8 +1268,19 @@ class _Run:
         if err is not None:
             self.errors[err] += 1
         ot = ex.ot if ex.ot is not None else len(ex.toks)
+        if status == "ok" and ot > self.prompts.o[i]:
+            self.more_than_asked(i, ot)
         self.record(i, attempt, t_int, sched, disp, ex.first, fin, ex.pt, ot, ex.cached, status, ex.toks)
         return status, fin
+
+    def more_than_asked(self, i: int, ot: int) -> None:
+        """An ok attempt with more output tokens than its ``max_tokens``: kept as ok (the server
+        did serve it and its times are real), counted in ``summary["warnings"]`` with a note."""
+        self.warnings[_OVER_ASKED] += 1
+        asked = self.prompts.o[i]
+        r = ot / asked if asked > 0 else math.inf
+        if r > self.over_asked[0]:
+            self.over_asked = (r, (self.ids[i], ot, asked))
 
     def connection_failed(self) -> None:
         self.conn_fail_streak += 1
@@ -1413,12 +1477,16 @@ class _Run:
         if self.prompts.hash_ids is not None:   # the prompts' prefix-block hashes, for validate's simulation
             wl = wl.append_column("hash_ids", pa.array(self.prompts.hash_ids, pa.list_(pa.int64())))
             wl = wl.replace_schema_metadata({b"llmqueue.hash_block_tokens": str(self.prompts.H).encode()})
-        pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
         from llmqueue.records.journal import ParquetJournal
 
-        self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
-        self.writer.writer("requests")
-        self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, _TOKEN_SCHEMA())
+        try:
+            pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
+            self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
+            self.writer.writer("requests")
+            self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, _TOKEN_SCHEMA())
+        except OSError as e:
+            raise InputError("out_dir", f"cannot write to {self.out_dir} ({e.strerror or e})",
+                             "free some space or choose another --out") from None
         self._prewarm_writers()
 
     def _prewarm_writers(self) -> None:
@@ -1441,11 +1509,32 @@ class _Run:
             w.close()
 
     def close_files(self, complete: bool) -> None:
+        """Close the journals (each becomes its Parquet file). A close that fails (a full disk)
+        leaves that journal in place, readable: it is the run's error, never an exception."""
         self._drain_writes()
-        if self.writer is not None:
-            self.writer.close(complete=complete)
-        if self.tok_writer is not None:
-            self.tok_writer.close()
+        if self.write_error is not None:
+            complete = False
+            if self.error is None:  # found only now (the last flush's wait was cut short)
+                self.error = f"{self.write_error}; the run stopped"
+        for w in (self.writer, self.tok_writer):
+            if w is None:
+                continue
+            try:
+                if w is self.writer:
+                    w.close(complete=complete)
+                else:
+                    w.close()
+            except OSError as e:
+                self.disk_failed(e, "the journals stay in place, readable")
+
+    def disk_failed(self, e: OSError, kept: str) -> None:
+        """A file of the run could not be written after the run (a full disk): the run's error
+        (the first one is kept), one line."""
+        reason = f"cannot write to {self.out_dir} ({e.strerror or e}); {kept}"
+        if self.error is None:
+            self.error = reason
+        elif reason not in self.notes:
+            self.notes.append(reason)
 
     def start_sampler(self):
         """The /metrics hook: :class:`llmqueue.bench.prom.MetricsSampler` (a thread scraping the
@@ -1518,15 +1607,19 @@ class _Run:
         if self.out_dir is not None:
             from llmqueue.records import dump_summary, write_records
 
-            if ts is not None:
-                write_records(self.out_dir / "timeseries.parquet", ts)
-            if metrics:
-                write_metrics(self.out_dir / METRICS_FILE, metrics)
-            if server:
-                (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
-            dump_summary(self.out_dir / "summary.json", summary)
+            try:
+                if ts is not None:
+                    write_records(self.out_dir / "timeseries.parquet", ts)
+                if metrics:
+                    write_metrics(self.out_dir / METRICS_FILE, metrics)
+                if server:
+                    (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
+                dump_summary(self.out_dir / "summary.json", summary)
+            except OSError as e:
+                self.disk_failed(e, "no summary.json (the records written stay readable)")
         return BenchResult(records=recs, summary=summary, tokens=tokens, error=self.error,
-                           interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes))
+                           interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes),
+                           written=self.written)
 
     def summarize(self, recs, t_end: float, ts, kv_capacity: float | None = None) -> dict:
         from llmqueue.metrics import summarize
@@ -1574,6 +1667,13 @@ class _Run:
         s["retries_not_sent"] = self.retries_dropped
         s["attempts"] = n
         s["errors"] = dict(self.errors.most_common(20))
+        s["warnings"] = dict(self.warnings)
+        if self.warnings[_OVER_ASKED]:
+            r, (rid, got, asked) = self.over_asked
+            note = (f"{self.warnings[_OVER_ASKED]} ok attempt(s) got more output tokens than max_tokens asked for "
+                    f"(at most {r:.3g}x: request {rid} got {got} for {asked}); kept as ok, with the server's count")
+            if note not in self.notes:
+                self.notes.append(note)
         s["bench"] = {
             "url": self.post_url, "model": self.model, "endpoint": self.endpoint, "load": load,
             "closed_loop": bool(self.concurrency), "concurrency": self.concurrency, "requests": len(self.arrivals),

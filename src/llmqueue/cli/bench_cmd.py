@@ -3,7 +3,11 @@
 Exit codes: 0 the run completed (whatever the requests' statuses); 2 bad input, or the server
 could not be reached before anything was sent (``llmqueue: error: --url: cannot connect ...``);
 1 the run stopped early because the server stopped accepting connections (the report is printed,
-every finished attempt is on disk); 130 interrupted (Ctrl-C / SIGTERM; the same holds).
+every finished attempt is on disk), or because the records could not be written (a full disk: the
+report is printed, the error line says how many records are on disk; they stay readable);
+130 interrupted (Ctrl-C / SIGTERM; the same holds). Whatever a server answers (broken usage
+counts, wrong types, oversized lines, more tokens than asked) is a status of its request, counted
+in the summary, never the run's failure.
 """
 
 from __future__ import annotations
@@ -202,22 +206,24 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
         sj = Path(out_dir) / "server.json"
         M = json.loads(sj.read_text()).get("M") if sj.exists() else None
         b = res.summary["bench"]
-        n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
-                                  t_end_s=b.get("t_end_s"), M=M, finish_s=res.records["finish_s"])
-        res.summary["bench"]["server_log_steps"] = n
-        if note:
-            res.summary.setdefault("notes", []).append(note)
-            click.echo(f"llmqueue: note: {note}", err=True)
-        from llmqueue.records import dump_summary
+        try:
+            n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
+                                      t_end_s=b.get("t_end_s"), M=M, finish_s=res.records["finish_s"])
+            res.summary["bench"]["server_log_steps"] = n
+            if note:
+                res.summary.setdefault("notes", []).append(note)
+                click.echo(f"llmqueue: note: {note}", err=True)
+            from llmqueue.records import dump_summary
 
-        dump_summary(Path(out_dir) / "summary.json", res.summary)
+            dump_summary(Path(out_dir) / "summary.json", res.summary)
+        except OSError as e:  # a full disk after the run: the records are written, say so in one line
+            click.echo(f"llmqueue: note: steps.parquet not written to {out_dir} ({e.strerror or e})", err=True)
     if as_json:
         print_json(res.summary)
     else:
         print_report(res.summary, out_dir)
     if res.error is not None:
-        n = len(res.records)
-        click.echo(f"llmqueue: error: {res.error}; {n} attempt record(s) written to {out_dir}/", err=True)
+        click.echo(f"llmqueue: error: {res.error}; {res.written} attempt record(s) written to {out_dir}/", err=True)
         raise click.exceptions.Exit(130 if res.interrupted else 1)
 
 
@@ -268,6 +274,8 @@ def print_report(s: dict, out_dir=None) -> None:
         rows.append(("requests not sent (run stopped)", s.get("not_sent")))
     if s.get("errors"):
         rows.append(("errors", ", ".join(f"{k} x{v}" for k, v in s["errors"].items())))
+    if s.get("warnings"):
+        rows.append(("warnings", ", ".join(f"{k} x{v}" for k, v in s["warnings"].items())))
     for note in s.get("notes") or ():
         rows.append(("note", note))
     print_kv(rows, title="Benchmark")
