@@ -103,7 +103,10 @@ the stream parsing. HTTP is a small client on asyncio protocols (:class:`_Pool`,
 keep-alive connections opened on demand with no limit (a connection limit would queue requests
 in the client, which is closed-loop behaviour), Content-Length, chunked and close-delimited
 bodies, and server-sent events parsed in the protocol callback as bytes arrive, where each chunk
-is time-stamped. It costs about a third of a general client's CPU per request
+is time-stamped (:mod:`llmqueue.bench.sse`). Connections go to ``url``'s origin only, or through
+a proxy when one is asked for (``proxy`` / ``trust_env``; an https server through a ``CONNECT``
+tunnel); the API key and custom headers are checked first (:mod:`llmqueue.bench.credentials`).
+It costs about a third of a general client's CPU per request
 (aiohttp's ``ClientSession``, measured on the stub) and it is what lets one process send
 thousands of requests per second on time. Each attempt has one deadline timer. Finished attempts
 are written by a worker thread once a second, so writing never blocks sending.
@@ -139,6 +142,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from llmqueue.bench.credentials import check_key_over_proxy, proxy_auth, proxy_for, request_headers
 from llmqueue.bench.sse import SSEError, SSEParser
 from llmqueue.errors import InputError, LlmqueueError
 
@@ -215,6 +219,10 @@ def endpoint_url(url: str, endpoint: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
+    try:
+        parts.port
+    except ValueError:
+        raise InputError("url", f"{url!r} has a bad port", "e.g. http://127.0.0.1:8000") from None
     u = url.rstrip("/")
     if u.endswith("/completions"):
         return u
@@ -713,20 +721,53 @@ class _Exchange:
 class _Conn(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; feeds the bytes to its current exchange."""
 
-    __slots__ = ("transport", "ex", "closed")
+    __slots__ = ("transport", "ex", "closed", "hs", "hs_fut")
 
     def __init__(self):
         self.transport = None
         self.ex = None
         self.closed = False
+        self.hs = None      # a proxy's answer to CONNECT, while it arrives
+        self.hs_fut = None  # resolved when the tunnel is open (or refused)
+
+    async def open_tunnel(self, request: bytes) -> None:
+        """Ask the proxy for a tunnel to the server (``CONNECT``) and wait for its 2xx answer."""
+        self.hs = bytearray()
+        self.hs_fut = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        try:
+            await self.hs_fut
+        finally:
+            self.hs = self.hs_fut = None
+
+    def tunnel_answer(self, data: bytes) -> None:
+        f = self.hs_fut
+        self.hs += data
+        j = self.hs.find(b"\r\n\r\n")
+        if j < 0:
+            if len(self.hs) > _MAX_HEAD:
+                f.set_exception(ConnectionError("the proxy's answer to CONNECT is too large"))
+            return
+        line = bytes(self.hs[:self.hs.find(b"\r\n")])
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[1].startswith(b"2") or len(parts[1]) != 3:
+            f.set_exception(ConnectionError("the proxy refused the tunnel: " + line.decode("latin-1")[:80]))
+        elif j + 4 != len(self.hs):
+            f.set_exception(ConnectionError("the proxy sent bytes before the tunnel's TLS"))
+        else:
+            f.set_result(None)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         ex = self.ex
-        if ex is None:  # bytes nobody asked for: the connection is not reusable
-            self.close()
+        if ex is None:
+            f = self.hs_fut
+            if f is not None and not f.done():
+                self.tunnel_answer(data)
+                return
+            self.close()  # bytes nobody asked for: the connection is not reusable
             return
         try:
             ex.feed(data)
@@ -740,6 +781,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        f = self.hs_fut
+        if f is not None and not f.done():
+            f.set_exception(ConnectionResetError("the proxy closed the connection"))
         ex = self.ex
         if ex is not None:
             self.ex = None
@@ -753,9 +797,15 @@ class _Conn(asyncio.Protocol):
 
 
 class _Pool:
-    """Keep-alive connections to one server, created on demand (no limit: open loop)."""
+    """Keep-alive connections to one server, created on demand (no limit: open loop).
 
-    def __init__(self, loop, url: str, headers: Mapping[str, str]):
+    With ``proxy`` (an ``http://`` proxy URL, see :mod:`llmqueue.bench.credentials`) every
+    connection goes to the proxy: a plain-http server's requests are forwarded by it (the
+    request line names the whole URL), an https server is reached through a ``CONNECT`` tunnel,
+    inside which TLS runs end to end with the server.
+    """
+
+    def __init__(self, loop, url: str, headers: Mapping[str, str], proxy: str | None = None):
         import ssl
 
         p = urlsplit(url)
@@ -768,6 +818,19 @@ class _Pool:
             path += "?" + p.query
         host_hdr = p.netloc.rsplit("@", 1)[-1]
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "content-type")
+        self.tunnel = None  # the CONNECT request (an https server through a proxy)
+        self.connect_to = (self.host, self.port)
+        if proxy is not None:
+            pp = urlsplit(proxy)
+            self.connect_to = (pp.hostname, pp.port or 80)
+            auth = proxy_auth(proxy)
+            auth = f"Proxy-Authorization: {auth}\r\n" if auth else ""
+            if self.ssl is None:
+                path = f"http://{host_hdr}{path}"
+                extra += auth
+            else:
+                authority = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+                self.tunnel = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n".encode()
         self.head = (f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\nUser-Agent: llmqueue-bench\r\n"
                      f"Accept: text/event-stream\r\nContent-Type: application/json\r\n{extra}"
                      "Content-Length: ").encode()
@@ -778,7 +841,7 @@ class _Pool:
     async def resolve(self) -> None:
         import socket
 
-        infos = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        infos = await self.loop.getaddrinfo(*self.connect_to, type=socket.SOCK_STREAM)
         self.addr = infos[0][4][:2]
 
     async def acquire(self) -> tuple[_Conn, bool]:
@@ -788,8 +851,17 @@ class _Pool:
             if not c.closed and not c.transport.is_closing():
                 return c, True
         host, port = self.addr
-        _, c = await self.loop.create_connection(_Conn, host, port, ssl=self.ssl,
-                                                 server_hostname=self.host if self.ssl else None)
+        if self.tunnel is None:
+            _, c = await self.loop.create_connection(_Conn, host, port, ssl=self.ssl,
+                                                     server_hostname=self.host if self.ssl else None)
+        else:
+            tr, c = await self.loop.create_connection(_Conn, host, port)
+            try:
+                await c.open_tunnel(self.tunnel)
+                c.transport = await self.loop.start_tls(tr, c, self.ssl, server_hostname=self.host)
+            except BaseException:
+                c.close()
+                raise
         self.opened += 1
         return c, False
 
@@ -871,8 +943,8 @@ class _Run:
 
     def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
-                 flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, api_key,
-                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512):
+                 flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, headers,
+                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None):
         self.url = url
         self.model = model
         self.requests = requests
@@ -901,9 +973,8 @@ class _Run:
         self.prompts = _Prompts(requests, model=model, endpoint=endpoint, seed=seed, token_range=token_range,
                                 exact_output=exact_output, extra_body=extra_body, hash_ids=hash_ids,
                                 hash_block_tokens=hash_block_tokens)
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = dict(headers)  # checked by request_headers: the key and the custom headers
+        self.proxy = proxy
         # columns of the records, one entry per finished attempt (arrays: 8 bytes a value)
         self.c_rid = array("q")
         self.c_cls = array("q")
@@ -1334,7 +1405,7 @@ class _Run:
         # uvloop rounds timer delays to the nearest millisecond: half a tick more makes a sleep
         # end at or after its target (asyncio's own loop already rounds up)
         self._tick_pad = 0.0005 if type(self.loop).__module__.startswith("uvloop") else 0.0
-        self.pool = _Pool(self.loop, self.post_url, self.headers)
+        self.pool = _Pool(self.loop, self.post_url, self.headers, proxy=self.proxy)
         await self.preflight()
         self.flush_lock = asyncio.Lock()
         bar = sampler = flusher = None
@@ -1882,20 +1953,27 @@ def _TOKEN_SCHEMA():
 
 async def run_bench_async(url: str, model: str, requests, **kwargs) -> BenchResult:
     """:func:`run_bench` inside a running event loop."""
-    run = _Run(url=url, model=model, requests=requests, **_options(**kwargs))
+    run = _Run(url=url, model=model, requests=requests, **_options(url, **kwargs))
     return await run.main()
 
 
-def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | None = None,
+def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurrency: int | None = None,
              timeout_s=DEFAULT_TIMEOUT_S, ttft_timeout_s=None, seed: int = 0, vocab_size: int | None = None,
              token_range: tuple[int, int] | None = None, retry=None, warmup_s: float = 0.0,
              warmup_requests: int = 0, progress: bool = False, metrics_url: str | None = None,
              metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0, abort_after: int = 3,
              abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
              extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
-             hash_ids=None, hash_block_tokens: int = 512) -> dict:
+             hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
+             trust_env: bool = False, allow_key_over_http_proxy: bool = False) -> dict:
     if endpoint not in ("completions", "chat"):
         raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
+    endpoint_url(url, endpoint)
+    # what is sent, and through what: checked before anything is (see llmqueue.bench.credentials)
+    headers = request_headers(api_key, headers)
+    proxy = proxy_for(url, proxy=proxy, trust_env=trust_env)
+    check_key_over_proxy(url, proxy, any(k.lower() == "authorization" for k in headers),
+                         allow_key_over_http_proxy)
     if concurrency is not None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
             raise InputError("concurrency", f"must be a positive integer (got {concurrency!r})")
@@ -1919,8 +1997,8 @@ def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | 
                 warmup_s=float(warmup_s), warmup_requests=int(warmup_requests), progress=progress,
                 metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
                 abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
-                extra_body=extra_body, api_key=api_key, slos=slos, hash_ids=hash_ids,
-                hash_block_tokens=hash_block_tokens)
+                extra_body=extra_body, headers=headers, slos=slos, hash_ids=hash_ids,
+                hash_block_tokens=hash_block_tokens, proxy=proxy)
 
 
 def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
@@ -1930,7 +2008,9 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
               metrics_url: str | None = None, metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0,
               abort_after: int = 3, abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
               extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
-              hash_ids=None, hash_block_tokens: int = 512, use_uvloop: bool = True) -> BenchResult:
+              hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
+              trust_env: bool = False, allow_key_over_http_proxy: bool = False,
+              use_uvloop: bool = True) -> BenchResult:
     """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
     OpenAI-compatible server on their open-loop schedule; return records and summary.
 
@@ -1953,20 +2033,26 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
     ``None`` (default) sleeps to the nearest tick and polls the clock for any rest (a few tenths
     of a ms late); ``0`` never polls (up to ~1 ms late, no CPU spent waiting: better when the
     client shares few cores with a busy server); ``> 0`` polls for the last ``spin_s`` seconds.
+    ``api_key`` (sent as ``Authorization: Bearer``) and ``headers`` (a mapping, ``(name, value)``
+    pairs or ``"Name: value"`` strings) go with every request, to ``url``'s origin only; values
+    with CR, LF or NUL are refused. ``proxy`` (an ``http://`` URL) or ``trust_env`` (the
+    ``*_proxy`` variables) route the requests through a proxy, which is never used otherwise; an
+    API key through a proxy to a plain-http server is refused unless
+    ``allow_key_over_http_proxy`` (:mod:`llmqueue.bench.credentials`).
     See the module docstring for the rest.
     """
-    opts = _options(endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
+    opts = _options(url, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
                     ttft_timeout_s=ttft_timeout_s, seed=seed, vocab_size=vocab_size, token_range=token_range,
                     retry=retry, warmup_s=warmup_s, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, metrics_interval_s=metrics_interval_s,
                     flush_interval_s=flush_interval_s, abort_after=abort_after, abort_grace_s=abort_grace_s,
                     spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos,
-                    hash_ids=hash_ids, hash_block_tokens=hash_block_tokens)
+                    hash_ids=hash_ids, hash_block_tokens=hash_block_tokens, headers=headers, proxy=proxy,
+                    trust_env=trust_env, allow_key_over_http_proxy=allow_key_over_http_proxy)
     if not isinstance(model, str) or not model:
         raise InputError("model", f"must be a non-empty model name (got {model!r})")
     if len(requests) == 0:
         raise InputError("requests", "the workload has no requests", "give --num-requests or a longer --duration")
-    endpoint_url(url, endpoint)  # validate before starting anything
 
     async def main():
         import signal

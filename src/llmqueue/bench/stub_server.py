@@ -36,6 +36,12 @@ Event-stream framing (valid by the WHATWG server-sent events format, which vLLM 
 ``sse_line_end`` ends lines with ``lf`` (default), ``crlf`` or a bare ``cr``; ``sse_ids`` adds an
 ``id:`` line after each ``data:`` line.
 
+What reached it (``/stats``, for the client's credential tests): ``authorized`` counts the
+requests that carried an ``Authorization`` header, ``proxied`` those whose request line named a
+whole URL (as a forward proxy receives them: the stub answers them itself, standing in for the
+proxy and the server behind it), ``x_headers`` the ``X-*`` headers by name.
+``tls_cert``/``tls_key`` (PEM files) serve HTTPS instead.
+
 Run it in a subprocess with :class:`StubServer` (a free port on 127.0.0.1)::
 
     with StubServer(token_delay_s=0.001, reject_fraction=0.1) as srv:
@@ -88,6 +94,8 @@ class StubConfig:
     long_line_bytes: int = 9 << 20
     sse_line_end: str = "lf"
     sse_ids: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def __post_init__(self):
         for name in ("token_delay_s", "first_token_delay_s", "reject_fraction", "malformed_fraction"):
@@ -130,7 +138,7 @@ class _Stub:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.stats = {"requests": 0, "completed": 0, "rejected": 0, "too_long": 0, "malformed": 0,
-                      "misbehaved": 0, "client_gone": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
+                      "misbehaved": 0, "authorized": 0, "proxied": 0, "x_headers": {}, "client_gone": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.created = int(time.time())
         self.peers: weakref.WeakSet = weakref.WeakSet()  # open connections seen (for "connections")
         self.connections = 0
@@ -227,12 +235,29 @@ def _routes(cfg: StubConfig) -> dict:
     st = _Stub(cfg)
     stats = st.stats
 
+    def seen(request) -> None:
+        """Count what reached the stub: a key, a proxy's request line, custom headers."""
+        h = request.headers
+        if "Authorization" in h:
+            stats["authorized"] += 1
+        if not request.raw_path.startswith("/"):
+            stats["proxied"] += 1
+        for k in h:
+            if k[:2].lower() == "x-":
+                x = stats["x_headers"]
+                x[k.lower()] = x.get(k.lower(), 0) + 1
+
     async def generate(request, chat: bool):
         stats["requests"] += 1
+        seen(request)
         tr = request.transport
-        if tr is not None and tr not in st.peers:
-            st.peers.add(tr)
-            st.connections += 1
+        if tr is not None:
+            try:
+                if tr not in st.peers:
+                    st.peers.add(tr)
+                    st.connections += 1
+            except TypeError:  # uvloop's TLS transports take no weak reference: not counted
+                pass
         if cfg.die_after is not None and stats["requests"] > cfg.die_after:
             os._exit(17)  # a crash: no clean shutdown, open connections are reset
         n_req = stats["requests"]
@@ -307,6 +332,7 @@ def _routes(cfg: StubConfig) -> dict:
         return web.Response(text="")
 
     async def models(request):
+        seen(request)
         return web.json_response({"object": "list", "data": [
             {"id": cfg.model, "object": "model", "created": st.created, "owned_by": "llmqueue-stub",
              "max_model_len": cfg.max_model_len}]})
@@ -405,11 +431,17 @@ def serve(cfg: StubConfig, host: str = "127.0.0.1", port: int = 0, *, use_uvloop
     async def main():
         runner = web.ServerRunner(make_server(cfg), handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+        ctx = None
+        if cfg.tls_cert:
+            import ssl
+
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True, ssl_context=ctx)
         await site.start()
         bound = site._server.sockets[0].getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        print(f"{READY_PREFIX}http://{shown}:{bound}", flush=True)
+        print(f"{READY_PREFIX}{'https' if ctx else 'http'}://{shown}:{bound}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -468,6 +500,8 @@ class StubServer:
             a += ["--misbehave", c.misbehave]
         if c.sse_ids:
             a.append("--sse-ids")
+        if c.tls_cert:
+            a += ["--tls-cert", c.tls_cert, "--tls-key", c.tls_key or c.tls_cert]
         if c.max_model_len is not None:
             a += ["--max-model-len", str(c.max_model_len)]
         if c.die_after is not None:
@@ -511,9 +545,15 @@ class StubServer:
         return self
 
     def stats(self) -> dict:
+        """The stub's counters (asked directly: never through a proxy the environment names)."""
         import urllib.request
 
-        with urllib.request.urlopen(self.url + "/stats", timeout=10) as r:
+        handlers = [urllib.request.ProxyHandler({})]
+        if self.config.tls_cert:
+            import ssl
+
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=self.config.tls_cert)))
+        with urllib.request.build_opener(*handlers).open(self.url + "/stats", timeout=10) as r:
             return json.loads(r.read())
 
     @property
@@ -581,6 +621,8 @@ def main(argv=None) -> int:
     ap.add_argument("--long-line-bytes", type=int, default=9 << 20)
     ap.add_argument("--sse-line-end", choices=tuple(_LINE_ENDS), default="lf")
     ap.add_argument("--sse-ids", action="store_true")
+    ap.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
+    ap.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     ap.add_argument("--no-uvloop", action="store_true")
     a = ap.parse_args(argv)
     names = {f.name for f in fields(StubConfig)}
