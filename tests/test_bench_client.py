@@ -684,3 +684,28 @@ def test_a_full_disk_at_the_end_leaves_the_journals_readable(stub, tmp_path, mon
     disk = read_records(tmp_path)
     assert len(disk) == len(reqs) and (disk["status"] == "ok").all()
     assert not is_complete(tmp_path / "requests.parquet")
+
+
+def test_an_unforeseen_parsing_failure_is_its_attempts_error(stub, monkeypatch, capsys):
+    """An exception while a response is parsed (in the protocol callback) fails that attempt, in
+    one reason, and never escapes to the event loop (which printed an asyncio traceback per
+    request and left the attempt to end as a cut connection)."""
+    from llmqueue.bench import client as mod
+
+    real = mod._Exchange.payload
+    calls = {"n": 0}
+
+    def flaky(self, data):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("unforeseen")
+        real(self, data)
+
+    monkeypatch.setattr(mod._Exchange, "payload", flaky)
+    reqs = _reqs(rate=200, n=30, output="fixed:1", seed=15)
+    res = run_bench(stub.url, stub.model, reqs)
+    r = res.records
+    bad = int((r["status"] == "error").sum())
+    assert len(r) == len(reqs) and bad > 0 and int((r["status"] == "ok").sum()) == len(reqs) - bad
+    assert res.summary["errors"] == {"unreadable response (RuntimeError)": bad} and res.error is None
+    assert "Traceback" not in capsys.readouterr().err

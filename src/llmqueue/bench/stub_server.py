@@ -107,7 +107,8 @@ class StubConfig:
             if getattr(self, name) > 1:
                 raise InputError(name, f"must be in [0, 1] (got {getattr(self, name)!r})")
         if self.misbehave is not None and self.misbehave not in MISBEHAVIOURS:
-            raise InputError("misbehave", f"unknown misbehaviour {self.misbehave!r}", f"use one of {list(MISBEHAVIOURS)}")
+            raise InputError("misbehave", f"unknown misbehaviour {self.misbehave!r}",
+                             f"use one of {list(MISBEHAVIOURS)}")
         self.misbehave_fraction = float(self.misbehave_fraction)
         if not 0 <= self.misbehave_fraction <= 1:
             raise InputError("misbehave_fraction", f"must be in [0, 1] (got {self.misbehave_fraction!r})")
@@ -138,7 +139,8 @@ class _Stub:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.stats = {"requests": 0, "completed": 0, "rejected": 0, "too_long": 0, "malformed": 0,
-                      "misbehaved": 0, "authorized": 0, "proxied": 0, "x_headers": {}, "client_gone": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
+                      "misbehaved": 0, "authorized": 0, "proxied": 0, "x_headers": {}, "client_gone": 0,
+                      "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.created = int(time.time())
         self.peers: weakref.WeakSet = weakref.WeakSet()  # open connections seen (for "connections")
         self.connections = 0
@@ -552,7 +554,8 @@ class StubServer:
         if self.config.tls_cert:
             import ssl
 
-            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=self.config.tls_cert)))
+            ctx = ssl.create_default_context(cafile=self.config.tls_cert)
+            handlers.append(urllib.request.HTTPSHandler(context=ctx))
         with urllib.request.build_opener(*handlers).open(self.url + "/stats", timeout=10) as r:
             return json.loads(r.read())
 

@@ -262,7 +262,7 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
 
             dump_summary(Path(out_dir) / "summary.json", res.summary)
         except OSError as e:  # a full disk after the run: the records are written, say so in one line
-            click.echo(f"llmqueue: note: steps.parquet not written to {out_dir} ({e.strerror or e})", err=True)
+            click.echo(f"llmqueue: note: the server log's steps not saved in {out_dir} ({e.strerror or e})", err=True)
     if as_json:
         print_json(res.summary)
     else:
