@@ -607,3 +607,105 @@ def test_slow_writes_never_overlap_nor_repeat(stub, tmp_path, monkeypatch):
     assert len(disk) == len(reqs) == len(np.unique(disk["request_id"]))
     tok = _tokens(tmp_path)
     assert len(tok["t_s"]) == int(res.records["output_tokens"].sum())
+
+
+@pytest.mark.parametrize("endpoint, line_end, ids", [("completions", "cr", True), ("chat", "crlf", True),
+                                                     ("completions", "lf", True)])
+def test_spec_valid_event_streams_from_a_server(endpoint, line_end, ids):
+    """A server whose event stream is valid but not vLLM's (bare-CR or CRLF line ends, an ``id:``
+    line after each ``data:`` line): every request is ok, with exactly its tokens."""
+    reqs = _reqs(rate=200, n=30, seed=13)
+    with StubServer(token_delay_s=0.001, sse_line_end=line_end, sse_ids=ids) as s:
+        res = run_bench(s.url, s.model, reqs, endpoint=endpoint)
+        st = s.stats()
+    r = res.records
+    assert (r["status"] == "ok").all(), res.summary["errors"]
+    assert st["completed"] == len(reqs)
+    assert np.array_equal(r["output_tokens"], reqs.output_tokens)
+    assert np.array_equal(np.bincount(res.tokens["request_id"], minlength=len(reqs)), reqs.output_tokens)
+
+
+def test_usage_counts_are_checked():
+    """A usage count must be an integer in [0, 2**63) (the records' int64), cached tokens no more
+    than the prompt: anything else is the attempt's error, recorded with the prompt sent and the
+    chunks counted (before: -1 failed the whole batch's write, 2**70 an OverflowError that lost
+    the request, "12" was taken as 12)."""
+    from llmqueue.bench.client import _Exchange
+
+    def outcome(usage):
+        ex = _Exchange(0.0, 5)
+        ex.http_status, ex.done, ex.usage = 200, True, usage
+        ex.toks.extend([0.1, 0.2])
+        return ex.outcome(), ex.ot, ex.pt, ex.cached
+
+    assert outcome({"prompt_tokens": 7, "completion_tokens": 2,
+                    "prompt_tokens_details": {"cached_tokens": 7}}) == (("ok", None), 2, 7, 7)
+    assert outcome({"completion_tokens": 2 ** 63 - 1}) == (("ok", None), 2 ** 63 - 1, 5, 0)
+    assert outcome({"prompt_tokens": 9}) == (("ok", None), 2, 9, 0)  # no completion count: the chunks
+    for bad in ({"completion_tokens": -1}, {"completion_tokens": 2 ** 63}, {"completion_tokens": 2 ** 70},
+                {"completion_tokens": True}, {"completion_tokens": 2.0}, {"completion_tokens": "2"},
+                {"prompt_tokens": -3}, {"prompt_tokens": [4]}, {"prompt_tokens_details": {"cached_tokens": -1}},
+                {"prompt_tokens": 4, "prompt_tokens_details": {"cached_tokens": 5}}, [1, 2], "x", 3):
+        (status, reason), ot, pt, cached = outcome(bad)
+        assert status == "error" and reason.startswith("invalid usage"), bad
+        assert (ot, pt, cached) == (None, 5, 0), bad
+
+
+def test_a_full_disk_at_the_end_leaves_the_journals_readable(stub, tmp_path, monkeypatch):
+    """The journals cannot become Parquet files (ENOSPC): the run's error says so in one line,
+    no half-written file is left, and every record stays readable from its journal."""
+    import errno
+    import os
+
+    from llmqueue.records import journal
+
+    class FullDisk:
+        def __init__(self, path, schema, compression=None):
+            with open(path, "wb") as f:
+                f.write(b"PAR1")  # a started file, as a real write leaves it
+
+        def write_table(self, *a, **k):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def add_key_value_metadata(self, meta):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(journal.pq, "ParquetWriter", FullDisk)
+    reqs = _reqs(n=30, seed=14)
+    res = run_bench(stub.url, stub.model, reqs, out_dir=tmp_path)
+    assert res.error == (f"cannot write to {tmp_path} (No space left on device); "
+                         "the journals stay in place, readable")
+    assert res.written == len(reqs)
+    assert not (tmp_path / "requests.parquet").exists() and not (tmp_path / "requests.parquet.tmp").exists()
+    assert (tmp_path / "requests.parquet.journal").exists() and (tmp_path / "tokens.parquet.journal").exists()
+    disk = read_records(tmp_path)
+    assert len(disk) == len(reqs) and (disk["status"] == "ok").all()
+    assert not is_complete(tmp_path / "requests.parquet")
+
+
+def test_an_unforeseen_parsing_failure_is_its_attempts_error(stub, monkeypatch, capsys):
+    """An exception while a response is parsed (in the protocol callback) fails that attempt, in
+    one reason, and never escapes to the event loop (which printed an asyncio traceback per
+    request and left the attempt to end as a cut connection)."""
+    from llmqueue.bench import client as mod
+
+    real = mod._Exchange.payload
+    calls = {"n": 0}
+
+    def flaky(self, data):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("unforeseen")
+        real(self, data)
+
+    monkeypatch.setattr(mod._Exchange, "payload", flaky)
+    reqs = _reqs(rate=200, n=30, output="fixed:1", seed=15)
+    res = run_bench(stub.url, stub.model, reqs)
+    r = res.records
+    bad = int((r["status"] == "error").sum())
+    assert len(r) == len(reqs) and bad > 0 and int((r["status"] == "ok").sum()) == len(reqs) - bad
+    assert res.summary["errors"] == {"unreadable response (RuntimeError)": bad} and res.error is None
+    assert "Traceback" not in capsys.readouterr().err

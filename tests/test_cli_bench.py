@@ -327,3 +327,90 @@ def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     assert measured_hashes(tmp_path / "off", stream) == (None, 0)
     code, out, err = run(capsys, *base, "--prefix-block-tokens", "0", "--out", str(tmp_path / "bad"))
     assert code == 2 and "--prefix-block-tokens" in err and "Traceback" not in err
+
+
+_REASONS = {"negative-usage": "invalid usage.completion_tokens (not an integer in [0, 2^63))",
+            "huge-usage": "invalid usage.completion_tokens (not an integer in [0, 2^63))",
+            "usage-type": "invalid usage.completion_tokens (not an integer in [0, 2^63))",
+            "choices-type": "malformed chunk: choices is not a list",
+            "long-line": "SSE line over 8388608 bytes"}
+
+
+@pytest.mark.parametrize("mode", ["negative-usage", "huge-usage", "usage-type", "choices-type", "long-line",
+                                  "over-max-tokens"])
+def test_a_hostile_server_loses_no_finished_request(capsys, tmp_path, mode):
+    """Whatever a server answers, every request it answered is on disk with a status, the run goes
+    on and exits 0, and the summary counts the failures by reason. Before: a usage count of -1
+    ended the run (exit 2, 7 of 20 kept, no summary.json); one above int64 lost its request
+    (OverflowError, '19 arrived'); a wrong-typed ``choices`` printed asyncio tracebacks; 3x
+    max_tokens passed unremarked."""
+    out_dir = tmp_path / mode
+    with StubServer(token_delay_s=0.001, misbehave=mode, misbehave_fraction=0.4, seed=3) as s:
+        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "poisson:100",
+                             "--prompt", "fixed:8", "--output", "fixed:4", "--num-requests", "20",
+                             "--out", str(out_dir), "--json", "--no-progress")
+        st = s.stats()
+    assert code == 0, err
+    assert err == ""  # no traceback, no note
+    bad = st["misbehaved"]
+    assert 0 < bad < 20 and st["requests"] == 20
+    r = read_records(out_dir)
+    assert is_complete(out_dir / "requests.parquet")
+    assert len(r) == st["requests"] and sorted(r["request_id"]) == list(range(20))
+    summ = json.loads(out)
+    assert json.loads((out_dir / "summary.json").read_text())["status_counts"] == summ["status_counts"]
+    if mode == "over-max-tokens":
+        # kept as ok with the server's count, and counted as a warning with a note
+        assert (r["status"] == "ok").all()
+        assert int((r["output_tokens"] == 12).sum()) == bad and int((r["output_tokens"] == 4).sum()) == 20 - bad
+        assert summ["warnings"] == {"more output tokens than max_tokens": bad}
+        assert any("more output tokens than max_tokens" in n and "3x" in n for n in summ["notes"])
+        assert summ["total_output_tokens"] == 4 * 20 + 8 * bad
+    else:
+        err_rows = r["status"] == "error"
+        assert int(err_rows.sum()) == bad and int((r["status"] == "ok").sum()) == 20 - bad
+        assert summ["failed"] == bad and summ["completed"] == 20 - bad
+        assert summ["errors"] == {_REASONS[mode]: bad}
+        assert summ["warnings"] == {}
+        # recorded with what the client saw: the prompt sent and the chunks counted
+        assert (r["prompt_tokens"] == 8).all() and (r["output_tokens"][err_rows] <= 4).all()
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_keeps_what_was_written(capsys, tmp_path, monkeypatch):
+    """ENOSPC while writing the records: the run stops (exit 1) with one line saying how many
+    records are on disk, and those stay readable with their token times. Before: a traceback."""
+    import errno
+
+    from llmqueue.records.journal import ParquetJournal
+
+    real = ParquetJournal.write_table
+    seen = {"requests": 0}
+
+    def write_table(self, table, row_group_size=None):
+        if self.path.name == "requests.parquet":
+            if seen["requests"] == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            seen["requests"] += 1
+        real(self, table, row_group_size)
+
+    monkeypatch.setattr(ParquetJournal, "write_table", write_table)
+    out_dir = tmp_path / "full"
+    with StubServer(token_delay_s=0.001) as s:
+        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "deterministic:40",
+                             "--prompt", "fixed:4", "--output", "fixed:2", "--duration", "10",
+                             "--out", str(out_dir), "--no-progress")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"llmqueue: error: cannot write records to {out_dir} (No space left on device) at t =")
+    assert "Benchmark" in out  # the report is still printed
+    import re
+
+    n = int(re.search(r"(\d+) attempt record\(s\) written", lines[0]).group(1))
+    r = read_records(out_dir)
+    assert len(r) == n > 0 and (r["status"] == "ok").all() and len(np.unique(r["request_id"])) == n
+    assert n < 400 and is_complete(out_dir / "requests.parquet") is False
+    from llmqueue.records.journal import read_table
+
+    tok = read_table(out_dir / "tokens.parquet").to_pydict()
+    assert set(r["request_id"].tolist()) <= set(tok["request_id"])

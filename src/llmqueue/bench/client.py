@@ -49,9 +49,17 @@ context length")
 any other HTTP status (400 bad request, 404 model, 500, ...)    ``error``
 malformed JSON chunk, an ``error`` event in the stream, no      ``error``
 token, stream cut before ``[DONE]``, connection refused/reset
+a broken answer: a usage count that is not an integer in        ``error``
+``[0, 2**63)``, ``choices`` not a list, an SSE line over 8 MiB
 client deadline passed (``timeout_s`` / ``ttft_timeout_s``)     ``timeout``
 still in flight when the run was stopped or interrupted         ``unfinished``
 ==============================================================  ===========
+
+Each failure's reason is counted in ``summary["errors"]``. An ok attempt with more output tokens
+than its ``max_tokens`` stays ``ok`` with the server's count (it was served; its times are real)
+and is counted in ``summary["warnings"]`` with a note naming the worst case: a server that ignores
+``max_tokens`` skews throughput and TPOT, which the reader must know, but it does not make the
+measured latencies false.
 
 Per-token times go to ``tokens.parquet`` (``request_id, attempt, index, t_s``: one row per
 streamed chunk with ``choices``; vLLM streams one token per chunk unless several are ready at
@@ -74,7 +82,10 @@ server stops accepting connections (``abort_after`` consecutive connection failu
 refused probe connection), sending stops, attempts in flight get ``abort_grace_s`` to end
 (then ``unfinished``), and the result carries ``error`` (the reason); requests never sent are
 counted in ``summary["not_sent"]``. A server that cannot be reached at the start raises
-:class:`BenchConnectError`.
+:class:`BenchConnectError`. If the records cannot be written (a full disk), the run stops the same
+way with ``error`` saying so: the batches written before stay readable (no batch follows a failed
+one), ``BenchResult.written`` counts them; a journal that cannot become its Parquet file stays in
+place, readable.
 
 Retries follow :mod:`llmqueue.workload.client`: after an attempt ends with a retryable status,
 ``retry(request_id, attempt, status, finish_s)`` gives the next attempt's intended send time (or
@@ -92,7 +103,10 @@ the stream parsing. HTTP is a small client on asyncio protocols (:class:`_Pool`,
 keep-alive connections opened on demand with no limit (a connection limit would queue requests
 in the client, which is closed-loop behaviour), Content-Length, chunked and close-delimited
 bodies, and server-sent events parsed in the protocol callback as bytes arrive, where each chunk
-is time-stamped. It costs about a third of a general client's CPU per request
+is time-stamped (:mod:`llmqueue.bench.sse`). Connections go to ``url``'s origin only, or through
+a proxy when one is asked for (``proxy`` / ``trust_env``; an https server through a ``CONNECT``
+tunnel); the API key and custom headers are checked first (:mod:`llmqueue.bench.credentials`).
+It costs about a third of a general client's CPU per request
 (aiohttp's ``ClientSession``, measured on the stub) and it is what lets one process send
 thousands of requests per second on time. Each attempt has one deadline timer. Finished attempts
 are written by a worker thread once a second, so writing never blocks sending.
@@ -128,6 +142,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from llmqueue.bench.credentials import check_key_over_proxy, proxy_auth, proxy_for, request_headers
+from llmqueue.bench.sse import SSEError, SSEParser
 from llmqueue.errors import InputError, LlmqueueError
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -203,6 +219,10 @@ def endpoint_url(url: str, endpoint: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
+    try:
+        parts.port
+    except ValueError:
+        raise InputError("url", f"{url!r} has a bad port", "e.g. http://127.0.0.1:8000") from None
     u = url.rstrip("/")
     if u.endswith("/completions"):
         return u
@@ -223,7 +243,8 @@ class BenchResult:
     :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_send`` and ``bench``;
     ``tokens``: per-chunk arrival times (``request_id, attempt, index, t_s`` arrays);
     ``error``: why the run stopped early (None if it ran to the end); ``out_dir``: where the
-    files are (None if not written).
+    files are (None if not written); ``written``: the attempt records on disk (all of them,
+    unless writing failed: a full disk).
     """
 
     records: object
@@ -233,6 +254,7 @@ class BenchResult:
     interrupted: bool = False
     out_dir: Path | None = None
     notes: list = field(default_factory=list)
+    written: int = 0
 
     @property
     def ok(self) -> bool:
@@ -349,21 +371,30 @@ class _Lost(ConnectionResetError):
 
 
 _HEAD, _BODY_LEN, _BODY_CLOSE, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _DONE = range(8)
-_MAX_HEAD = 64 * 1024
+_MAX_HEAD = 64 * 1024        # response head, and a chunked body's trailer
+_MAX_CHUNK_LINE = 4096       # a chunk-size line (hex size and extensions)
+_MAX_ERRBODY = 1 << 20       # kept of a non-200 body (for classify_http)
+_MAX_COUNT = (1 << 63) - 1   # a token count must fit the records' int64
+_OVER_ASKED = "more output tokens than max_tokens"
 
 
 class _Exchange:
     """One HTTP request/response on a connection, parsed as bytes arrive (no task per chunk).
 
     HTTP/1.1 framing (Content-Length, chunked, or until close) and, for a 200 answer,
-    server-sent events: each ``data:`` event is decoded as JSON when it arrives and a chunk with
-    ``choices`` is time-stamped then (``time.perf_counter() - t0``), as ``vllm bench serve``
-    time-stamps its chunks.
+    server-sent events (:class:`~llmqueue.bench.sse.SSEParser`): each event's data is decoded as
+    JSON when it arrives and a chunk with ``choices`` is time-stamped then
+    (``time.perf_counter() - t0``), as ``vllm bench serve`` time-stamps its chunks. Events of the
+    default type (``message``) carry the chunks; an ``error`` event fails the attempt (as the
+    OpenAI SDK reads it); other named events are ignored. Every buffer is bounded (head,
+    chunk-size line, trailer, SSE line and event, kept error body) and every byte is copied a
+    bounded number of times: what a server sends cannot exhaust the client nor slow it down
+    more than linearly.
     """
 
     __slots__ = ("t0", "pt", "ot", "cached", "first", "fin", "toks", "http_status", "usage", "done",
-                 "timer", "task", "expired", "later", "fut", "conn", "state", "buf", "sbuf", "remaining", "keep_alive", "errbody",
-                 "nbytes", "done_t", "complete")
+                 "timer", "task", "expired", "later", "fut", "conn", "state", "buf", "sse", "remaining", "keep_alive",
+                 "errbody", "nbytes", "done_t", "complete")
 
     def __init__(self, t0: float, prompt_tokens: int):
         self.t0 = t0
@@ -388,10 +419,10 @@ class _Exchange:
         """Forget a response (before resending on a fresh connection)."""
         self.state = _HEAD
         self.buf = b""
-        self.sbuf = b""
+        self.sse = None
         self.remaining = 0
         self.keep_alive = False
-        self.errbody = b""
+        self.errbody = bytearray()
         self.nbytes = 0
         self.done_t = math.nan
         self.complete = False
@@ -402,8 +433,9 @@ class _Exchange:
         if self.state != _HEAD:
             self.body(data)
             return
-        buf = self.buf + data if self.buf else data
-        j = buf.find(b"\r\n\r\n")
+        old = self.buf
+        buf = old + data if old else data
+        j = buf.find(b"\r\n\r\n", max(len(old) - 3, 0))  # bytes already searched are not searched again
         if j < 0:
             if len(buf) > _MAX_HEAD:
                 self.fail(_StreamError("response head too large"))
@@ -496,6 +528,9 @@ class _Exchange:
             elif st == _CHUNK_SIZE:
                 e = buf.find(b"\r\n", pos)
                 if e < 0:
+                    if n - pos > _MAX_CHUNK_LINE:
+                        self.fail(_StreamError("bad chunked encoding (chunk-size line too long)"))
+                        return
                     break
                 try:
                     size = int(buf[pos:e].split(b";", 1)[0], 16)
@@ -515,6 +550,9 @@ class _Exchange:
                     break
                 e = buf.find(b"\r\n\r\n", pos)
                 if e < 0:
+                    if n - pos > _MAX_HEAD:
+                        self.fail(_StreamError("chunked trailer too large"))
+                        return
                     break
                 pos = e + 4
                 self.finish()
@@ -528,38 +566,47 @@ class _Exchange:
         if self.fut is None or self.fut.done():
             return
         if self.http_status != 200:
-            if len(self.errbody) < (1 << 20):
-                self.errbody += data
+            if len(self.errbody) < _MAX_ERRBODY:
+                self.errbody += data[:_MAX_ERRBODY - len(self.errbody)]
             return
-        buf = self.sbuf + data if self.sbuf else data
-        if b"\r" in buf:  # CRLF line ends (a CR at the end waits for its LF in sbuf)
-            buf = buf.replace(b"\r\n", b"\n")
+        sse = self.sse
+        if sse is None:
+            sse = self.sse = SSEParser()
+        try:
+            events = sse.feed(data)
+        except SSEError as e:
+            self.fail(_StreamError(str(e)))
+            return
         t0 = self.t0
-        while True:
-            j = buf.find(b"\n\n")
-            if j < 0:
-                break
-            ev = buf[:j]
-            buf = buf[j + 2:]
-            if ev.startswith(b"data:"):
-                ev = ev[5:].strip()
-            else:
-                ev = _sse_data(ev)
-                if ev is None:
-                    continue
+        for kind, ev in events:
+            if kind != b"message":
+                if kind == b"error":  # the OpenAI SDK raises on an ``event: error``
+                    self.fail(_StreamError("error event in stream" + _error_text(ev)))
+                    return
+                continue  # other named events (pings, progress) carry no chunk
             if ev == b"[DONE]":
                 self.done = True
                 continue
             try:
                 d = json.loads(ev)
             except ValueError:
-                self.fail(_StreamError("malformed JSON chunk"))
-                return
+                d = _odd_data(ev)
+                if d is None:
+                    self.fail(_StreamError("malformed JSON chunk"))
+                    return
+                if d is _DONE_DATA:
+                    self.done = True
+                    continue
+                if d is _NO_DATA:
+                    continue
             if type(d) is not dict:
                 self.fail(_StreamError("malformed JSON chunk"))
                 return
             ch = d.get("choices")
             if ch:
+                if type(ch) is not list:
+                    self.fail(_StreamError("malformed chunk: choices is not a list"))
+                    return
                 if not self.toks and _role_only(ch):
                     continue  # vLLM's chat stream opens with {"role": "assistant", "content": ""}
                 now = _pc() - t0
@@ -579,7 +626,6 @@ class _Exchange:
             u = d.get("usage")
             if u:
                 self.usage = u
-        self.sbuf = buf
 
     def finish(self) -> None:
         self.state = _DONE
@@ -633,7 +679,7 @@ class _Exchange:
         code = self.http_status
         if code != 200:
             self.fin = self.done_t
-            return classify_http(code, self.errbody), f"HTTP {code}"
+            return classify_http(code, bytes(self.errbody)), f"HTTP {code}"
         if not self.toks:
             self.fin = self.done_t
             return "error", "no token in the stream"
@@ -643,42 +689,101 @@ class _Exchange:
         self.fin = self.toks[-1]
         u = self.usage
         if u:
-            c = u.get("completion_tokens")
-            self.ot = int(c) if c is not None else len(self.toks)
-            p = u.get("prompt_tokens")
-            if p is not None:
-                self.pt = int(p)
-            det = u.get("prompt_tokens_details")
-            if isinstance(det, dict) and det.get("cached_tokens"):
-                self.cached = int(det["cached_tokens"])
+            bad = self.read_usage(u)
+            if bad is not None:
+                return "error", bad
         return "ok", None
+
+    def read_usage(self, u) -> str | None:
+        """Take the server's token counts from its usage chunk; returns why they cannot be taken
+        (the attempt is then an error, recorded with the prompt sent and the chunks counted), or
+        None. A count must be an integer (not a string, float or bool) in ``[0, 2**63)``, the
+        records' int64; cached prompt tokens cannot exceed the prompt."""
+        if type(u) is not dict:
+            return "invalid usage (not an object)"
+        c = u.get("completion_tokens")
+        p = u.get("prompt_tokens")
+        det = u.get("prompt_tokens_details")
+        k = det.get("cached_tokens") if type(det) is dict else None
+        for name, v in (("completion_tokens", c), ("prompt_tokens", p), ("prompt_tokens_details.cached_tokens", k)):
+            if v is not None and not (type(v) is int and 0 <= v <= _MAX_COUNT):
+                return f"invalid usage.{name} (not an integer in [0, 2^63))"
+        if k and p is not None and k > p:
+            return "invalid usage.prompt_tokens_details.cached_tokens (more than prompt_tokens)"
+        self.ot = len(self.toks) if c is None else c
+        if p is not None:
+            self.pt = p
+        if k:
+            self.cached = k
+        return None
 
 
 class _Conn(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; feeds the bytes to its current exchange."""
 
-    __slots__ = ("transport", "ex", "closed")
+    __slots__ = ("transport", "ex", "closed", "hs", "hs_fut")
 
     def __init__(self):
         self.transport = None
         self.ex = None
         self.closed = False
+        self.hs = None      # a proxy's answer to CONNECT, while it arrives
+        self.hs_fut = None  # resolved when the tunnel is open (or refused)
+
+    async def open_tunnel(self, request: bytes) -> None:
+        """Ask the proxy for a tunnel to the server (``CONNECT``) and wait for its 2xx answer."""
+        self.hs = bytearray()
+        self.hs_fut = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        try:
+            await self.hs_fut
+        finally:
+            self.hs = self.hs_fut = None
+
+    def tunnel_answer(self, data: bytes) -> None:
+        f = self.hs_fut
+        self.hs += data
+        j = self.hs.find(b"\r\n\r\n")
+        if j < 0:
+            if len(self.hs) > _MAX_HEAD:
+                f.set_exception(ConnectionError("the proxy's answer to CONNECT is too large"))
+            return
+        line = bytes(self.hs[:self.hs.find(b"\r\n")])
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[1].startswith(b"2") or len(parts[1]) != 3:
+            f.set_exception(ConnectionError("the proxy refused the tunnel: " + line.decode("latin-1")[:80]))
+        elif j + 4 != len(self.hs):
+            f.set_exception(ConnectionError("the proxy sent bytes before the tunnel's TLS"))
+        else:
+            f.set_result(None)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         ex = self.ex
-        if ex is None:  # bytes nobody asked for: the connection is not reusable
-            self.close()
+        if ex is None:
+            f = self.hs_fut
+            if f is not None and not f.done():
+                self.tunnel_answer(data)
+                return
+            self.close()  # bytes nobody asked for: the connection is not reusable
             return
-        ex.feed(data)
+        try:
+            ex.feed(data)
+        except Exception as e:  # noqa: BLE001 - an answer nobody foresaw fails its attempt, never the loop
+            self.ex = None
+            ex.fail(_StreamError(f"unreadable response ({type(e).__name__})"))
+            self.close()
 
     def eof_received(self):
         return False
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        f = self.hs_fut
+        if f is not None and not f.done():
+            f.set_exception(ConnectionResetError("the proxy closed the connection"))
         ex = self.ex
         if ex is not None:
             self.ex = None
@@ -692,9 +797,15 @@ class _Conn(asyncio.Protocol):
 
 
 class _Pool:
-    """Keep-alive connections to one server, created on demand (no limit: open loop)."""
+    """Keep-alive connections to one server, created on demand (no limit: open loop).
 
-    def __init__(self, loop, url: str, headers: Mapping[str, str]):
+    With ``proxy`` (an ``http://`` proxy URL, see :mod:`llmqueue.bench.credentials`) every
+    connection goes to the proxy: a plain-http server's requests are forwarded by it (the
+    request line names the whole URL), an https server is reached through a ``CONNECT`` tunnel,
+    inside which TLS runs end to end with the server.
+    """
+
+    def __init__(self, loop, url: str, headers: Mapping[str, str], proxy: str | None = None):
         import ssl
 
         p = urlsplit(url)
@@ -707,6 +818,19 @@ class _Pool:
             path += "?" + p.query
         host_hdr = p.netloc.rsplit("@", 1)[-1]
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "content-type")
+        self.tunnel = None  # the CONNECT request (an https server through a proxy)
+        self.connect_to = (self.host, self.port)
+        if proxy is not None:
+            pp = urlsplit(proxy)
+            self.connect_to = (pp.hostname, pp.port or 80)
+            auth = proxy_auth(proxy)
+            auth = f"Proxy-Authorization: {auth}\r\n" if auth else ""
+            if self.ssl is None:
+                path = f"http://{host_hdr}{path}"
+                extra += auth
+            else:
+                authority = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+                self.tunnel = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n".encode()
         self.head = (f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\nUser-Agent: llmqueue-bench\r\n"
                      f"Accept: text/event-stream\r\nContent-Type: application/json\r\n{extra}"
                      "Content-Length: ").encode()
@@ -717,7 +841,7 @@ class _Pool:
     async def resolve(self) -> None:
         import socket
 
-        infos = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        infos = await self.loop.getaddrinfo(*self.connect_to, type=socket.SOCK_STREAM)
         self.addr = infos[0][4][:2]
 
     async def acquire(self) -> tuple[_Conn, bool]:
@@ -727,8 +851,17 @@ class _Pool:
             if not c.closed and not c.transport.is_closing():
                 return c, True
         host, port = self.addr
-        _, c = await self.loop.create_connection(_Conn, host, port, ssl=self.ssl,
-                                                 server_hostname=self.host if self.ssl else None)
+        if self.tunnel is None:
+            _, c = await self.loop.create_connection(_Conn, host, port, ssl=self.ssl,
+                                                     server_hostname=self.host if self.ssl else None)
+        else:
+            tr, c = await self.loop.create_connection(_Conn, host, port)
+            try:
+                await c.open_tunnel(self.tunnel)
+                c.transport = await self.loop.start_tls(tr, c, self.ssl, server_hostname=self.host)
+            except BaseException:
+                c.close()
+                raise
         self.opened += 1
         return c, False
 
@@ -810,8 +943,8 @@ class _Run:
 
     def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
-                 flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, api_key,
-                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512):
+                 flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, headers,
+                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None):
         self.url = url
         self.model = model
         self.requests = requests
@@ -840,9 +973,8 @@ class _Run:
         self.prompts = _Prompts(requests, model=model, endpoint=endpoint, seed=seed, token_range=token_range,
                                 exact_output=exact_output, extra_body=extra_body, hash_ids=hash_ids,
                                 hash_block_tokens=hash_block_tokens)
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = dict(headers)  # checked by request_headers: the key and the custom headers
+        self.proxy = proxy
         # columns of the records, one entry per finished attempt (arrays: 8 bytes a value)
         self.c_rid = array("q")
         self.c_cls = array("q")
@@ -860,7 +992,11 @@ class _Run:
         self.tok_t = array("d")            # their arrival times, attempt after attempt
         self.tok_flushed = 0
         self.errors: Counter = Counter()
+        self.warnings: Counter = Counter()  # reasons an ok attempt is suspect (more tokens than asked)
+        self.over_asked = (0.0, None)       # the largest output / max_tokens ratio, and (request, got, asked)
         self.flushed = 0
+        self.written = 0                    # attempt records whose write succeeded (the writer thread counts)
+        self.write_error: str | None = None  # why writing stopped (set by the writer thread)
         self.sent_first = 0                # first attempts sent
         self.retries_dropped = 0           # retries decided but not sent (run stopped)
         self.inflight: set = set()
@@ -951,6 +1087,21 @@ class _Run:
         index = np.arange(total, dtype=np.int64) - starts
         return {"request_id": rid, "attempt": att, "index": index, "t_s": t}
 
+    def _write_guarded(self, a: int, b: int, t) -> None:
+        """:meth:`_write_batch` in the writer thread; the first failure (a full disk, ``ENOSPC``)
+        stops every later write (a failed write may leave a cut batch at the journal's end,
+        which its reader skips, so nothing may follow it) and is kept in ``write_error`` for the
+        loop, which stops the run."""
+        if self.write_error is not None:
+            return
+        try:
+            self._write_batch(a, b, t)
+        except Exception as e:  # noqa: BLE001 - reported by the loop as the run's error
+            what = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            self.write_error = f"cannot write records to {self.out_dir} ({what})"
+            return
+        self.written += b - a
+
     def _write_batch(self, a: int, b: int, t) -> None:
         """Append attempts [a, b) to the Parquet files (runs in a worker thread): their token times
         first, so that a client killed between the two writes never leaves a record without them."""
@@ -977,10 +1128,13 @@ class _Run:
                 ta, tb = self.tok_flushed, len(self.tok_t)
                 t = self.tok_t[ta:tb]  # a copy taken on the loop's thread (the array keeps growing)
                 self.flushed, self.tok_flushed = b, tb
-                fut = self._write_pool().submit(self._write_batch, a, b, t)
+                fut = self._write_pool().submit(self._write_guarded, a, b, t)
                 self._last_write = fut
                 # shielded: cancelling this wait must not cancel a write still queued
                 await asyncio.shield(asyncio.wrap_future(fut, loop=self.loop))
+            if self.write_error is not None and not self.stopping:
+                t_s = _pc() - self.t0
+                self.abort(f"{self.write_error} at t = {t_s:.3f} s; the run stopped")
 
     def _write_pool(self):
         if self._wexec is None:
@@ -994,9 +1148,7 @@ class _Run:
         if self._wexec is not None:
             self._wexec.shutdown(wait=True)
             self._wexec = None
-        fut, self._last_write = self._last_write, None
-        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is not None:
-            raise fut.exception()
+        self._last_write = None
 
     async def flusher(self, bar) -> None:
         done_shown = 0
@@ -1187,8 +1339,19 @@ class _Run:
         if err is not None:
             self.errors[err] += 1
         ot = ex.ot if ex.ot is not None else len(ex.toks)
+        if status == "ok" and ot > self.prompts.o[i]:
+            self.more_than_asked(i, ot)
         self.record(i, attempt, t_int, sched, disp, ex.first, fin, ex.pt, ot, ex.cached, status, ex.toks)
         return status, fin
+
+    def more_than_asked(self, i: int, ot: int) -> None:
+        """An ok attempt with more output tokens than its ``max_tokens``: kept as ok (the server
+        did serve it and its times are real), counted in ``summary["warnings"]`` with a note."""
+        self.warnings[_OVER_ASKED] += 1
+        asked = self.prompts.o[i]
+        r = ot / asked if asked > 0 else math.inf
+        if r > self.over_asked[0]:
+            self.over_asked = (r, (self.ids[i], ot, asked))
 
     def connection_failed(self) -> None:
         self.conn_fail_streak += 1
@@ -1242,7 +1405,7 @@ class _Run:
         # uvloop rounds timer delays to the nearest millisecond: half a tick more makes a sleep
         # end at or after its target (asyncio's own loop already rounds up)
         self._tick_pad = 0.0005 if type(self.loop).__module__.startswith("uvloop") else 0.0
-        self.pool = _Pool(self.loop, self.post_url, self.headers)
+        self.pool = _Pool(self.loop, self.post_url, self.headers, proxy=self.proxy)
         await self.preflight()
         self.flush_lock = asyncio.Lock()
         bar = sampler = flusher = None
@@ -1385,12 +1548,16 @@ class _Run:
         if self.prompts.hash_ids is not None:   # the prompts' prefix-block hashes, for validate's simulation
             wl = wl.append_column("hash_ids", pa.array(self.prompts.hash_ids, pa.list_(pa.int64())))
             wl = wl.replace_schema_metadata({b"llmqueue.hash_block_tokens": str(self.prompts.H).encode()})
-        pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
         from llmqueue.records.journal import ParquetJournal
 
-        self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
-        self.writer.writer("requests")
-        self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, _TOKEN_SCHEMA())
+        try:
+            pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
+            self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
+            self.writer.writer("requests")
+            self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, _TOKEN_SCHEMA())
+        except OSError as e:
+            raise InputError("out_dir", f"cannot write to {self.out_dir} ({e.strerror or e})",
+                             "free some space or choose another --out") from None
         self._prewarm_writers()
 
     def _prewarm_writers(self) -> None:
@@ -1413,11 +1580,32 @@ class _Run:
             w.close()
 
     def close_files(self, complete: bool) -> None:
+        """Close the journals (each becomes its Parquet file). A close that fails (a full disk)
+        leaves that journal in place, readable: it is the run's error, never an exception."""
         self._drain_writes()
-        if self.writer is not None:
-            self.writer.close(complete=complete)
-        if self.tok_writer is not None:
-            self.tok_writer.close()
+        if self.write_error is not None:
+            complete = False
+            if self.error is None:  # found only now (the last flush's wait was cut short)
+                self.error = f"{self.write_error}; the run stopped"
+        for w in (self.writer, self.tok_writer):
+            if w is None:
+                continue
+            try:
+                if w is self.writer:
+                    w.close(complete=complete)
+                else:
+                    w.close()
+            except OSError as e:
+                self.disk_failed(e, "the journals stay in place, readable")
+
+    def disk_failed(self, e: OSError, kept: str) -> None:
+        """A file of the run could not be written after the run (a full disk): the run's error
+        (the first one is kept), one line."""
+        reason = f"cannot write to {self.out_dir} ({e.strerror or e}); {kept}"
+        if self.error is None:
+            self.error = reason
+        elif reason not in self.notes:
+            self.notes.append(reason)
 
     def start_sampler(self):
         """The /metrics hook: :class:`llmqueue.bench.prom.MetricsSampler` (a thread scraping the
@@ -1490,15 +1678,19 @@ class _Run:
         if self.out_dir is not None:
             from llmqueue.records import dump_summary, write_records
 
-            if ts is not None:
-                write_records(self.out_dir / "timeseries.parquet", ts)
-            if metrics:
-                write_metrics(self.out_dir / METRICS_FILE, metrics)
-            if server:
-                (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
-            dump_summary(self.out_dir / "summary.json", summary)
+            try:
+                if ts is not None:
+                    write_records(self.out_dir / "timeseries.parquet", ts)
+                if metrics:
+                    write_metrics(self.out_dir / METRICS_FILE, metrics)
+                if server:
+                    (self.out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
+                dump_summary(self.out_dir / "summary.json", summary)
+            except OSError as e:
+                self.disk_failed(e, "no summary.json (the records written stay readable)")
         return BenchResult(records=recs, summary=summary, tokens=tokens, error=self.error,
-                           interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes))
+                           interrupted=self.interrupted, out_dir=self.out_dir, notes=list(self.notes),
+                           written=self.written)
 
     def summarize(self, recs, t_end: float, ts, kv_capacity: float | None = None) -> dict:
         from llmqueue.metrics import summarize
@@ -1546,6 +1738,13 @@ class _Run:
         s["retries_not_sent"] = self.retries_dropped
         s["attempts"] = n
         s["errors"] = dict(self.errors.most_common(20))
+        s["warnings"] = dict(self.warnings)
+        if self.warnings[_OVER_ASKED]:
+            r, (rid, got, asked) = self.over_asked
+            note = (f"{self.warnings[_OVER_ASKED]} ok attempt(s) got more output tokens than max_tokens asked for "
+                    f"(at most {r:.3g}x: request {rid} got {got} for {asked}); kept as ok, with the server's count")
+            if note not in self.notes:
+                self.notes.append(note)
         s["bench"] = {
             "url": self.post_url, "model": self.model, "endpoint": self.endpoint, "load": load,
             "closed_loop": bool(self.concurrency), "concurrency": self.concurrency, "requests": len(self.arrivals),
@@ -1690,10 +1889,36 @@ def _role_only(choices) -> bool:
     return not any(delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls"))
 
 
-def _sse_data(ev: bytes):
-    """The data of an SSE event with several lines or none (comments give None)."""
-    data = [line[5:].strip() for line in ev.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(data) if data else None
+_DONE_DATA = object()
+_NO_DATA = object()
+
+
+def _odd_data(ev: bytes):
+    """An event's data that ``json.loads`` refused: ``[DONE]`` with spaces around it, nothing but
+    spaces (a keep-alive), or JSON that is not valid UTF-8 (read as the WHATWG decoder reads
+    it: bad bytes become U+FFFD). None: not JSON."""
+    s = ev.strip()
+    if s == b"[DONE]":
+        return _DONE_DATA
+    if not s:
+        return _NO_DATA
+    try:
+        return json.loads(ev.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+
+
+def _error_text(ev: bytes) -> str:
+    """``": message"`` of an ``error`` event's data (JSON with a message, or text), or ``""``."""
+    try:
+        d = json.loads(ev)
+    except ValueError:
+        msg = ev.decode("utf-8", "replace").strip()
+    else:
+        e = d.get("error", d) if isinstance(d, dict) else d
+        msg = str(e.get("message", "") if isinstance(e, dict) else e)
+    msg = msg[:80]
+    return f": {msg}" if msg else ""
 
 
 def _conn_message(e: BaseException) -> str:
@@ -1728,20 +1953,27 @@ def _TOKEN_SCHEMA():
 
 async def run_bench_async(url: str, model: str, requests, **kwargs) -> BenchResult:
     """:func:`run_bench` inside a running event loop."""
-    run = _Run(url=url, model=model, requests=requests, **_options(**kwargs))
+    run = _Run(url=url, model=model, requests=requests, **_options(url, **kwargs))
     return await run.main()
 
 
-def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | None = None,
+def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurrency: int | None = None,
              timeout_s=DEFAULT_TIMEOUT_S, ttft_timeout_s=None, seed: int = 0, vocab_size: int | None = None,
              token_range: tuple[int, int] | None = None, retry=None, warmup_s: float = 0.0,
              warmup_requests: int = 0, progress: bool = False, metrics_url: str | None = None,
              metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0, abort_after: int = 3,
              abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
              extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
-             hash_ids=None, hash_block_tokens: int = 512) -> dict:
+             hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
+             trust_env: bool = False, allow_key_over_http_proxy: bool = False) -> dict:
     if endpoint not in ("completions", "chat"):
         raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
+    endpoint_url(url, endpoint)
+    # what is sent, and through what: checked before anything is (see llmqueue.bench.credentials)
+    headers = request_headers(api_key, headers)
+    proxy = proxy_for(url, proxy=proxy, trust_env=trust_env)
+    check_key_over_proxy(url, proxy, any(k.lower() == "authorization" for k in headers),
+                         allow_key_over_http_proxy)
     if concurrency is not None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
             raise InputError("concurrency", f"must be a positive integer (got {concurrency!r})")
@@ -1765,8 +1997,8 @@ def _options(*, endpoint: str = "completions", out_dir=None, concurrency: int | 
                 warmup_s=float(warmup_s), warmup_requests=int(warmup_requests), progress=progress,
                 metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
                 abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
-                extra_body=extra_body, api_key=api_key, slos=slos, hash_ids=hash_ids,
-                hash_block_tokens=hash_block_tokens)
+                extra_body=extra_body, headers=headers, slos=slos, hash_ids=hash_ids,
+                hash_block_tokens=hash_block_tokens, proxy=proxy)
 
 
 def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
@@ -1776,7 +2008,9 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
               metrics_url: str | None = None, metrics_interval_s: float = 1.0, flush_interval_s: float = 1.0,
               abort_after: int = 3, abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
               extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
-              hash_ids=None, hash_block_tokens: int = 512, use_uvloop: bool = True) -> BenchResult:
+              hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
+              trust_env: bool = False, allow_key_over_http_proxy: bool = False,
+              use_uvloop: bool = True) -> BenchResult:
     """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
     OpenAI-compatible server on their open-loop schedule; return records and summary.
 
@@ -1799,20 +2033,26 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
     ``None`` (default) sleeps to the nearest tick and polls the clock for any rest (a few tenths
     of a ms late); ``0`` never polls (up to ~1 ms late, no CPU spent waiting: better when the
     client shares few cores with a busy server); ``> 0`` polls for the last ``spin_s`` seconds.
+    ``api_key`` (sent as ``Authorization: Bearer``) and ``headers`` (a mapping, ``(name, value)``
+    pairs or ``"Name: value"`` strings) go with every request, to ``url``'s origin only; values
+    with CR, LF or NUL are refused. ``proxy`` (an ``http://`` URL) or ``trust_env`` (the
+    ``*_proxy`` variables) route the requests through a proxy, which is never used otherwise; an
+    API key through a proxy to a plain-http server is refused unless
+    ``allow_key_over_http_proxy`` (:mod:`llmqueue.bench.credentials`).
     See the module docstring for the rest.
     """
-    opts = _options(endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
+    opts = _options(url, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
                     ttft_timeout_s=ttft_timeout_s, seed=seed, vocab_size=vocab_size, token_range=token_range,
                     retry=retry, warmup_s=warmup_s, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, metrics_interval_s=metrics_interval_s,
                     flush_interval_s=flush_interval_s, abort_after=abort_after, abort_grace_s=abort_grace_s,
                     spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos,
-                    hash_ids=hash_ids, hash_block_tokens=hash_block_tokens)
+                    hash_ids=hash_ids, hash_block_tokens=hash_block_tokens, headers=headers, proxy=proxy,
+                    trust_env=trust_env, allow_key_over_http_proxy=allow_key_over_http_proxy)
     if not isinstance(model, str) or not model:
         raise InputError("model", f"must be a non-empty model name (got {model!r})")
     if len(requests) == 0:
         raise InputError("requests", "the workload has no requests", "give --num-requests or a longer --duration")
-    endpoint_url(url, endpoint)  # validate before starting anything
 
     async def main():
         import signal

@@ -22,6 +22,26 @@ process abruptly (``os._exit``) when request ``die_after + 1`` arrives, resettin
 connection, as a crashed server does; ``cached_tokens`` reports that many prompt tokens as
 ``usage.prompt_tokens_details.cached_tokens``.
 
+Hostile or broken servers (``misbehave``, for ``misbehave_fraction`` of the streamed requests,
+counted in ``/stats`` as ``misbehaved``; the request is still answered and counted ``completed``):
+
+- ``negative-usage``: ``usage.completion_tokens`` is -1;
+- ``huge-usage``: ``usage.completion_tokens`` is 2**70 (beyond a 64-bit integer);
+- ``usage-type``: the usage counts are strings (``"completion_tokens": "12"``);
+- ``choices-type``: ``choices`` is an object, not a list, in every token chunk;
+- ``long-line``: after the first token, one ``data:`` line of ``long_line_bytes`` bytes;
+- ``over-max-tokens``: three times ``max_tokens`` tokens (and usage says so).
+
+Event-stream framing (valid by the WHATWG server-sent events format, which vLLM does not use):
+``sse_line_end`` ends lines with ``lf`` (default), ``crlf`` or a bare ``cr``; ``sse_ids`` adds an
+``id:`` line after each ``data:`` line.
+
+What reached it (``/stats``, for the client's credential tests): ``authorized`` counts the
+requests that carried an ``Authorization`` header, ``proxied`` those whose request line named a
+whole URL (as a forward proxy receives them: the stub answers them itself, standing in for the
+proxy and the server behind it), ``x_headers`` the ``X-*`` headers by name.
+``tls_cert``/``tls_key`` (PEM files) serve HTTPS instead.
+
 Run it in a subprocess with :class:`StubServer` (a free port on 127.0.0.1)::
 
     with StubServer(token_delay_s=0.001, reject_fraction=0.1) as srv:
@@ -51,6 +71,8 @@ from llmqueue.errors import InputError
 
 READY_PREFIX = "llmqueue-stub listening on "
 _MAX_BODY = 64 * 1024 * 1024
+MISBEHAVIOURS = ("negative-usage", "huge-usage", "usage-type", "choices-type", "long-line", "over-max-tokens")
+_LINE_ENDS = {"lf": "\n", "crlf": "\r\n", "cr": "\r"}
 
 
 @dataclass
@@ -67,6 +89,13 @@ class StubConfig:
     die_after: int | None = None
     cached_tokens: int = 0
     seed: int = 0
+    misbehave: str | None = None
+    misbehave_fraction: float = 1.0
+    long_line_bytes: int = 9 << 20
+    sse_line_end: str = "lf"
+    sse_ids: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def __post_init__(self):
         for name in ("token_delay_s", "first_token_delay_s", "reject_fraction", "malformed_fraction"):
@@ -77,6 +106,14 @@ class StubConfig:
         for name in ("reject_fraction", "malformed_fraction"):
             if getattr(self, name) > 1:
                 raise InputError(name, f"must be in [0, 1] (got {getattr(self, name)!r})")
+        if self.misbehave is not None and self.misbehave not in MISBEHAVIOURS:
+            raise InputError("misbehave", f"unknown misbehaviour {self.misbehave!r}",
+                             f"use one of {list(MISBEHAVIOURS)}")
+        self.misbehave_fraction = float(self.misbehave_fraction)
+        if not 0 <= self.misbehave_fraction <= 1:
+            raise InputError("misbehave_fraction", f"must be in [0, 1] (got {self.misbehave_fraction!r})")
+        if self.sse_line_end not in _LINE_ENDS:
+            raise InputError("sse_line_end", f"unknown line end {self.sse_line_end!r}", "use lf, crlf or cr")
         if self.reject_status not in (400, 408, 429, 500, 502, 503, 504):
             raise InputError("reject_status", f"unsupported status {self.reject_status}",
                              "use 429 or 503 (or 400/408/500/502/504)")
@@ -102,7 +139,8 @@ class _Stub:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.stats = {"requests": 0, "completed": 0, "rejected": 0, "too_long": 0, "malformed": 0,
-                      "client_gone": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
+                      "misbehaved": 0, "authorized": 0, "proxied": 0, "x_headers": {}, "client_gone": 0,
+                      "running": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.created = int(time.time())
         self.peers: weakref.WeakSet = weakref.WeakSet()  # open connections seen (for "connections")
         self.connections = 0
@@ -129,11 +167,42 @@ class _Stub:
         """vLLM's chat streams open with the role and empty content, with the first token."""
         return self._chat % (rid, '{"role":"assistant","content":""}', "null")
 
-    def usage_chunk(self, chat: bool, rid: str, prompt: int, out: int) -> str:
+    def usage_chunk(self, chat: bool, rid: str, prompt: int, out: int, bad: str | None = None) -> str:
         cached = min(self.cfg.cached_tokens, prompt)
         details = '{"cached_tokens":%d}' % cached if cached else "null"
         obj = "chat.completion.chunk" if chat else "text_completion"
+        if bad in ("negative-usage", "huge-usage", "usage-type"):
+            c = {"negative-usage": -1, "huge-usage": 2 ** 70, "usage-type": str(out)}[bad]
+            p = str(prompt) if bad == "usage-type" else prompt
+            return "data: " + json.dumps({"id": rid, "object": obj, "choices": [], "usage": {
+                "prompt_tokens": p, "completion_tokens": c, "total_tokens": None}}) + "\n\n"
         return self._usage % (("chatcmpl-" if chat else "cmpl-") + rid, obj, prompt, prompt + out, out, details)
+
+    def stream(self, chat: bool, rid: str, n_in: int, n_out: int, malformed: bool, usage: bool,
+               bad: str | None) -> list[str]:
+        """The events of one streamed answer: one piece per token (the first with the chat role
+        chunk and, for some faults, the broken event after it), then usage and ``[DONE]``."""
+        n = 3 * n_out if bad == "over-max-tokens" else n_out
+        parts = [self.token_chunk(chat, rid, i, n) for i in range(n)]
+        if bad == "choices-type":
+            parts = [p.replace('"choices":[', '"choices":{"list":[').replace('}],"usage"', '}]},"usage"')
+                     for p in parts]
+        if chat and parts:
+            parts[0] = self.role_chunk(rid) + parts[0]
+        if malformed and parts:
+            parts[0] += 'data: {"id": "broken", "choices": [{"text": \n\n'
+        if bad == "long-line" and parts:
+            parts[0] += 'data: {"pad": "' + "x" * self.cfg.long_line_bytes + '"}\n\n'
+        if usage:
+            parts.append(self.usage_chunk(chat, rid, n_in, n, bad))
+        parts.append("data: [DONE]\n\n")
+        cfg = self.cfg
+        if cfg.sse_ids:
+            parts = [p.replace("\n\n", "\nid: %s\n\n" % rid) for p in parts]
+        if cfg.sse_line_end != "lf":
+            eol = _LINE_ENDS[cfg.sse_line_end]
+            parts = [p.replace("\n", eol) for p in parts]
+        return parts
 
 
 def _prompt_len(body: dict, chat: bool) -> int:
@@ -168,12 +237,29 @@ def _routes(cfg: StubConfig) -> dict:
     st = _Stub(cfg)
     stats = st.stats
 
+    def seen(request) -> None:
+        """Count what reached the stub: a key, a proxy's request line, custom headers."""
+        h = request.headers
+        if "Authorization" in h:
+            stats["authorized"] += 1
+        if not request.raw_path.startswith("/"):
+            stats["proxied"] += 1
+        for k in h:
+            if k[:2].lower() == "x-":
+                x = stats["x_headers"]
+                x[k.lower()] = x.get(k.lower(), 0) + 1
+
     async def generate(request, chat: bool):
         stats["requests"] += 1
+        seen(request)
         tr = request.transport
-        if tr is not None and tr not in st.peers:
-            st.peers.add(tr)
-            st.connections += 1
+        if tr is not None:
+            try:
+                if tr not in st.peers:
+                    st.peers.add(tr)
+                    st.connections += 1
+            except TypeError:  # uvloop's TLS transports take no weak reference: not counted
+                pass
         if cfg.die_after is not None and stats["requests"] > cfg.die_after:
             os._exit(17)  # a crash: no clean shutdown, open connections are reset
         n_req = stats["requests"]
@@ -201,20 +287,19 @@ def _routes(cfg: StubConfig) -> dict:
         stats["prompt_tokens"] += n_in
         if not body.get("stream"):
             return await _whole(web, request, st, chat, rid, n_in, n_out)
+        bad = None
+        if cfg.misbehave is not None and st.rng.random() < cfg.misbehave_fraction:
+            bad = cfg.misbehave
+            stats["misbehaved"] += 1
+        if malformed:
+            stats["malformed"] += 1
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        parts = st.stream(chat, rid, n_in, n_out, malformed, usage, bad)
+        n_tok = 3 * n_out if bad == "over-max-tokens" else n_out
         stats["running"] += 1
         try:
             if cfg.token_delay_s == 0 and cfg.first_token_delay_s == 0:
-                parts = [st.token_chunk(chat, rid, i, n_out) for i in range(n_out)]
-                if chat:
-                    parts.insert(0, st.role_chunk(rid))
-                if malformed:
-                    parts.insert(2 if chat else 1, 'data: {"id": "broken", "choices": [{"text": \n\n')
-                    stats["malformed"] += 1
-                if usage:
-                    parts.append(st.usage_chunk(chat, rid, n_in, n_out))
-                parts.append("data: [DONE]\n\n")
-                stats["generation_tokens"] += n_out
+                stats["generation_tokens"] += n_tok
                 stats["completed"] += 1
                 return web.Response(body="".join(parts).encode(), content_type="text/event-stream")
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -223,20 +308,13 @@ def _routes(cfg: StubConfig) -> dict:
             try:
                 if cfg.first_token_delay_s:
                     await asyncio.sleep(cfg.first_token_delay_s)
-                for i in range(n_out):
+                for i in range(n_tok):
                     if i and cfg.token_delay_s:
                         await asyncio.sleep(cfg.token_delay_s)
-                    chunk = st.token_chunk(chat, rid, i, n_out)
-                    if i == 0 and chat:
-                        chunk = st.role_chunk(rid) + chunk
-                    await resp.write(chunk.encode())
+                    await resp.write(parts[i].encode())
                     stats["generation_tokens"] += 1
-                    if i == 0 and malformed:
-                        stats["malformed"] += 1
-                        await resp.write(b'data: {"id": "broken", "choices": [{"text": \n\n')
-                if usage:
-                    await resp.write(st.usage_chunk(chat, rid, n_in, n_out).encode())
-                await resp.write(b"data: [DONE]\n\n")
+                for p in parts[n_tok:]:
+                    await resp.write(p.encode())
                 await resp.write_eof()
             except ConnectionResetError:  # the client went away (closed the stream): stop, as vLLM aborts
                 stats["client_gone"] += 1
@@ -256,6 +334,7 @@ def _routes(cfg: StubConfig) -> dict:
         return web.Response(text="")
 
     async def models(request):
+        seen(request)
         return web.json_response({"object": "list", "data": [
             {"id": cfg.model, "object": "model", "created": st.created, "owned_by": "llmqueue-stub",
              "max_model_len": cfg.max_model_len}]})
@@ -354,11 +433,17 @@ def serve(cfg: StubConfig, host: str = "127.0.0.1", port: int = 0, *, use_uvloop
     async def main():
         runner = web.ServerRunner(make_server(cfg), handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+        ctx = None
+        if cfg.tls_cert:
+            import ssl
+
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True, ssl_context=ctx)
         await site.start()
         bound = site._server.sockets[0].getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        print(f"{READY_PREFIX}http://{shown}:{bound}", flush=True)
+        print(f"{READY_PREFIX}{'https' if ctx else 'http'}://{shown}:{bound}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -410,7 +495,15 @@ class StubServer:
              "--model", c.model, "--token-delay", repr(c.token_delay_s),
              "--first-token-delay", repr(c.first_token_delay_s), "--reject-fraction", repr(c.reject_fraction),
              "--reject-status", str(c.reject_status), "--malformed-fraction", repr(c.malformed_fraction),
-             "--cached-tokens", str(c.cached_tokens), "--seed", str(c.seed)]
+             "--cached-tokens", str(c.cached_tokens), "--seed", str(c.seed),
+             "--misbehave-fraction", repr(c.misbehave_fraction), "--long-line-bytes", str(c.long_line_bytes),
+             "--sse-line-end", c.sse_line_end]
+        if c.misbehave is not None:
+            a += ["--misbehave", c.misbehave]
+        if c.sse_ids:
+            a.append("--sse-ids")
+        if c.tls_cert:
+            a += ["--tls-cert", c.tls_cert, "--tls-key", c.tls_key or c.tls_cert]
         if c.max_model_len is not None:
             a += ["--max-model-len", str(c.max_model_len)]
         if c.die_after is not None:
@@ -454,9 +547,16 @@ class StubServer:
         return self
 
     def stats(self) -> dict:
+        """The stub's counters (asked directly: never through a proxy the environment names)."""
         import urllib.request
 
-        with urllib.request.urlopen(self.url + "/stats", timeout=10) as r:
+        handlers = [urllib.request.ProxyHandler({})]
+        if self.config.tls_cert:
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=self.config.tls_cert)
+            handlers.append(urllib.request.HTTPSHandler(context=ctx))
+        with urllib.request.build_opener(*handlers).open(self.url + "/stats", timeout=10) as r:
             return json.loads(r.read())
 
     @property
@@ -519,6 +619,13 @@ def main(argv=None) -> int:
     ap.add_argument("--die-after", type=int, default=None)
     ap.add_argument("--cached-tokens", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--misbehave", choices=MISBEHAVIOURS, default=None)
+    ap.add_argument("--misbehave-fraction", type=float, default=1.0)
+    ap.add_argument("--long-line-bytes", type=int, default=9 << 20)
+    ap.add_argument("--sse-line-end", choices=tuple(_LINE_ENDS), default="lf")
+    ap.add_argument("--sse-ids", action="store_true")
+    ap.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
+    ap.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     ap.add_argument("--no-uvloop", action="store_true")
     a = ap.parse_args(argv)
     names = {f.name for f in fields(StubConfig)}

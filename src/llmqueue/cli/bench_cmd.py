@@ -3,7 +3,11 @@
 Exit codes: 0 the run completed (whatever the requests' statuses); 2 bad input, or the server
 could not be reached before anything was sent (``llmqueue: error: --url: cannot connect ...``);
 1 the run stopped early because the server stopped accepting connections (the report is printed,
-every finished attempt is on disk); 130 interrupted (Ctrl-C / SIGTERM; the same holds).
+every finished attempt is on disk), or because the records could not be written (a full disk: the
+report is printed, the error line says how many records are on disk; they stay readable);
+130 interrupted (Ctrl-C / SIGTERM; the same holds). Whatever a server answers (broken usage
+counts, wrong types, oversized lines, more tokens than asked) is a status of its request, counted
+in the summary, never the run's failure.
 """
 
 from __future__ import annotations
@@ -28,35 +32,64 @@ def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, dur
     return requests, hash_ids
 
 
-def server_model(url: str, api_key: str | None = None) -> str:
-    """The first model the server lists at ``/v1/models``."""
-    import json
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlsplit
+def server_model(url: str, api_key: str | None = None, *, headers=None, proxy: str | None = None,
+                 trust_env: bool = False, allow_key_over_http_proxy: bool = False) -> str:
+    """The first model the server lists at ``/v1/models``, asked with the run's key and headers,
+    directly or through the proxy the run uses (:mod:`llmqueue.bench.credentials`). A redirect is
+    followed only within ``url``'s origin (scheme, host, port): one to another origin is refused,
+    so the key never goes there. httpx, with ``trust_env=False``: proxy variables are read only
+    when ``trust_env`` asks for them."""
+    import ssl
+    from urllib.parse import urljoin, urlsplit
+
+    import httpx
 
     from llmqueue.bench.client import BenchConnectError
-    from llmqueue.errors import InputError
+    from llmqueue.bench.credentials import check_key_over_proxy, origin, origin_text, proxy_for, request_headers
+    from llmqueue.errors import InputError, LlmqueueError
 
     p = urlsplit(url)
     if p.scheme not in ("http", "https") or not p.hostname:
         raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
-    base = f"{p.scheme}://{p.netloc}"
-    req = urllib.request.Request(base + "/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+    base = f"{p.scheme}://{p.netloc.rsplit('@', 1)[-1]}"
+    hdrs = request_headers(api_key, headers)
+    px = proxy_for(base, proxy=proxy, trust_env=trust_env)
+    check_key_over_proxy(base, px, any(k.lower() == "authorization" for k in hdrs), allow_key_over_http_proxy)
+    home = origin(base)
+    target = base + "/v1/models"
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            data = json.loads(r.read())
+        # the trust store the run's own connections use (the system's, or SSL_CERT_FILE)
+        verify = ssl.create_default_context()
+        with httpx.Client(proxy=px, trust_env=False, follow_redirects=False, timeout=10, verify=verify) as client:
+            for _ in range(6):
+                r = client.get(target, headers=hdrs)
+                if not r.is_redirect:
+                    break
+                nxt = urljoin(target, r.headers["location"])
+                if origin(nxt) != home:
+                    raise InputError("url", f"{base}/v1/models redirects to another origin "
+                                     f"({origin_text(origin(nxt))}): the API key and headers go only to "
+                                     f"{origin_text(home)}", "give --model, or the server's own address as --url")
+                target = nxt
+            else:
+                raise InputError("model", f"not given, and {base}/v1/models redirects too many times", "give --model")
+            if r.status_code != 200:
+                raise InputError("model", f"not given, and {base}/v1/models answered HTTP {r.status_code}",
+                                 "give --model")
+            data = r.json()
         return str(data["data"][0]["id"])
-    except urllib.error.URLError as e:
-        reason = getattr(e, "reason", e)
-        if isinstance(reason, ConnectionRefusedError):
-            raise BenchConnectError(base, "connection refused") from None
-        if isinstance(reason, OSError) and not isinstance(e, urllib.error.HTTPError):
-            raise BenchConnectError(base, str(reason)) from None
-        raise InputError("model", f"not given, and {base}/v1/models answered {e}", "give --model") from None
-    except (ValueError, KeyError, IndexError, TypeError, OSError) as e:
+    except LlmqueueError:
+        raise
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as e:
+        msg = str(e) or type(e).__name__
+        problem = "connection refused" if "refused" in msg.lower() else msg
+        if px is not None:
+            problem += ", through the proxy"
+        raise BenchConnectError(base, problem) from None
+    except httpx.HTTPError as e:
+        raise InputError("model", f"not given, and {base}/v1/models could not be read ({type(e).__name__})",
+                         "give --model") from None
+    except (ValueError, KeyError, IndexError, TypeError) as e:
         raise InputError("model", f"not given, and {base}/v1/models did not list a model ({e})",
                          "give --model") from None
 
@@ -90,7 +123,16 @@ def server_model(url: str, api_key: str | None = None) -> str:
               help="With a trace that has prefix-block hashes (Mooncake): requests sharing a hash share that "
               "prompt block, so the server's prefix cache sees the trace's reuse.")
 @knob_options(names=("prefix_block_tokens",))
-@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one "
+              "(sent only to --url's origin).")
+@click.option("--header", "header", multiple=True, metavar="'NAME: VALUE'",
+              help="A header for every request (repeatable); sent only to --url's origin.")
+@click.option("--proxy", help="Send the requests through this http:// proxy (an https server through a CONNECT "
+              "tunnel) [default: none; proxy variables are ignored].")
+@click.option("--trust-env", is_flag=True, help="Use the proxy that http_proxy / https_proxy / all_proxy name "
+              "(no_proxy exempts hosts) [default: ignore them].")
+@click.option("--allow-key-over-http-proxy", is_flag=True, help="Let the API key cross a proxy to a plain http:// "
+              "server, where the proxy reads it [default: refused].")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
@@ -98,7 +140,7 @@ def server_model(url: str, api_key: str | None = None) -> str:
 @click.pass_context
 def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeout, max_attempts, vocab_size,
           exact_output, warmup, warmup_requests, metrics_url, server_log, prefix_hashes, prefix_block_tokens, api_key,
-          out_dir, progress, as_json, **flags):
+          header, proxy, trust_env, allow_key_over_http_proxy, out_dir, progress, as_json, **flags):
     """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
 
     Sends each request at its intended arrival time (never waiting for earlier answers),
@@ -137,6 +179,13 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
         raise InputError("warmup_requests", f"must be >= 0 (got {warmup_requests})")
     if vocab_size is not None and vocab_size < 40:
         raise InputError("vocab_size", f"must be at least 40 (got {vocab_size})")
+    from llmqueue.bench.credentials import check_key_over_proxy, proxy_for, request_headers
+
+    # what is sent and through what, checked before anything is sent (the /v1/models lookup included)
+    headers = request_headers(api_key, header)
+    proxy = proxy_for(url, proxy=proxy, trust_env=trust_env)
+    check_key_over_proxy(url, proxy, any(k.lower() == "authorization" for k in headers), allow_key_over_http_proxy)
+    net = dict(headers=header, proxy=proxy, allow_key_over_http_proxy=allow_key_over_http_proxy)
     retry = None
     slos = None
     hash_ids = None  # a trace's prefix-block hashes (a scenario carries none)
@@ -180,7 +229,7 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
     if len(requests) == 0:
         raise InputError("duration", "the workload has no request in that window", "give a longer --duration")
     if model is None:
-        model = server_model(url, api_key)
+        model = server_model(url, api_key, **net)
     if out_dir is None:
         out_dir = str(Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"))
     if server_log is not None:
@@ -193,7 +242,7 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
                     timeout_s=timeouts, ttft_timeout_s=ttft_timeouts, seed=seed, vocab_size=vocab_size, retry=retry,
                     warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos,
-                    hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens)
+                    hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens, **net)
     if server_log is not None and res.summary.get("bench", {}).get("t0_epoch_s") is not None:
         import json
 
@@ -202,22 +251,24 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
         sj = Path(out_dir) / "server.json"
         M = json.loads(sj.read_text()).get("M") if sj.exists() else None
         b = res.summary["bench"]
-        n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
-                                  t_end_s=b.get("t_end_s"), M=M, finish_s=res.records["finish_s"])
-        res.summary["bench"]["server_log_steps"] = n
-        if note:
-            res.summary.setdefault("notes", []).append(note)
-            click.echo(f"llmqueue: note: {note}", err=True)
-        from llmqueue.records import dump_summary
+        try:
+            n, note = write_run_steps(out_dir, server_log, offset=log_start, t0_epoch_s=b["t0_epoch_s"],
+                                      t_end_s=b.get("t_end_s"), M=M, finish_s=res.records["finish_s"])
+            res.summary["bench"]["server_log_steps"] = n
+            if note:
+                res.summary.setdefault("notes", []).append(note)
+                click.echo(f"llmqueue: note: {note}", err=True)
+            from llmqueue.records import dump_summary
 
-        dump_summary(Path(out_dir) / "summary.json", res.summary)
+            dump_summary(Path(out_dir) / "summary.json", res.summary)
+        except OSError as e:  # a full disk after the run: the records are written, say so in one line
+            click.echo(f"llmqueue: note: the server log's steps not saved in {out_dir} ({e.strerror or e})", err=True)
     if as_json:
         print_json(res.summary)
     else:
         print_report(res.summary, out_dir)
     if res.error is not None:
-        n = len(res.records)
-        click.echo(f"llmqueue: error: {res.error}; {n} attempt record(s) written to {out_dir}/", err=True)
+        click.echo(f"llmqueue: error: {res.error}; {res.written} attempt record(s) written to {out_dir}/", err=True)
         raise click.exceptions.Exit(130 if res.interrupted else 1)
 
 
@@ -269,6 +320,8 @@ def print_report(s: dict, out_dir=None) -> None:
         rows.append(("requests not sent (run stopped)", s.get("not_sent")))
     if s.get("errors"):
         rows.append(("errors", ", ".join(f"{k} x{v}" for k, v in s["errors"].items())))
+    if s.get("warnings"):
+        rows.append(("warnings", ", ".join(f"{k} x{v}" for k, v in s["warnings"].items())))
     for note in s.get("notes") or ():
         rows.append(("note", note))
     print_kv(rows, title="Benchmark")

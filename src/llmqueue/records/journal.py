@@ -69,12 +69,15 @@ class ParquetJournal:
         self._meta.update(metadata)
 
     def close(self) -> None:
-        """End the journal and write the Parquet file from it (then remove the journal)."""
+        """End the journal and write the Parquet file from it (then remove the journal). If that
+        fails (a full disk), the journal stays, readable, and the error propagates."""
         if self.closed:
             return
         self.closed = True
-        self._ipc.close()
-        self._sink.close()
+        try:
+            self._ipc.close()
+        finally:
+            self._sink.close()
         _convert(self.jpath, self.path, self.schema, self.compression, self._meta)
 
 
@@ -122,21 +125,25 @@ def read_table(path) -> pa.Table:
 def _convert(jpath: Path, path: Path, schema: pa.Schema, compression: str, meta: dict) -> None:
     _, batches = _batches(jpath)
     tmp = path.with_name(path.name + ".tmp")
-    w = pq.ParquetWriter(str(tmp), schema, compression=compression)
     try:
-        buf, rows = [], 0
-        for b in batches:
-            buf.append(b)
-            rows += b.num_rows
-            if rows >= _ROW_GROUP_ROWS:
-                w.write_table(pa.Table.from_batches(buf, schema=schema), row_group_size=rows)
-                buf, rows = [], 0
-        if buf or not batches:
-            w.write_table(pa.Table.from_batches(buf, schema=schema), row_group_size=max(rows, 1))
-        if meta:
-            w.add_key_value_metadata(meta)
-    finally:
-        w.close()
+        w = pq.ParquetWriter(str(tmp), schema, compression=compression)
+        try:
+            buf, rows = [], 0
+            for b in batches:
+                buf.append(b)
+                rows += b.num_rows
+                if rows >= _ROW_GROUP_ROWS:
+                    w.write_table(pa.Table.from_batches(buf, schema=schema), row_group_size=rows)
+                    buf, rows = [], 0
+            if buf or not batches:
+                w.write_table(pa.Table.from_batches(buf, schema=schema), row_group_size=max(rows, 1))
+            if meta:
+                w.add_key_value_metadata(meta)
+        finally:
+            w.close()
+    except BaseException:  # a full disk: no half-written file; the journal stays, readable
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     jpath.unlink()
 
