@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import OutputPath, command, json_option, print_json, print_kv, run_outputs
 from llmqueue.cli.flags import given_flags, knob_options
 
 _WORKLOAD = ("trace", "arrival", "prompt", "output", "lengths", "num_requests", "duration", "seed")
@@ -28,6 +28,23 @@ def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, dur
     return requests, hash_ids
 
 
+def check_url(url: str, field: str = "url") -> str:
+    """``url`` when it is an http(s) URL with a host (and a valid port, if any); else one-line InputError."""
+    from urllib.parse import urlsplit
+
+    from llmqueue.errors import InputError
+
+    fix = "e.g. http://127.0.0.1:8000 or http://[::1]:8000"
+    try:
+        p = urlsplit(str(url).strip())
+        host, _ = p.hostname, p.port  # both raise ValueError on a malformed host or port
+    except ValueError as e:
+        raise InputError(field, f"{url!r} is not a valid URL ({e})", fix) from None
+    if p.scheme not in ("http", "https") or not host:
+        raise InputError(field, f"{url!r} is not an http(s) URL with a host", fix)
+    return url
+
+
 def server_model(url: str, api_key: str | None = None) -> str:
     """The first model the server lists at ``/v1/models``."""
     import json
@@ -38,9 +55,8 @@ def server_model(url: str, api_key: str | None = None) -> str:
     from llmqueue.bench.client import BenchConnectError
     from llmqueue.errors import InputError
 
+    check_url(url)
     p = urlsplit(url)
-    if p.scheme not in ("http", "https") or not p.hostname:
-        raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
     base = f"{p.scheme}://{p.netloc}"
     req = urllib.request.Request(base + "/v1/models")
     if api_key:
@@ -91,8 +107,8 @@ def server_model(url: str, api_key: str | None = None) -> str:
               "prompt block, so the server's prefix cache sees the trace's reuse.")
 @knob_options(names=("prefix_block_tokens",))
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
+@click.option("--out", "out_dir", type=OutputPath("dir", also=run_outputs),
+              help="Run directory, created with any missing parents [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
@@ -123,6 +139,9 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
     from llmqueue.bench.client import DEFAULT_TIMEOUT_S, run_bench
     from llmqueue.errors import InputError
 
+    check_url(url)
+    if metrics_url is not None:
+        check_url(metrics_url, "metrics_url")
     for name, v in (("concurrency", concurrency), ("max_attempts", max_attempts)):
         if v is not None and v < 1:
             raise InputError(name, f"must be a positive integer (got {v})")
