@@ -68,7 +68,8 @@ def reading(field: str, path):
         raise InputError(field, f"{name} is truncated or not valid gzip ({_one_line(e)})",
                          "give the complete file") from None
     except OSError as e:
-        raise InputError(field, f"cannot read {name}: {_one_line(e)}") from None
+        raise InputError(field, f"cannot read {name}: {_one_line(e)}", "check that the file is complete and "
+                         "readable") from None
 
 
 def read_text(field: str, path, *, what: str = "file") -> str:
@@ -164,7 +165,8 @@ def output_path(field: str, path, *, kind: str = "file", inputs=(), also=()) -> 
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise InputError(field, f"cannot write {str(s)!r}: {_one_line(e)}") from None
+        raise InputError(field, f"cannot write {str(s)!r}: {_one_line(e)}",
+                         "give a path in a directory you can write") from None
     return p
 
 

@@ -75,6 +75,10 @@ def _flag_for(ctx: click.Context | None, field: str | None) -> str | None:
     for p in getattr(cmd, "params", []):
         if p.name == field.replace("-", "_") and getattr(p, "opts", None):
             return max(p.opts, key=len)
+    flag = "--" + field.replace("_", "-")  # a field named as its flag, the parameter named otherwise
+    for p in getattr(cmd, "params", []):
+        if flag in getattr(p, "opts", ()):
+            return flag
     return None
 
 

@@ -14,7 +14,9 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
     if capacity_tokens is not None:
         if model is not None:
             raise InputError("capacity_tokens", "give either --capacity-tokens or --model/--gpu, not both")
-        return float(capacity_tokens), None
+        from llmqueue._validate import positive
+
+        return positive("capacity_tokens", capacity_tokens), None
     if model is None:
         raise InputError("capacity_tokens", "the KV capacity M is missing",
                          "give --capacity-tokens N, or --model NAME [--gpu NAME] to compute it")

@@ -796,7 +796,8 @@ def _flat_lists(col, name: str, p: Path):
 
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise InputError(name, f"of {str(p)!r} should hold lists of block hashes, has type {col.type}")
+        raise InputError(name, f"of {str(p)!r} should hold lists of block hashes, has type {col.type}",
+                         "give each request a list of integers, e.g. [12, 13, 14], or drop the column")
     if col.null_count:
         col = pa.array([v if v is not None else [] for v in col.to_pylist()], type=col.type)
     lens = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
