@@ -81,7 +81,7 @@ def test_without_output_writes_nothing(capsys, trace_file, tmp_path):
     (["--alpha", "1"], "llmqueue: error: --alpha: must be in (0, 1)"),
     (["--lengths", "pareto"], "llmqueue: error: Invalid value for '--lengths'"),
     (["--counts", "some"], "llmqueue: error: Invalid value for '--counts'"),
-    (["-o", "/no/such/dir/x.yaml"], "llmqueue: error: --output: directory"),
+    (["-o", "/proc/no-such/x.yaml"], "llmqueue: error: --output: cannot write"),
 ])
 def test_bad_flags(capsys, trace_file, args, fragment):
     code, out, err = run(capsys, trace_file, *args)

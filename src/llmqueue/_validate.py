@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Real
 
 from llmqueue.errors import InputError
@@ -29,12 +30,19 @@ def finite(name: str, x) -> float:
 
 
 def positive(name: str, x, *, allow_inf: bool = False) -> float:
-    """Return ``x`` as float, requiring ``x > 0`` (and finite unless ``allow_inf``)."""
+    """Return ``x`` as float, requiring ``x > 0`` (and finite unless ``allow_inf``).
+
+    A subnormal ``x`` (below ``sys.float_info.min``, about 2.2e-308) is refused: its reciprocal
+    overflows and its quotients lose their precision, so no result computed from it is right.
+    """
     x = _number(name, x)
     if math.isinf(x) and not (allow_inf and x > 0):
         raise InputError(name, f"must be finite (got {x})")
     if x <= 0:
         raise InputError(name, f"must be > 0 (got {x:g})")
+    if x < sys.float_info.min:
+        raise InputError(name, f"{x:g} is too small for double-precision arithmetic (below {sys.float_info.min:.3g})",
+                         "give it in a larger unit (e.g. per hour instead of per second)")
     return x
 
 

@@ -144,9 +144,10 @@ def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, l
         if arrival is not None or prompt is not None or output is not None or lengths is not None:
             raise InputError("trace", "a trace brings its own arrivals and lengths",
                              "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+        from llmqueue._files import input_file
         from llmqueue.workload.traces import load_trace, trace_to_requests, window
 
-        tr = load_trace(trace)
+        tr = load_trace(input_file("trace", trace, what="trace file"))
         if duration is not None:
             tr = window(tr, 0.0, duration)
         if num_requests is not None and len(tr):

@@ -355,17 +355,18 @@ def write_calibration(cal: Calibration, path) -> Path:
     d = cal.to_dict()
     d["notes"] = list(d["notes"])
     p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("# llmqueue calibration (Nie et al.'s inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
     return p
 
 
 def load_calibration(path) -> dict:
-    import yaml
+    from llmqueue._files import load_yaml
 
     p = Path(path)
     if not p.exists():
         raise InputError("calibration", f"file not found: {p}")
-    d = yaml.safe_load(p.read_text()) or {}
+    d = load_yaml("calibration", p, what="calibration file") or {}
     if not isinstance(d, dict) or "step_time" not in d:
         raise InputError("calibration", f"{p} is not a calibration file (no step_time)")
     return d

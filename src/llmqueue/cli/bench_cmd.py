@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import OutputPath, command, json_option, print_json, print_kv, run_outputs
 from llmqueue.cli.flags import given_flags, knob_options
 
 _WORKLOAD = ("trace", "arrival", "prompt", "output", "lengths", "num_requests", "duration", "seed")
@@ -30,6 +30,23 @@ def build_requests(*, trace, arrival, prompt, output, lengths, num_requests, dur
     if requests is None:
         return wl.generate(seed, n=num_requests, duration=duration), None
     return requests, hash_ids
+
+
+def check_url(url: str, field: str = "url") -> str:
+    """``url`` when it is an http(s) URL with a host (and a valid port, if any); else one-line InputError."""
+    from urllib.parse import urlsplit
+
+    from llmqueue.errors import InputError
+
+    fix = "e.g. http://127.0.0.1:8000 or http://[::1]:8000"
+    try:
+        p = urlsplit(str(url).strip())
+        host, _ = p.hostname, p.port  # both raise ValueError on a malformed host or port
+    except ValueError as e:
+        raise InputError(field, f"{url!r} is not a valid URL ({e})", fix) from None
+    if p.scheme not in ("http", "https") or not host:
+        raise InputError(field, f"{url!r} is not an http(s) URL with a host", fix)
+    return url
 
 
 def server_model(url: str, api_key: str | None = None, *, headers=None, proxy: str | None = None,
@@ -48,6 +65,7 @@ def server_model(url: str, api_key: str | None = None, *, headers=None, proxy: s
     from llmqueue.bench.credentials import check_key_over_proxy, origin, origin_text, proxy_for, request_headers
     from llmqueue.errors import InputError, LlmqueueError
 
+    check_url(url)
     p = urlsplit(url)
     if p.scheme not in ("http", "https") or not p.hostname:
         raise InputError("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8000")
@@ -133,8 +151,8 @@ def server_model(url: str, api_key: str | None = None, *, headers=None, proxy: s
               "(no_proxy exempts hosts) [default: ignore them].")
 @click.option("--allow-key-over-http-proxy", is_flag=True, help="Let the API key cross a proxy to a plain http:// "
               "server, where the proxy reads it [default: refused].")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Run directory [default: runs/bench-YYYYmmdd-HHMMSS].")
+@click.option("--out", "out_dir", type=OutputPath("dir", also=run_outputs),
+              help="Run directory, created with any missing parents [default: runs/bench-YYYYmmdd-HHMMSS].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
@@ -165,6 +183,9 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
     from llmqueue.bench.client import DEFAULT_TIMEOUT_S, run_bench
     from llmqueue.errors import InputError
 
+    check_url(url)
+    if metrics_url is not None:
+        check_url(metrics_url, "metrics_url")
     for name, v in (("concurrency", concurrency), ("max_attempts", max_attempts)):
         if v is not None and v < 1:
             raise InputError(name, f"must be a positive integer (got {v})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmqueue.bench.validate import VALIDATE_KNOBS
-from llmqueue.cli.common import command, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, print_table
 from llmqueue.cli.flags import given_flags, knob_options
 
 
@@ -26,8 +26,9 @@ def _run_second(run, value, option: str):
 
 
 @command("calibrate")
-@click.argument("run", type=click.Path())
-@click.option("-o", "--output", "out", default="calibration.yaml", show_default=True, help="Calibration file to write.")
+@click.argument("run", type=InputPath("dir"))
+@click.option("-o", "--output", "out", default="calibration.yaml", show_default=True, type=OutputPath("file"),
+              help="Calibration file to write (missing parent directories are created).")
 @click.option("--capacity-tokens", type=float, help="KV capacity M, when the run did not record the server's.")
 @click.option("--estimator", default="auto", show_default=True,
               help="b-bar estimator: cycle (mean busy step cycle, needs step records), median, mean, "
@@ -36,10 +37,10 @@ def _run_second(run, value, option: str):
 @click.option("--to", "t_to", default=None, metavar="SECONDS|last-send",
               help="Measure up to this run second, or up to the client's last send (last-send: the end of a "
                    "concurrency-capped saturation run's saturated part, before the drain).")
-@click.option("--probe", type=click.Path(), default=None,
+@click.option("--probe", type=InputPath("dir"), default=None,
               help="A run of isolated requests (one at a time): measures the server's delay outside the engine "
                    "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate.")
-@click.option("--steps-from", "steps_from", type=click.Path(), multiple=True,
+@click.option("--steps-from", "steps_from", type=InputPath("dir"), multiple=True,
               help="Another run of the same server whose step records join the linear step model's fit "
                    "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
 @json_option
@@ -85,8 +86,9 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 
 
 @command("validate")
-@click.argument("run", type=click.Path())
-@click.option("--calibration", "cal_path", default="calibration.yaml", show_default=True)
+@click.argument("run", type=InputPath("dir"))
+@click.option("--calibration", "cal_path", default="calibration.yaml", show_default=True, type=InputPath("file"),
+              help="The calibration file (llmqueue calibrate).")
 @click.option("--warmup", type=float, help="Seconds left out (default: the run's).")
 @click.option("--horizon", default=None, metavar="SECONDS|last-send",
               help="Measure up to this run second, or last-send: up to the client's last send (a "

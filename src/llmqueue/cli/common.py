@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: the command class, ``--json`` output and table printing."""
+"""Shared CLI plumbing: the command class, path options, ``--json`` output and table printing."""
 
 from __future__ import annotations
 
@@ -21,15 +21,96 @@ class FieldError(Exception):
         self.err, self.ctx = err, ctx
 
 
+# What a run directory holds (llmqueue simulate/bench --out): read by calibrate, validate, report.
+RUN_FILES = ("requests.parquet", "steps.parquet", "timeseries.parquet", "tokens.parquet", "workload.parquet",
+             "summary.json", "server.json")
+
+
+class InputPath(click.Path):
+    """A path the command reads. ``kind="file"``: checked to be a regular file before the command
+    runs (``-`` allowed when ``stdin``); ``"dir"``/``"any"``: a run directory (or sweep file) whose
+    ``reads`` files the outputs must not overwrite. Conversion does no checks of its own: the
+    command's check gives the one-line error."""
+
+    def __init__(self, kind: str = "file", *, reads=RUN_FILES, stdin: bool = False):
+        super().__init__(file_okay=kind != "dir", dir_okay=kind != "file", allow_dash=stdin)
+        self.kind, self.reads, self.stdin = kind, tuple(reads), stdin
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, str) else str(value)
+
+    def files(self, value) -> list:
+        """The files of ``value`` that the command reads."""
+        from pathlib import Path
+
+        p = Path(value).expanduser()
+        return [p / n for n in self.reads] if p.is_dir() else [p]
+
+
+class OutputPath(click.Path):
+    """A file or directory (``kind``) the command writes: checked before the command runs
+    (:func:`llmqueue._files.output_path`); missing parent directories are created when writing.
+    ``also(path)``: the other paths written with it (checked against the inputs too)."""
+
+    def __init__(self, kind: str = "file", *, also=None):
+        super().__init__(file_okay=kind == "file", dir_okay=kind == "dir")
+        self.kind, self.also = kind, also
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, str) else str(value)
+
+
+def run_outputs(p) -> list:
+    """The files a run directory ``--out`` receives (``OutputPath("dir", also=run_outputs)``)."""
+    return [p / n for n in RUN_FILES]
+
+
+def param_label(p: click.Parameter) -> str:
+    """How the user wrote parameter ``p``: its longest flag, or an argument's metavar."""
+    if isinstance(p, click.Argument):
+        return (p.metavar or p.name.upper()).strip("[].")
+    return max(p.opts, key=len)
+
+
+def check_paths(ctx: click.Context) -> None:
+    """Before a command runs: its input files are regular files, and its outputs can be written
+    without overwriting an input (``--trace`` and a ``--scenario`` file count as inputs)."""
+    from pathlib import Path
+
+    from llmqueue._files import input_file, output_path
+
+    inputs, outputs = [], []
+    for p in ctx.command.params:
+        v = ctx.params.get(p.name)
+        if v is None:
+            continue
+        if isinstance(p.type, InputPath):
+            for x in (v if isinstance(v, (tuple, list)) else (v,)):
+                if p.type.kind == "file" and not (p.type.stdin and x == "-"):
+                    input_file("file" if isinstance(p, click.Argument) else p.name, x)
+                inputs += [(param_label(p), f) for f in p.type.files(x)] if x != "-" else []
+        elif isinstance(p.type, OutputPath):
+            outputs.append((p, v))
+    for name in ("trace", "scenario"):
+        v = ctx.params.get(name)
+        if isinstance(v, str) and v.strip() and Path(v).expanduser().is_file():
+            inputs.append((f"--{name}", Path(v)))
+    for p, v in outputs:
+        also = p.type.also(Path(v).expanduser()) if p.type.also is not None and str(v).strip() else ()
+        output_path(p.name, v, kind=p.type.kind, inputs=inputs, also=also)
+
+
 class Command(click.Command):
-    """click.Command that hands library errors to ``main`` together with its context, and
-    Ctrl-C as :class:`~llmqueue.cli.interrupt.Interrupted` naming what it had written."""
+    """click.Command that checks its path options first (:func:`check_paths`), hands library
+    errors to ``main`` together with its context, and Ctrl-C as
+    :class:`~llmqueue.cli.interrupt.Interrupted` naming what it had written."""
 
     def invoke(self, ctx):
         import time
 
         started = time.time()
         try:
+            check_paths(ctx)
             return super().invoke(ctx)
         except LlmqueueError as err:
             raise FieldError(err, ctx) from None

@@ -77,6 +77,10 @@ def _flag_for(ctx: click.Context | None, field: str | None) -> str | None:
     for p in getattr(cmd, "params", []):
         if p.name == field.replace("-", "_") and getattr(p, "opts", None):
             return max(p.opts, key=len)
+    flag = "--" + field.replace("_", "-")  # a field named as its flag, the parameter named otherwise
+    for p in getattr(cmd, "params", []):
+        if flag in getattr(p, "opts", ()):
+            return flag
     return None
 
 
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with cli.make_context("llmqueue", list(sys.argv[1:] if argv is None else argv)) as ctx:
             cli.invoke(ctx)
+        sys.stdout.flush()  # a full or broken stdout fails here, inside the handlers below
     except FieldError as w:
         msg = str(w.err)
         flag = _flag_for(w.ctx, getattr(w.err, "field", None))
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        return _os_error(e)
     except click.exceptions.NoArgsIsHelpError as e:
         # `llmqueue` or a command group with no arguments: show its help, as click would.
         click.echo(e.ctx.get_help() if e.ctx is not None else str(e))
@@ -136,6 +143,34 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"llmqueue: error: {msg}", err=True)
         return 2 if e.exit_code in (1, 2) else e.exit_code
     return 0
+
+
+def _discard_stdout() -> None:
+    """Point the real stdout at /dev/null, so the interpreter's last flush cannot fail again."""
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (captured in tests): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+
+
+def _os_error(e: OSError) -> int:
+    """One line for an OSError the environment caused (stdout on a full device, a disk that
+    filled while writing records, ...), exit 2."""
+    reason = e.strerror or str(e) or type(e).__name__
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code.co_name in ("echo", "main") and not e.filename:
+        where = "cannot write to stdout"  # click.echo, or the final flush in main
+        _discard_stdout()
+    else:
+        where = f"cannot write {e.filename!r}" if e.filename else "cannot write the output"
+    click.echo(f"llmqueue: error: {where}: {reason}; free space or write somewhere else", err=True)
+    return 2
 
 
 def run() -> None:  # pragma: no cover - console script shim

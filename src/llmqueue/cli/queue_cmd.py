@@ -66,10 +66,29 @@ def _percentiles(r):
 
 
 def _emit(r, as_json, title, pairs):
+    _check_finite(r)
     if as_json:
         print_json(r)
     else:
         print_kv(pairs, title=title)
+
+
+def _check_finite(r) -> None:
+    """A stable queue has finite means and percentiles: an infinite or NaN one is a float overflow
+    (rates near the limits of double precision), refused instead of printed."""
+    import dataclasses
+    import math
+
+    from llmqueue.errors import InputError
+
+    if getattr(r, "stable", True) is False:
+        return
+    for f in dataclasses.fields(r):
+        v = getattr(r, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InputError("lam", f"{f.name} overflows double-precision arithmetic with these rates (lam "
+                             f"{r.lam:g}, mu {r.mu:g})", "give both rates in another unit (e.g. per hour or "
+                             "per millisecond) so they are nearer 1")
 
 
 # --- models ---------------------------------------------------------------------------------------

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv
 
 
 @command("report")
-@click.argument("run_or_sweep_dir", required=False, type=click.Path())
-@click.option("-o", "--output", default="report.html", show_default=True, help="The HTML file to write.")
-@click.option("--png-dir", type=click.Path(), help="Where each figure is also written as PNG [default: <report>_png/].")
-@click.option("--compare", type=click.Path(),
+@click.argument("run_or_sweep_dir", required=False, type=InputPath("any"))
+@click.option("-o", "--output", default="report.html", show_default=True, type=OutputPath("file"),
+              help="The HTML file to write (missing parent directories are created).")
+@click.option("--png-dir", type=OutputPath("dir"),
+              help="Where each figure is also written as PNG, created if missing [default: <report>_png/].")
+@click.option("--compare", type=InputPath("any"),
               help="A run directory (e.g. the simulated twin of a measured run) drawn dashed over the run.")
 @click.option("--title", help="The report's title.")
 @click.option("--kv-stability-figure", "seed004", is_flag=True,

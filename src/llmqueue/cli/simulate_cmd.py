@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import OutputPath, command, json_option, print_json, print_kv, run_outputs
 from llmqueue.cli.flags import given_flags, knob_options
 
 
@@ -12,7 +12,9 @@ from llmqueue.cli.flags import given_flags, knob_options
 @click.option("--scenario", help="A scenario file or a shipped example name (see `llmqueue scenario list`); "
               "the flags given with it override its fields.")
 @knob_options()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write requests/steps/timeseries Parquet and summary.json here.")
+@click.option("--out", "out_dir", type=OutputPath("dir", also=run_outputs),
+              help="Write requests/steps/timeseries Parquet and summary.json here (created with any missing "
+                   "parents; checked before the simulation runs).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context

@@ -14,7 +14,9 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
     if capacity_tokens is not None:
         if model is not None:
             raise InputError("capacity_tokens", "give either --capacity-tokens or --model/--gpu, not both")
-        return float(capacity_tokens), None
+        from llmqueue._validate import positive
+
+        return positive("capacity_tokens", capacity_tokens), None
     if model is None:
         raise InputError("capacity_tokens", "the KV capacity M is missing",
                          "give --capacity-tokens N, or --model NAME [--gpu NAME] to compute it")
@@ -78,6 +80,11 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
         raise InputError("rho_target", "a replica count needs an arrival rate", "give --rate too")
     r = kv_stability(M=M, b=b, chunk=chunk, lam=lam, rho_target=rho_target,
                      block_size=block_size if paged else None, **dists)
+    if r.max_request_tokens > r.M:
+        raise InputError("capacity_tokens", f"the largest request ({r.max_request_tokens:,.0f} prompt + output "
+                         f"tokens) exceeds the KV capacity M = {r.M:,.0f} tokens: no replica can ever hold it, so "
+                         "mu and the verdict do not apply", "raise --capacity-tokens (or --model/--gpu/"
+                         "--tensor-parallel-size), or shorten --prompt/--output")
     out = r.to_dict()
     if kv is not None:
         out["capacity_from"] = {"model": kv.model, "gpu": kv.gpu, "tensor_parallel_size": tensor_parallel_size,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import OutputPath, command, fmt, json_option, print_json, print_kv, print_table
 from llmqueue.cli.flags import given_flags, knob_options
 from llmqueue.errors import InputError
 
@@ -76,6 +76,10 @@ def _slos(ctx, scenario, flags, percentile) -> dict:
     return slos
 
 
+def _sweep_outputs(p):
+    return [p / n for n in ("sweep.parquet", "sweep.csv", "sweep.json", "capacity.json")]
+
+
 def run_options(f):
     """Backend, output and progress flags shared by sweep and capacity."""
     opts = [
@@ -83,8 +87,9 @@ def run_options(f):
                      help="local: a process pool; serial: one at a time in this process; ray: Ray tasks."),
         click.option("--workers", type=int, help="Parallel simulations (default: every core; the Ray cluster's CPUs)."),
         click.option("--address", help="Ray cluster to join (with --backend ray), e.g. auto or ray://host:10001."),
-        click.option("--out", "out_dir", type=click.Path(file_okay=False),
-                     help="Output directory: cached points (resumable), the table and the JSON."),
+        click.option("--out", "out_dir", type=OutputPath("dir", also=_sweep_outputs),
+                     help="Output directory: cached points (resumable), the table and the JSON (created with "
+                          "any missing parents; checked before any point runs)."),
         click.option("--progress/--no-progress", default=None, help="Progress bar over points (default: on a terminal)."),
     ]
     for o in reversed(opts):
@@ -182,6 +187,9 @@ def _target(url, model):
         if model is not None:
             raise InputError("served_model", "--served-model needs --url")
         return None
+    from llmqueue.cli.bench_cmd import check_url
+
+    check_url(url)
     if model is None:
         from llmqueue.cli.bench_cmd import server_model
 

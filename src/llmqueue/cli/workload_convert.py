@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv
 
 FORMAT_CHOICES = ("azure", "mooncake", "burstgpt", "vllm", "csv", "jsonl", "json", "parquet", "canonical")
 
@@ -57,9 +57,9 @@ def _window(text: str):
 
 
 @command("convert")
-@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="Canonical Parquet file to write.")
+@click.argument("input_path", metavar="INPUT", type=InputPath("file"))
+@click.option("-o", "--output", "output_path", required=True, type=OutputPath("file"),
+              help="Canonical Parquet file to write (never the input; missing parent directories are created).")
 @load_options
 @click.option("--scale", type=float, help="Multiply arrival times by K (K < 1 compresses: rate x 1/K).")
 @click.option("--rate", type=float, help="Rescale time so the mean rate (n-1)/span becomes R req/s.")

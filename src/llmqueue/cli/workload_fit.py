@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, echo_err, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, OutputPath, command, echo_err, fmt, json_option, print_json, print_kv, \
+    print_table
 from llmqueue.cli.workload_convert import load, load_options
+
+
+def _pairs_beside(p):
+    return [p.parent / f"{p.stem}.pairs.csv"]
 
 
 def _pair(d: dict, key: str, sub: str):
@@ -14,10 +19,10 @@ def _pair(d: dict, key: str, sub: str):
 
 
 @command("fit")
-@click.argument("trace", metavar="TRACE", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
-              help="Spec file (YAML) to write; empirical pairs go to <stem>.pairs.csv beside it. "
-                   "Without it the fit is only printed.")
+@click.argument("trace", metavar="TRACE", type=InputPath("file"))
+@click.option("-o", "--output", "output", type=OutputPath("file", also=_pairs_beside),
+              help="Spec file (YAML) to write; empirical pairs go to <stem>.pairs.csv beside it (missing "
+                   "parent directories are created). Without it the fit is only printed.")
 @click.option("--window-s", type=float, default=60.0, show_default=True,
               help="Rate window (s): the arrival rate is piecewise constant over windows this long.")
 @click.option("--lengths", type=click.Choice(("empirical", "lognormal"), case_sensitive=False),

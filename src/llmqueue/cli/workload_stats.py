@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, command, fmt, json_option, print_json, print_kv, print_table
 from llmqueue.cli.workload_convert import load, load_options
 
 
@@ -21,7 +21,7 @@ def _bins(text: str) -> tuple[float, ...]:
 
 
 @command("stats")
-@click.argument("trace", metavar="[TRACE]", required=False, type=click.Path(dir_okay=False))
+@click.argument("trace", metavar="[TRACE]", required=False, type=InputPath("file"))
 @load_options
 @click.option("--arrival", help="Instead of a trace: an arrival spec, e.g. poisson:5 or gamma:5:cv=2.")
 @click.option("--prompt", help="With --arrival: prompt length spec, e.g. uniform:10:1600.")

@@ -425,12 +425,11 @@ def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:
     """Read ``step_time:`` (a spec string) from a calibration YAML file."""
     import os
 
-    import yaml
+    from llmqueue._files import load_yaml
 
     if not os.path.exists(path):
         raise InputError(field, f"calibration file not found: {path}")
-    with open(path) as f:
-        doc = yaml.safe_load(f) or {}
+    doc = load_yaml(field, path, what="calibration file") or {}
     st = doc.get("step_time") if isinstance(doc, dict) else None
     if st is None:
         raise InputError(field, f"{path} has no 'step_time' key", "write step_time: <spec> in the calibration file")

@@ -60,6 +60,8 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict, str]:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError("model", f"cannot read '{p}' as JSON ({e})") from None
+    except RecursionError:
+        raise InputError("model", f"'{p}' is nested too deeply to read") from None
     if not isinstance(cfg, dict):
         raise InputError("model", f"'{p}' is not a JSON object")
     return cfg, str(p)

@@ -263,7 +263,9 @@ def read_run(directory) -> Run:
         raise InputError("directory", f"{d} has no {REQUESTS_FILE}")
     summary = None
     if (d / SUMMARY_FILE).exists():
-        summary = json.loads((d / SUMMARY_FILE).read_text())
+        from llmqueue._files import load_json
+
+        summary = load_json("directory", d / SUMMARY_FILE)
     return Run(
         requests=read_records(d / REQUESTS_FILE),
         steps=read_steps(d / STEPS_FILE) if exists(d / STEPS_FILE) else None,

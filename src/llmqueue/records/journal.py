@@ -116,7 +116,10 @@ def read_table(path) -> pa.Table:
     """The Parquet file ``path``, or, where its writer never finished, its journal."""
     p = Path(path)
     if p.exists():
-        return pq.read_table(p)
+        from llmqueue._files import input_file, reading
+
+        with reading("path", input_file("path", p)):
+            return pq.read_table(p)
     if journal_path(p).exists():
         return read_journal(p)
     raise InputError("path", f"{p} does not exist")

@@ -178,10 +178,9 @@ def load_run(path, *, label: str | None = None, arg: str = ARG) -> RunData:
     val = None
     vp = p / VALIDATE_FILE
     if vp.exists():
-        try:
-            val = json.loads(vp.read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(arg, f"{vp} is not valid JSON ({e})") from None
+        from llmqueue._files import load_json
+
+        val = load_json(arg, vp)
         if not isinstance(val, dict):
             raise InputError(arg, f"{vp} must hold a JSON object (llmqueue validate --json)")
     if label is None:
@@ -209,10 +208,9 @@ def load_sweep(path) -> SweepData:
     """Read ``sweep.json`` (see the module docstring for the interface)."""
     p = Path(path)
     f = p if p.is_file() else p / SWEEP_FILE
-    try:
-        doc = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(ARG, f"{f} is not valid JSON ({e})") from None
+    from llmqueue._files import load_json
+
+    doc = load_json(ARG, f)
     if isinstance(doc, list):
         doc = {"points": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):

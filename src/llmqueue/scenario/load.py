@@ -71,6 +71,8 @@ def read_yaml(text: str, name: str = "scenario"):
         raise InputError(name, f"invalid YAML{where}: {what}") from None
     except yaml.YAMLError as e:
         raise InputError(name, f"invalid YAML: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise InputError(name, "is nested too deeply to read", "flatten the file") from None
 
 
 # --- shipped examples ----------------------------------------------------------------------------

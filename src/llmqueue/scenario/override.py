@@ -58,7 +58,9 @@ def scenario_data(scenario) -> tuple:
         else:
             raise InputError("scenario", f"{s!r}: no such scenario file, and no shipped example of that name",
                              f"examples: {', '.join(example_names())}")
-    text = p.read_text(encoding="utf-8")
+    from llmqueue._files import read_text
+
+    text = read_text("scenario", p, what="scenario file")
     return read_yaml(text, s), text, p
 
 

@@ -35,6 +35,10 @@ __all__ = [
     "ErrorBudget", "error_budget", "ReplicaCount", "replicas_for_utilization",
 ]
 
+# Most replicas :func:`replicas_for_utilization` counts: its rounding tolerance (1e-12 relative)
+# keeps the count exact only below about 1e11, and no deployment comes near a billion.
+MAX_REPLICAS = 1e9
+
 
 # --- tokens per dollar --------------------------------------------------------------------------
 
@@ -187,6 +191,10 @@ def replicas_for_utilization(*, lam: float, mu: float, rho_target: float = 0.75)
     rho_target = probability("rho_target", rho_target)
     a = lam / mu
     x = a / rho_target
+    if x > MAX_REPLICAS:
+        raise InputError("lam", f"lam / (mu rho_target) = {x:.4g} replicas is over the limit of {MAX_REPLICAS:.0e}: "
+                         "counts that large are not exact in double precision, and no deployment has them",
+                         "check the units of lam and mu (both per second)")
     c = max(1, math.ceil(x * (1 - 1e-12)))
     while lam / (c * mu) > rho_target * (1 + 1e-12):
         c += 1

@@ -268,8 +268,14 @@ def kv_stability(*, M: float, b: float, chunk: int, prompt=None, output=None, pa
     M = positive("M", M)
     b = positive("b", b)
     chunk = positive_int("chunk", chunk)
+    if block_size is not None:
+        block_size = positive_int("block_size", block_size)
     e_g = expected_g(chunk=chunk, prompt=prompt, output=output, pairs=pairs, exact=True, block_size=block_size)
     e_gc = expected_g(chunk=chunk, prompt=prompt, output=output, pairs=pairs, exact=False)
+    if not (e_g > 0 and e_gc > 0):
+        raise InputError("lengths" if pairs is not None else "prompt", "every request has 0 prompt and 0 output "
+                         "tokens: it holds no KV memory, so mu = M / (b E[g]) is unbounded",
+                         "give lengths of at least 1 token")
     mu = M / (b * e_g)
     max_tot = _max_total(prompt, output, pairs)
     delta = max_tot / M

@@ -219,8 +219,7 @@ class FittedWorkload:
         import yaml
 
         p = Path(os.fspath(path))
-        if not p.parent.is_dir():
-            raise InputError("output", f"directory {str(p.parent)!r} does not exist")
+        p.parent.mkdir(parents=True, exist_ok=True)
         pairs_name = None
         self.pairs_path = None
         if self.joint is not None:
@@ -566,18 +565,14 @@ def load_fitted(path) -> FittedWorkload:
     """Read a spec file written by :meth:`FittedWorkload.save` into a :class:`FittedWorkload`.
 
     Relative file references (the pairs) are taken from the spec file's directory."""
-    import yaml
-
+    from llmqueue._files import load_yaml
     from llmqueue.workload.lengths import Empirical
     from llmqueue.workload.parse import JOINT_FORMS, LENGTH_FORMS, parse_arrival, parse_length
 
     p = Path(os.fspath(path))
     if not p.is_file():
         raise InputError("spec", f"{str(p)!r} does not exist or is not a file")
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise InputError("spec", f"{str(p)!r} is not valid YAML ({str(e).splitlines()[0]})") from None
+    doc = load_yaml("spec", p, what="spec file")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError("spec", f"{str(p)!r} is not a fitted workload file (needs format: {FORMAT})",
                          "write one with `llmqueue workload fit TRACE -o SPEC.yaml`")

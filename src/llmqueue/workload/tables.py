@@ -99,8 +99,8 @@ def read_table(path: str | Path) -> Table:
     try:
         with opener(p, "rt", encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError("file", f"cannot read {str(path)!r}: {e}") from None
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise InputError("file", f"cannot read {str(path)!r}: {' '.join(str(e).split())}") from None
     try:
         if base.endswith((".jsonl", ".ndjson")):
             return _records(str(path), [json.loads(line) for line in text.splitlines() if line.strip()])
@@ -111,6 +111,8 @@ def read_table(path: str | Path) -> Table:
             return _records(str(path), data)
     except json.JSONDecodeError as e:
         raise InputError("file", f"{str(path)!r} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise InputError("file", f"{str(path)!r} is nested too deeply to read") from None
     return _delimited(str(path), text)
 
 

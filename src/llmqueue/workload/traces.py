@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmqueue._files import reading
 from llmqueue._validate import positive, positive_int
 from llmqueue.errors import InputError
 from llmqueue.workload.trace import Trace
@@ -81,6 +82,10 @@ MAPPING_KEYS = ("time", "prompt", "output", "class", "hash_ids", "time_unit")
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 _YEAR_S = 365.25 * 86400
+# Longest span a trace may have (first to last arrival). Real serving traces span hours to weeks;
+# beyond this the times are in the wrong unit or corrupt, and the per-second bins and windows
+# that stats, fit and the simulator build over the span would exhaust memory or never finish.
+MAX_SPAN_S = 10 * _YEAR_S
 _MIN_RATE, _MAX_RATE, _RATE_MIN_N = 0.01, 1e5, 50
 
 
@@ -119,7 +124,15 @@ def load_trace(path, *, format: str | None = None, mapping=None, time_unit: str 
     missing/negative/non-integer lengths or missing times (reported) instead of raising.
     ``spread_ties``: spread requests that share a timestamp evenly over their tick (reported).
     ``request_rate``: for vLLM results without ``start_times``, the rate to space arrivals at.
+    A file that cannot be read or decoded (bad UTF-8, a truncated gzip stream, nesting too deep)
+    raises :class:`InputError` on ``file``.
     """
+    with reading("file", path):
+        return _load_trace(path, format=format, mapping=mapping, time_unit=time_unit, drop_bad=drop_bad,
+                           spread_ties=spread_ties, request_rate=request_rate)
+
+
+def _load_trace(path, *, format, mapping, time_unit, drop_bad, spread_ties, request_rate) -> Trace:  # noqa: A002
     p = _check_file(path)
     maps = parse_mapping(mapping)
     if time_unit is not None:
@@ -154,6 +167,11 @@ def load_trace(path, *, format: str | None = None, mapping=None, time_unit: str 
 
 def detect_format(path) -> str:
     """The format of ``path`` from its extension and header (see the module docstring)."""
+    with reading("file", path):
+        return _detect_format(path)
+
+
+def _detect_format(path) -> str:
     p = _check_file(path)
     name = p.name.lower()
     base = name[:-3] if name.endswith(".gz") else name
@@ -251,6 +269,7 @@ def write_trace(trace: Trace, path) -> Path:
     table = pa.table(cols).replace_schema_metadata(meta)
     out = Path(path)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, out)
     except OSError as e:
         raise InputError("output", f"cannot write {str(out)!r}: {_one_line(e)}") from None
@@ -271,7 +290,7 @@ def time_scale(trace: Trace, k: float) -> Trace:
     Lengths and order are unchanged; the mean rate becomes ``mean_rate / k``.
     """
     k = positive("scale", k)
-    return _derive(trace, arrival_s=trace.arrival_s * k,
+    return _derive(trace, arrival_s=trace.arrival_s * k, field="scale",
                    note=f"scaled times by {k:g} (rate x{1 / k:.6g})")
 
 
@@ -282,7 +301,7 @@ def rescale_rate(trace: Trace, target_rate: float) -> Trace:
         raise InputError("rate", "the trace has no time span (fewer than 2 distinct arrival times), "
                          "so its rate cannot be rescaled")
     k = trace.mean_rate / target
-    return _derive(trace, arrival_s=trace.arrival_s * k,
+    return _derive(trace, arrival_s=trace.arrival_s * k, field="rate",
                    note=f"rescaled the mean rate from {trace.mean_rate:.6g} to {target:g} req/s "
                         f"(times x{k:.6g})")
 
@@ -343,6 +362,7 @@ def loop(trace: Trace, times: int | None = None, *, until_s: float | None = None
         raise InputError("loop", f"{copies:,} copies of {n:,} requests make {copies * n:.3g} requests, more than "
                          f"the {MAX_LOOP_ROWS:,} a looped trace holds in memory",
                          f"give --loop {max(1, MAX_LOOP_ROWS // n):,} or fewer")
+    _check_span(np.array([0.0, (copies - 1) * period + trace.span_s]), "loop", "the looped trace")
     shift = np.repeat(np.arange(copies, dtype=np.float64) * period, n)
     t = np.tile(trace.arrival_s, copies) + shift
     keep = slice(None) if until_s is None else slice(0, int(np.searchsorted(t, float(until_s), "left")))
@@ -523,7 +543,10 @@ def _to_arrow(values: list):
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         if any(isinstance(v, list) for v in values):
-            return pa.array([v if isinstance(v, list) else None for v in values])
+            try:
+                return pa.array([v if isinstance(v, list) else None for v in values])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                pass  # lists of mixed types: kept as text, refused where a list column is needed
         return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
@@ -782,7 +805,8 @@ def _flat_lists(col, name: str, p: Path):
 
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-        raise InputError(name, f"of {str(p)!r} should hold lists of block hashes, has type {col.type}")
+        raise InputError(name, f"of {str(p)!r} should hold lists of block hashes, has type {col.type}",
+                         "give each request a list of integers, e.g. [12, 13, 14], or drop the column")
     if col.null_count:
         col = pa.array([v if v is not None else [] for v in col.to_pylist()], type=col.type)
     lens = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -807,7 +831,7 @@ def _take_lists(lists, idx: np.ndarray):
     return new_off, values[gather]
 
 
-_PROBLEMS = ("missing or non-numeric timestamps", "missing or non-numeric lengths", "negative lengths",
+_PROBLEMS = ("missing, non-numeric or infinite timestamps", "missing or non-numeric lengths", "negative lengths",
              "non-integer lengths")
 
 
@@ -822,7 +846,7 @@ def _finish(cols: dict, cls, hashes, *, source: str, repairs: list, kind: str, d
     if n == 0:
         raise InputError("file", f"{source!r} has no requests", "give a trace with requests")
     # Bad rows: (problem index, mask, column, raw) in the order of _PROBLEMS.
-    checks = [(0, np.isnan(t), tname, traw)]
+    checks = [(0, ~np.isfinite(t), tname, traw)]
     for role in ("prompt", "output"):
         name, v, raw = cols[role]
         if v.dtype.kind == "f":
@@ -883,6 +907,7 @@ def _finish(cols: dict, cls, hashes, *, source: str, repairs: list, kind: str, d
         t = t - t[0]
     if unit_check is not None:
         _check_time_unit(t, *unit_check, repairs)
+    _check_span(t, tname)
     # Ties: kept and counted; optionally spread over their tick.
     if n > 1:
         gaps = np.diff(t)
@@ -906,6 +931,9 @@ def _finish(cols: dict, cls, hashes, *, source: str, repairs: list, kind: str, d
             repairs.append(note)
         elif spread_ties:
             repairs.append("no tied timestamps to spread")
+    if not np.any(prompt + output > 0):
+        raise InputError("file", f"every request of {source!r} has 0 prompt and 0 output tokens "
+                         "(nothing to serve)", "check the length columns (--map prompt=COL,output=COL)")
     for role, v in (("prompt", prompt), ("output", output)):
         zeros = int(np.count_nonzero(v == 0))
         if zeros:
@@ -1035,6 +1063,17 @@ def _load_vllm(p: Path, *, request_rate, drop_bad: bool, spread_ties: bool) -> T
 
 # --- helpers for transforms ----------------------------------------------------------------------
 
+def _check_span(t: np.ndarray, field: str, what: str = "the trace") -> None:
+    """Refuse arrival times spanning more than :data:`MAX_SPAN_S` (checked on load and after
+    every replay transform)."""
+    span = float(t[-1] - t[0]) if t.size else 0.0
+    if span > MAX_SPAN_S:
+        raise InputError(field, f"{what} spans {span:.4g} s ({span / _YEAR_S:.3g} years) from the first "
+                         f"arrival to the last, over the limit of {MAX_SPAN_S / _YEAR_S:g} years (no serving "
+                         "trace is that long: a wrong time unit or corrupt times)",
+                         "check the time column and its unit (--time-unit), or the scale factor")
+
+
 def _check_trace(trace: Trace) -> None:
     n = len(trace)
     cols = (trace.arrival_s, trace.prompt_tokens, trace.output_tokens)
@@ -1042,6 +1081,7 @@ def _check_trace(trace: Trace) -> None:
         raise InputError("trace", "arrival_s, prompt_tokens and output_tokens must be 1-d and the same length")
     if n and (not np.all(np.isfinite(trace.arrival_s)) or np.any(np.diff(trace.arrival_s) < 0)):
         raise InputError("trace", "arrival_s must be finite and sorted")
+    _check_span(np.asarray(trace.arrival_s, dtype=np.float64), "trace")
     for name, c in (("prompt_tokens", trace.prompt_tokens), ("output_tokens", trace.output_tokens)):
         if n and np.min(c) < 0:
             raise InputError("trace", f"{name} must be >= 0")
@@ -1051,7 +1091,8 @@ def _check_trace(trace: Trace) -> None:
         raise InputError("trace", "hash_ids needs one list per request")
 
 
-def _derive(trace: Trace, *, note: str, arrival_s: np.ndarray, sel=slice(None)) -> Trace:
+def _derive(trace: Trace, *, note: str, arrival_s: np.ndarray, sel=slice(None), field: str = "trace") -> Trace:
+    _check_span(np.asarray(arrival_s, dtype=np.float64), field, "the transformed trace")
     return dataclasses.replace(
         trace, arrival_s=np.asarray(arrival_s, dtype=np.float64),
         prompt_tokens=trace.prompt_tokens[sel].copy(), output_tokens=trace.output_tokens[sel].copy(),

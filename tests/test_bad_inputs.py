@@ -1,0 +1,566 @@
+"""Bad input to every command: one line on stderr naming the flag or field, exit 2, no traceback,
+quickly, and nothing written.
+
+Each case runs the command line in a fresh directory holding the probe files below (a trace, a
+truncated gzip, bytes that are not UTF-8, nesting too deep to parse, a Python YAML tag, a FIFO,
+...). In-process cases call :func:`llmqueue.cli.main.main` in a thread (so a hang fails after
+10 s instead of blocking the suite); cases where a real file descriptor matters (a FIFO, stdout
+on a full device) run the CLI in a subprocess. Every case checks the directory is unchanged
+afterwards. The cases come from the issue tracker's probes and from probing each flag with the
+wrong type, a negative, zero, NaN, inf, an unknown name, a missing file, a directory instead of a
+file, an empty file and malformed content. Refusals of unbounded work (a huge --duration,
+--num-requests, --bins ...) and Ctrl-C are tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llmqueue.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+LIMIT_S = 10.0
+
+# A small, fast simulation (the flags each case changes come after and override nothing: each
+# case builds its own command line from these pieces).
+M = "--capacity-tokens 131000 --step-time 0.0372 --chunk 512"
+WL = "--prompt uniform:10:1600 --output uniform:10:1600 --arrival poisson:1 --duration 20 --seed 1"
+SIM = f"simulate {M} {WL} --no-progress"
+SWEEP = f"sweep {M} {WL} --rates 1,2 --backend serial --no-progress"
+CAP = f"capacity {M} {WL} --slo-ttft-ms 2000 --backend serial --no-progress"
+BENCH = "bench --url http://127.0.0.1:9 --model m --prompt fixed:10 --output fixed:10 --arrival poisson:1 --duration 5"
+STAB = "stability --capacity-tokens 131000 --step-time 0.0372 --prompt uniform:10:1600 --output uniform:10:1600"
+BATCH = "batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5"
+SEED2 = "report --batch-figure"
+
+
+def _write_files(d: Path) -> None:
+    """The probe files, in directory ``d``."""
+    rows = "".join(f"{i},{10 + i % 7},{5 + i % 5}\n" for i in range(1, 80))
+    (d / "t.csv").write_text("time,prompt,output\n" + rows)
+    (d / "empty.csv").write_text("")
+    (d / "header.csv").write_text("time,prompt,output\n")
+    (d / "blank.jsonl").write_text("\n\n")
+    data = gzip.compress(("time,prompt,output\n" + rows * 40).encode())
+    (d / "trunc.csv.gz").write_bytes(data[: len(data) // 2])
+    (d / "notgz.csv.gz").write_bytes(b"plain text, not gzip\n")
+    (d / "bad.jsonl").write_bytes(b'{"timestamp": 1, "input_length": 10, "output_length": 5}\n\xff\xfe bad\n')
+    (d / "bad.csv").write_bytes(b"time,prompt,output\n1,10,10\n2,\xff\xfe,20\n")
+    (d / "inf.csv").write_text("time,prompt,output\n1,10,10\ninf,20,20\n")
+    (d / "big.csv").write_text("time,prompt,output\n1,10,10\n1e300,20,20\n")
+    (d / "big17.csv").write_text("time,prompt,output\n1,10,10\n2,20,20\n1e17,20,20\n")
+    (d / "neg.csv").write_text("time,prompt,output\n1,10,10\n2,-5,20\n")
+    (d / "frac.csv").write_text("time,prompt,output\n1,10,10\n2,5.5,20\n")
+    (d / "text.csv").write_text("time,prompt,output\n1,10,10\n2,many,20\n")
+    (d / "nan.csv").write_text("time,prompt,output\n1,10,10\nnan,5,20\n")
+    (d / "cols.csv").write_text("a,b,c\n1,2,3\n")
+    (d / "zero.csv").write_text("time,prompt,output\n1,0,0\n2,0,0\n3,0,0\n")
+    (d / "strhash.jsonl").write_text(
+        '{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": "abc"}\n'
+        '{"timestamp": 2, "input_length": 10, "output_length": 5, "hash_ids": "abc"}\n')
+    (d / "mixhash.jsonl").write_text(
+        '{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": ["a"]}\n'
+        '{"timestamp": 2, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
+    (d / "badline.jsonl").write_text('{"timestamp": 1, "input_length": 10, "output_length": 5}\n{oops\n')
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "deep.yaml").write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "tag.yaml").write_text('step_time: !!python/object/apply:os.system ["echo hi"]\n')
+    (d / "bin.yaml").write_bytes(bytes(range(128, 256)) * 2)
+    (d / "unclosed.yaml").write_text("step_time: [unclosed\n")
+    (d / "list.yaml").write_text("- 1\n- 2\n")
+    (d / "nostep.yaml").write_text("M: 1000\n")
+    (d / "notjson.json").write_text("{not json")
+    (d / "config.json").write_text('{"hidden_size": "big"}')
+    (d / "adir").mkdir()
+    (d / "emptydir").mkdir()
+    os.mkfifo(d / "fifo")
+
+
+def _snapshot(d: Path) -> dict:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(d))] = (st.st_mode, st.st_size if p.is_file() else 0, st.st_mtime_ns)
+    return out
+
+
+# (id, command line, fragment the one line must hold: the flag or field it names)
+CASES: list[tuple[str, str, str]] = [
+    # --- output paths that cannot be written (checked before the work) ---------------------------
+    ("simulate-out-proc", f"{SIM} --out /proc/llmq-x", "--out"),
+    ("simulate-out-devnull", f"{SIM} --out /dev/null", "--out"),
+    ("simulate-out-under-file", f"{SIM} --out t.csv/sub", "--out"),
+    ("simulate-out-is-file", f"{SIM} --out t.csv", "--out"),
+    ("simulate-out-empty", f"{SIM} --out ''", "--out"),
+    ("simulate-out-sys", f"{SIM} --out /sys/llmq-x", "--out"),
+    ("sweep-out-proc", f"{SWEEP} --out /proc/llmq-x", "--out"),
+    ("sweep-out-under-file", f"{SWEEP} --out t.csv/sub", "--out"),
+    ("sweep-out-devnull", f"{SWEEP} --out /dev/null", "--out"),
+    ("sweep-out-empty", f"{SWEEP} --out ''", "--out"),
+    ("capacity-out-under-file", f"{CAP} --out t.csv/sub", "--out"),
+    ("capacity-out-devnull", f"{CAP} --out /dev/null", "--out"),
+    ("report-o-proc", f"{SEED2} -o /proc/llmq-x/r.html", "--output"),
+    ("report-o-under-file", f"{SEED2} -o t.csv/r.html", "--output"),
+    ("report-o-dir", f"{SEED2} -o adir", "--output"),
+    ("report-o-empty", f"{SEED2} -o ''", "--output"),
+    ("report-o-devnull", f"{SEED2} -o /dev/null", "--output"),
+    ("report-png-dir-file", f"{SEED2} -o r.html --png-dir t.csv", "--png-dir"),
+    ("report-png-dir-proc", f"{SEED2} -o r.html --png-dir /proc/llmq-x", "--png-dir"),
+    ("report-png-dir-empty", f"{SEED2} -o r.html --png-dir ''", "--png-dir"),
+    ("calibrate-o-proc", "calibrate emptydir -o /proc/llmq-x.yaml", "--output"),
+    ("calibrate-o-under-file", "calibrate emptydir -o t.csv/c.yaml", "--output"),
+    ("calibrate-o-dir", "calibrate emptydir -o adir", "--output"),
+    ("calibrate-o-empty", "calibrate emptydir -o ''", "--output"),
+    ("fit-o-proc", "workload fit t.csv -o /proc/llmq-x.yaml", "--output"),
+    ("fit-o-under-file", "workload fit t.csv -o t.csv/x.yaml", "--output"),
+    ("fit-o-dir", "workload fit t.csv -o adir", "--output"),
+    ("fit-o-empty", "workload fit t.csv -o ''", "--output"),
+    ("fit-o-is-input", "workload fit t.csv -o t.csv", "--output"),
+    ("convert-o-is-input", "workload convert t.csv -o t.csv", "--output"),
+    ("convert-o-is-input-relative", "workload convert t.csv -o ./adir/../t.csv", "--output"),
+    ("convert-o-proc", "workload convert t.csv -o /proc/llmq-x.parquet", "--output"),
+    ("convert-o-under-file", "workload convert t.csv -o t.csv/o.parquet", "--output"),
+    ("convert-o-dir", "workload convert t.csv -o adir", "--output"),
+    ("convert-o-empty", "workload convert t.csv -o ''", "--output"),
+    ("convert-o-devnull", "workload convert t.csv -o /dev/null", "--output"),
+    ("bench-out-under-file", f"{BENCH} --out t.csv/run", "--out"),
+    ("bench-out-devnull", f"{BENCH} --out /dev/null", "--out"),
+    ("bench-out-empty", f"{BENCH} --out ''", "--out"),
+    # --- trace files -----------------------------------------------------------------------------
+    ("stats-truncated-gz", "workload stats trunc.csv.gz", "trunc.csv.gz"),
+    ("stats-not-gz", "workload stats notgz.csv.gz", "notgz.csv.gz"),
+    ("stats-non-utf8-jsonl", "workload stats bad.jsonl", "bad.jsonl"),
+    ("stats-non-utf8-csv", "workload stats bad.csv", "prompt"),
+    ("stats-inf-time", "workload stats inf.csv", "time"),
+    ("stats-inf-time-unit", "workload stats inf.csv --time-unit s", "time"),
+    ("stats-1e300-time", "workload stats big.csv", "time"),
+    ("stats-1e300-time-unit", "workload stats big.csv --time-unit s", "time"),
+    ("stats-1e17-time-unit", "workload stats big17.csv --time-unit s", "time"),
+    ("stats-1e300-map-unit", "workload stats big.csv --map time=time,prompt=prompt,output=output,time_unit=s",
+     "time"),
+    ("stats-string-hash-ids", "workload stats strhash.jsonl", "hash_ids"),
+    ("stats-mixed-hash-ids", "workload stats mixhash.jsonl", "hash_ids"),
+    ("stats-deep-json", "workload stats deep.json", "deep.json"),
+    ("stats-zero-lengths", "workload stats zero.csv", "zero.csv"),
+    ("stats-missing", "workload stats nope.csv", "nope.csv"),
+    ("stats-directory", "workload stats adir", "adir"),
+    ("stats-empty", "workload stats empty.csv", "empty.csv"),
+    ("stats-header-only", "workload stats header.csv", "header.csv"),
+    ("stats-blank-lines", "workload stats blank.jsonl", "blank.jsonl"),
+    ("stats-negative-length", "workload stats neg.csv", "prompt"),
+    ("stats-fractional-length", "workload stats frac.csv", "prompt"),
+    ("stats-text-length", "workload stats text.csv", "prompt"),
+    ("stats-nan-time", "workload stats nan.csv", "time"),
+    ("stats-unknown-columns", "workload stats cols.csv", "cols.csv"),
+    ("stats-bad-json-line", "workload stats badline.jsonl", "badline.jsonl"),
+    ("stats-not-json", "workload stats notjson.json", "notjson.json"),
+    ("stats-unknown-format", "workload stats t.csv --format nope", "--format"),
+    ("stats-bad-map", "workload stats t.csv --map time", "--map"),
+    ("stats-map-unknown-key", "workload stats t.csv --map when=time", "--map"),
+    ("stats-map-missing-column", "workload stats t.csv --map time=nope,prompt=prompt,output=output", "--map"),
+    ("stats-bad-time-unit", "workload stats t.csv --time-unit weeks", "--time-unit"),
+    ("stats-request-rate-not-vllm", "workload stats t.csv --request-rate 5", "--request-rate"),
+    ("stats-request-rate-text", "workload stats t.csv --request-rate fast", "--request-rate"),
+    ("stats-bins-text", "workload stats t.csv --bins a,b", "--bins"),
+    ("stats-chunk-zero", "workload stats t.csv --chunk 0", "--chunk"),
+    ("stats-chunk-text", "workload stats t.csv --chunk big", "--chunk"),
+    ("stats-trace-and-spec", "workload stats t.csv --arrival poisson:5", "--arrival"),
+    ("stats-spec-no-output", "workload stats --arrival poisson:5 --prompt fixed:5", "--output"),
+    ("stats-spec-bad-arrival", "workload stats --arrival nope:5 --prompt fixed:5 --output fixed:5", "--arrival"),
+    ("stats-spec-nan-rate", "workload stats --arrival poisson:nan --prompt fixed:5 --output fixed:5", "--arrival"),
+    ("stats-spec-negative-length", "workload stats --arrival poisson:5 --prompt fixed:-5 --output fixed:5",
+     "--prompt"),
+    ("stats-no-input", "workload stats", "trace"),
+    ("convert-truncated-gz", "workload convert trunc.csv.gz -o o.parquet", "trunc.csv.gz"),
+    ("convert-non-utf8", "workload convert bad.jsonl -o o.parquet", "bad.jsonl"),
+    ("convert-1e300-time", "workload convert big.csv --time-unit s -o o.parquet", "time"),
+    ("convert-inf-time", "workload convert inf.csv --time-unit s -o o.parquet", "time"),
+    ("convert-scale-huge", "workload convert t.csv -o o.parquet --scale 1e300", "--scale"),
+    ("convert-scale-zero", "workload convert t.csv -o o.parquet --scale 0", "--scale"),
+    ("convert-scale-nan", "workload convert t.csv -o o.parquet --scale nan", "--scale"),
+    ("convert-scale-negative", "workload convert t.csv -o o.parquet --scale -2", "--scale"),
+    ("convert-rate-tiny", "workload convert t.csv -o o.parquet --rate 1e-300", "--rate"),
+    ("convert-rate-inf", "workload convert t.csv -o o.parquet --rate inf", "--rate"),
+    ("convert-rate-subnormal", "workload convert t.csv -o o.parquet --rate 1e-320", "--rate"),
+    ("convert-scale-and-rate", "workload convert t.csv -o o.parquet --scale 2 --rate 3", "--scale"),
+    ("convert-window-bad", "workload convert t.csv -o o.parquet --window 9", "--window"),
+    ("convert-window-text", "workload convert t.csv -o o.parquet --window a:b", "--window"),
+    ("convert-window-empty", "workload convert t.csv -o o.parquet --window 1000:2000", "--window"),
+    ("convert-window-reversed", "workload convert t.csv -o o.parquet --window 50:10", "--window"),
+    ("convert-loop-zero", "workload convert t.csv -o o.parquet --loop 0", "--loop"),
+    ("convert-missing-input", "workload convert nope.csv -o o.parquet", "nope.csv"),
+    ("convert-input-dir", "workload convert adir -o o.parquet", "adir"),
+    ("convert-empty-input", "workload convert empty.csv -o o.parquet", "empty.csv"),
+    ("convert-no-output", "workload convert t.csv", "--output"),
+    ("fit-truncated-gz", "workload fit trunc.csv.gz", "trunc.csv.gz"),
+    ("fit-zero-lengths", "workload fit zero.csv", "zero.csv"),
+    ("fit-1e300-time", "workload fit big.csv --time-unit s", "time"),
+    ("fit-1e17-time", "workload fit big17.csv --time-unit s", "time"),
+    ("fit-deep-json", "workload fit deep.json", "deep.json"),
+    ("fit-window-zero", "workload fit t.csv --window-s 0", "--window-s"),
+    ("fit-window-nan", "workload fit t.csv --window-s nan", "--window-s"),
+    ("fit-window-inf", "workload fit t.csv --window-s inf", "--window-s"),
+    ("fit-alpha-one", "workload fit t.csv --alpha 1", "--alpha"),
+    ("fit-alpha-negative", "workload fit t.csv --alpha -0.1", "--alpha"),
+    ("fit-lengths-unknown", "workload fit t.csv --lengths pareto", "--lengths"),
+    ("fit-counts-unknown", "workload fit t.csv --counts some", "--counts"),
+    ("fit-seed-negative", "workload fit t.csv --seed -1", "--seed"),
+    ("fit-missing", "workload fit nope.csv", "nope.csv"),
+    ("fit-directory", "workload fit adir", "adir"),
+    # --- simulate: files inside specs ------------------------------------------------------------
+    ("simulate-trace-zero-lengths", f"simulate {M} --duration 20 --no-progress --trace zero.csv", "zero.csv"),
+    ("simulate-trace-deep-json", f"simulate {M} --duration 20 --no-progress --trace deep.json", "deep.json"),
+    ("simulate-trace-non-utf8", f"simulate {M} --duration 20 --no-progress --trace bad.jsonl", "bad.jsonl"),
+    ("simulate-trace-truncated-gz", f"simulate {M} --duration 20 --no-progress --trace trunc.csv.gz",
+     "trunc.csv.gz"),
+    ("simulate-trace-1e300", f"simulate {M} --duration 20 --no-progress --trace big.csv", "time"),
+    ("simulate-trace-missing", f"simulate {M} --duration 20 --no-progress --trace nope.csv", "--trace"),
+    ("simulate-trace-dir", f"simulate {M} --duration 20 --no-progress --trace adir", "--trace"),
+    ("simulate-trace-with-arrival", f"{SIM} --trace t.csv", "--trace"),
+    ("simulate-step-fitted-yaml-tag", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:tag.yaml", "--step-time"),
+    ("simulate-step-fitted-binary", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:bin.yaml", "--step-time"),
+    ("simulate-step-fitted-deep", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:deep.yaml", "--step-time"),
+    ("simulate-step-fitted-dir", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:adir", "--step-time"),
+    ("simulate-step-fitted-missing", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:nope.yaml", "--step-time"),
+    ("simulate-step-fitted-unclosed", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:unclosed.yaml", "--step-time"),
+    ("simulate-step-fitted-no-key", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time fitted:nostep.yaml", "--step-time"),
+    ("simulate-step-time-zero", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time 0",
+     "--step-time"),
+    ("simulate-step-time-nan", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time nan",
+     "--step-time"),
+    ("simulate-step-time-negative", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time -1",
+     "--step-time"),
+    ("simulate-step-time-unknown", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time warp:1",
+     "--step-time"),
+    ("simulate-lengths-deep", f"simulate {M} --arrival poisson:1 --duration 20 --no-progress "
+     "--lengths joint:deep.json", "--lengths"),
+    ("simulate-lengths-non-utf8", f"simulate {M} --arrival poisson:1 --duration 20 --no-progress "
+     "--lengths joint:bad.jsonl", "--lengths"),
+    ("simulate-prompt-empirical-missing", f"simulate {M} --arrival poisson:1 --duration 20 --no-progress "
+     "--prompt empirical:nope.csv --output fixed:10", "--prompt"),
+    ("simulate-scenario-deep", "simulate --scenario deep.yaml --no-progress", "deep.yaml"),
+    ("simulate-scenario-binary", "simulate --scenario bin.yaml --no-progress", "--scenario"),
+    ("simulate-scenario-tag", "simulate --scenario tag.yaml --no-progress", "tag.yaml"),
+    ("simulate-scenario-list", "simulate --scenario list.yaml --no-progress", "list.yaml"),
+    ("simulate-scenario-unknown", "simulate --scenario nosuch --no-progress", "--scenario"),
+    ("simulate-capacity-negative", f"simulate --capacity-tokens -5 --step-time 0.03 {WL} --no-progress",
+     "--capacity-tokens"),
+    ("simulate-capacity-nan", f"simulate --capacity-tokens nan --step-time 0.03 {WL} --no-progress",
+     "--capacity-tokens"),
+    ("simulate-capacity-text", f"simulate --capacity-tokens lots --step-time 0.03 {WL} --no-progress",
+     "--capacity-tokens"),
+    ("simulate-max-num-seqs-zero", f"{SIM} --max-num-seqs 0", "--max-num-seqs"),
+    ("simulate-max-num-seqs-text", f"{SIM} --max-num-seqs many", "--max-num-seqs"),
+    ("simulate-chunk-zero", f"simulate --capacity-tokens 131000 --step-time 0.03 --chunk 0 {WL} --no-progress",
+     "--chunk"),
+    ("simulate-block-size-zero", f"{SIM} --block-size 0", "--block-size"),
+    ("simulate-policy-unknown", f"{SIM} --policy lifo", "--policy"),
+    ("simulate-router-unknown", f"{SIM} --replicas 2 --router nearest", "--router"),
+    ("simulate-replicas-zero", f"{SIM} --replicas 0", "--replicas"),
+    ("simulate-arrival-unknown", f"simulate {M} --prompt fixed:10 --output fixed:10 --duration 20 "
+     "--no-progress --arrival sometimes:5", "--arrival"),
+    ("simulate-arrival-negative", f"simulate {M} --prompt fixed:10 --output fixed:10 --duration 20 "
+     "--no-progress --arrival poisson:-5", "--arrival"),
+    ("simulate-arrival-inf", f"simulate {M} --prompt fixed:10 --output fixed:10 --duration 20 "
+     "--no-progress --arrival poisson:inf", "--arrival"),
+    ("simulate-prompt-unknown", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt zipf:3", "--prompt"),
+    ("simulate-prompt-reversed", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt uniform:100:10", "--prompt"),
+    ("simulate-duration-negative", f"simulate {M} --prompt fixed:10 --output fixed:10 --arrival poisson:1 "
+     "--no-progress --duration -5", "--duration"),
+    ("simulate-duration-nan", f"simulate {M} --prompt fixed:10 --output fixed:10 --arrival poisson:1 "
+     "--no-progress --duration nan", "--duration"),
+    ("simulate-seed-text", f"{SIM} --seed abc", "--seed"),
+    ("simulate-gpu-unknown", f"simulate --model llama-3.1-8b --gpu abacus {WL} --no-progress", "--gpu"),
+    ("simulate-model-unknown", f"simulate --model no-such-model {WL} --no-progress", "--model"),
+    ("simulate-unknown-flag", f"{SIM} --warp-speed 9", "--warp-speed"),
+    # --- bench (flag checks before any connection) -------------------------------------------------
+    ("bench-url-ipv6-open", "bench --url http://[::1 --model m --prompt fixed:10 --output fixed:10 "
+     "--arrival poisson:1 --duration 5", "--url"),
+    ("bench-url-no-scheme", "bench --url localhost:8000 --model m --prompt fixed:10 --output fixed:10 "
+     "--arrival poisson:1 --duration 5", "--url"),
+    ("bench-url-ftp", "bench --url ftp://host --model m --prompt fixed:10 --output fixed:10 "
+     "--arrival poisson:1 --duration 5", "--url"),
+    ("bench-url-bad-port", "bench --url http://127.0.0.1:99999 --model m --prompt fixed:10 --output fixed:10 "
+     "--arrival poisson:1 --duration 5", "--url"),
+    ("bench-url-empty", "bench --url '' --model m --prompt fixed:10 --output fixed:10 "
+     "--arrival poisson:1 --duration 5", "--url"),
+    ("bench-metrics-url-bad", f"{BENCH} --metrics-url http://[::1", "--metrics-url"),
+    ("bench-concurrency-zero", f"{BENCH} --concurrency 0", "--concurrency"),
+    ("bench-timeout-negative", f"{BENCH} --timeout -1", "--timeout"),
+    ("bench-timeout-nan", f"{BENCH} --timeout nan", "--timeout"),
+    ("bench-ttft-timeout-zero", f"{BENCH} --ttft-timeout 0", "--ttft-timeout"),
+    ("bench-max-attempts-zero", f"{BENCH} --max-attempts 0", "--max-attempts"),
+    ("bench-vocab-size-small", f"{BENCH} --vocab-size 3", "--vocab-size"),
+    ("bench-warmup-negative", f"{BENCH} --warmup -1", "--warmup"),
+    ("bench-warmup-requests-negative", f"{BENCH} --warmup-requests -1", "--warmup-requests"),
+    ("bench-endpoint-unknown", f"{BENCH} --endpoint embeddings", "--endpoint"),
+    ("bench-prefix-block-zero", f"{BENCH} --prefix-block-tokens 0", "--prefix-block-tokens"),
+    ("bench-trace-zero-lengths", "bench --url http://127.0.0.1:9 --model m --trace zero.csv", "zero.csv"),
+    ("bench-no-url", "bench --model m --prompt fixed:10 --output fixed:10 --arrival poisson:1 --duration 5",
+     "--url"),
+    # --- calibrate / validate -------------------------------------------------------------------
+    ("calibrate-run-missing", "calibrate nope -o c.yaml", "nope"),
+    ("calibrate-run-empty-dir", "calibrate emptydir -o c.yaml", "emptydir"),
+    ("calibrate-to-before-from", "calibrate emptydir -o c.yaml --from 10 --to 5", "--to"),
+    ("calibrate-to-text", "calibrate emptydir -o c.yaml --to soon", "--to"),
+    ("calibrate-from-text", "calibrate emptydir -o c.yaml --from soon", "--from"),
+    ("validate-calibration-tag", "validate emptydir --calibration tag.yaml", "calibration"),
+    ("validate-calibration-binary", "validate emptydir --calibration bin.yaml", "calibration"),
+    ("validate-calibration-deep", "validate emptydir --calibration deep.yaml", "calibration"),
+    ("validate-calibration-dir", "validate emptydir --calibration adir", "--calibration"),
+    ("validate-calibration-missing", "validate emptydir --calibration nope.yaml", "--calibration"),
+    ("validate-calibration-unclosed", "validate emptydir --calibration unclosed.yaml", "calibration"),
+    ("validate-calibration-no-step-time", "validate emptydir --calibration nostep.yaml", "calibration"),
+    ("validate-step-model-unknown", "validate emptydir --calibration nostep.yaml --step-model cubic",
+     "--step-model"),
+    ("validate-drift-reps-zero", "validate emptydir --calibration nostep.yaml --drift-reps 0", "--drift-reps"),
+    # --- report ----------------------------------------------------------------------------------
+    ("report-missing-dir", "report nope -o r.html", "nope"),
+    ("report-empty-dir", "report emptydir -o r.html", "emptydir"),
+    ("report-file-not-dir", "report t.csv -o r.html", "t.csv"),
+    ("report-no-dir", "report -o r.html", "RUN_OR_SWEEP_DIR"),
+    ("report-both-figures", "report --kv-stability-figure --batch-figure -o r.html", "--kv-stability-figure"),
+    ("report-figure-with-dir", "report emptydir --batch-figure -o r.html", "RUN_OR_SWEEP_DIR"),
+    ("report-slo-zero", f"{SEED2} -o r.html --slo-ms 0", "--slo-ms"),
+    ("report-slo-nan", f"{SEED2} -o r.html --slo-ms nan", "--slo-ms"),
+    ("report-duration-negative", "report --kv-stability-figure -o r.html --duration -1", "--duration"),
+    ("report-not-html", f"{SEED2} -o r.txt", "--output"),
+    # --- stability ------------------------------------------------------------------------------
+    ("stability-block-size-zero-paged", f"{STAB} --paged --block-size 0", "--block-size"),
+    ("stability-block-size-negative-paged", f"{STAB} --paged --block-size -16", "--block-size"),
+    ("stability-prompt-over-M", "stability --capacity-tokens 100 --step-time 0.0372 --prompt fixed:1000 "
+     "--output fixed:10 --rate 1", "--capacity-tokens"),
+    ("stability-tail-over-M", "stability --capacity-tokens 1000 --step-time 0.0372 --prompt uniform:10:5000 "
+     "--output fixed:10", "--capacity-tokens"),
+    ("stability-zero-lengths", "stability --capacity-tokens 1000 --step-time 0.0372 --prompt fixed:0 "
+     "--output fixed:0", "--prompt"),
+    ("stability-step-time-zero", "stability --capacity-tokens 131000 --step-time 0 --prompt fixed:10 "
+     "--output fixed:10", "--step-time"),
+    ("stability-step-time-nan", "stability --capacity-tokens 131000 --step-time nan --prompt fixed:10 "
+     "--output fixed:10", "--step-time"),
+    ("stability-capacity-negative", "stability --capacity-tokens -1 --step-time 0.03 --prompt fixed:10 "
+     "--output fixed:10", "capacity"),
+    ("stability-capacity-inf", "stability --capacity-tokens inf --step-time 0.03 --prompt fixed:10 "
+     "--output fixed:10", "capacity"),
+    ("stability-chunk-zero", f"{STAB} --chunk 0", "--chunk"),
+    ("stability-rate-negative", f"{STAB} --rate -1", "--rate"),
+    ("stability-rate-nan", f"{STAB} --rate nan", "--rate"),
+    ("stability-utilization-no-rate", f"{STAB} --utilization 0.5", "--utilization"),
+    ("stability-utilization-over-one", f"{STAB} --rate 1 --utilization 1.5", "--utilization"),
+    ("stability-no-capacity", "stability --step-time 0.03 --prompt fixed:10 --output fixed:10", "--capacity-tokens"),
+    ("stability-model-unknown", "stability --model no-such-model --step-time 0.03 --prompt fixed:10 "
+     "--output fixed:10", "--model"),
+    ("stability-lengths-missing-file", "stability --capacity-tokens 1000 --step-time 0.03 "
+     "--lengths joint:nope.csv", "--lengths"),
+    ("stability-lengths-deep", "stability --capacity-tokens 1000 --step-time 0.03 --lengths joint:deep.json",
+     "--lengths"),
+    ("stability-prompt-missing", "stability --capacity-tokens 1000 --step-time 0.03 --output fixed:10", "--prompt"),
+    # --- queue ----------------------------------------------------------------------------------
+    ("mm1-subnormal", "queue mm1 --lam 1e-320 --mu 1e-310", "--lam"),
+    ("mm1-overflow", "queue mm1 --lam 3e-308 --mu 5e-308", "--lam"),
+    ("mm1-unstable", "queue mm1 --lam 10 --mu 5", "--lam"),
+    ("mm1-negative", "queue mm1 --lam -1 --mu 5", "--lam"),
+    ("mm1-zero-mu", "queue mm1 --lam 1 --mu 0", "--mu"),
+    ("mm1-nan", "queue mm1 --lam nan --mu 5", "--lam"),
+    ("mm1-inf", "queue mm1 --lam 1 --mu inf", "--mu"),
+    ("mm1-text", "queue mm1 --lam fast --mu 5", "--lam"),
+    ("mm1-missing-mu", "queue mm1 --lam 1", "--mu"),
+    ("md1-subnormal", "queue md1 --lam 1e-320 --mu 1e-310", "--lam"),
+    ("mg1-scv-negative", "queue mg1 --lam 1 --mu 5 --scv-s -1", "--scv-s"),
+    ("mg1-scv-nan", "queue mg1 --lam 1 --mu 5 --scv-s nan", "--scv-s"),
+    ("mmc-c-zero", "queue mmc --lam 1 --mu 5 --c 0", "--c"),
+    ("mmc-c-text", "queue mmc --lam 1 --mu 5 --c two", "--c"),
+    ("mmc-subnormal", "queue mmc --lam 1e-320 --mu 1e-310 --c 2", "--lam"),
+    ("mmck-K-below-c", "queue mmck --lam 1 --mu 5 --c 3 --K 2", "--K"),
+    ("gg1-scv-a-inf", "queue gg1 --lam 1 --mu 5 --scv-a inf", "--scv-a"),
+    ("ggc-c-negative", "queue ggc --lam 1 --mu 5 --c -2", "--c"),
+    ("little-one-given", "queue little --lam 5", "lam"),
+    ("little-negative", "queue little --lam -5 --W 1", "--lam"),
+    ("queue-unknown-model", "queue mm2 --lam 1 --mu 2", "mm2"),
+    # --- cost -----------------------------------------------------------------------------------
+    ("replicas-1e18", "cost replicas --lam 1e18 --mu 1", "--lam"),
+    ("replicas-1e300", "cost replicas --lam 1e300 --mu 1", "--lam"),
+    ("replicas-rho-one", "cost replicas --lam 10 --mu 1 --rho-target 1", "--rho-target"),
+    ("replicas-rho-zero", "cost replicas --lam 10 --mu 1 --rho-target 0", "--rho-target"),
+    ("replicas-mu-zero", "cost replicas --lam 10 --mu 0", "--mu"),
+    ("replicas-subnormal", "cost replicas --lam 1 --mu 1e-320", "--mu"),
+    ("tokens-negative", "cost tokens --tokens-per-s -5 --price-per-hour 8", "--tokens-per-s"),
+    ("tokens-price-nan", "cost tokens --tokens-per-s 5 --price-per-hour nan", "--price-per-hour"),
+    ("tokens-utilization-zero", "cost tokens --tokens-per-s 5 --price-per-hour 8 --utilization 0",
+     "--utilization"),
+    ("tokens-utilization-over", "cost tokens --tokens-per-s 5 --price-per-hour 8 --utilization 2",
+     "--utilization"),
+    ("budget-target-one", "cost error-budget --slo-target 1 --requests 100", "--slo-target"),
+    ("budget-target-negative", "cost error-budget --slo-target -0.5 --requests 100", "--slo-target"),
+    ("budget-no-requests", "cost error-budget --slo-target 0.999", "requests"),
+    ("budget-negative-requests", "cost error-budget --slo-target 0.999 --requests -5", "--requests"),
+    # --- batch, kv, example, scenario -------------------------------------------------------------
+    ("batch-lam-negative", "batch --lam -1 --t-fixed-ms 50 --t-req-ms 0.5", "--lam"),
+    ("batch-lam-nan", "batch --lam nan --t-fixed-ms 50 --t-req-ms 0.5", "--lam"),
+    ("batch-t-fixed-negative", "batch --lam 100 --t-fixed-ms -50 --t-req-ms 0.5", "--t-fixed-ms"),
+    ("batch-sizes-text", f"{BATCH} --sizes a,b", "--sizes"),
+    ("batch-sizes-zero", f"{BATCH} --sizes 0,4", "--sizes"),
+    ("batch-rho-over", f"{BATCH} --rho-target 1.5", "--rho-target"),
+    ("batch-p99-unknown", f"{BATCH} --p99 lognormal", "--p99"),
+    ("batch-slo-negative", f"{BATCH} --slo-ms -1", "--slo-ms"),
+    ("kv-model-unknown", "kv --model no-such-model", "--model"),
+    ("kv-gpu-unknown", "kv --model llama-3.1-8b --gpu abacus", "--gpu"),
+    ("kv-model-deep-json", "kv --model deep.json", "--model"),
+    ("kv-model-bad-config", "kv --model config.json", "--model"),
+    ("kv-model-not-json", "kv --model notjson.json", "--model"),
+    ("kv-model-fifo-json", "kv --model fifo", "--model"),
+    ("kv-tp-zero", "kv --model llama-3.1-8b --tensor-parallel-size 0", "--tensor-parallel-size"),
+    ("kv-gmu-over", "kv --model llama-3.1-8b --gpu-memory-utilization 1.5", "--gpu-memory-utilization"),
+    ("kv-gmu-nan", "kv --model llama-3.1-8b --gpu-memory-utilization nan", "--gpu-memory-utilization"),
+    ("kv-block-size-zero", "kv --model llama-3.1-8b --block-size 0", "--block-size"),
+    ("kv-context-negative", "kv --model llama-3.1-8b --context -5", "--context"),
+    ("kv-dtype-unknown", "kv --model llama-3.1-8b --kv-cache-dtype int3", "--kv-cache-dtype"),
+    ("kv-reserve-negative", "kv --model llama-3.1-8b --reserve-gib -1", "--reserve-gib"),
+    ("example-extra-argument", "example extra", "extra"),
+    ("example-unknown-flag", "example --fast", "--fast"),
+    ("scenario-check-deep", "scenario check deep.yaml", "deep.yaml"),
+    ("scenario-check-binary", "scenario check bin.yaml", "bin.yaml"),
+    ("scenario-check-tag", "scenario check tag.yaml", "tag.yaml"),
+    ("scenario-check-list", "scenario check list.yaml", "list.yaml"),
+    ("scenario-check-empty", "scenario check empty.csv", "empty.csv"),
+    ("scenario-check-missing", "scenario check nosuch", "nosuch"),
+    ("scenario-check-dir", "scenario check adir", "adir"),
+    ("scenario-check-fifo", "scenario check fifo", "fifo"),
+    # --- sweep / capacity -----------------------------------------------------------------------
+    ("sweep-rates-text", f"sweep {M} {WL} --backend serial --no-progress --rates a,b", "--rates"),
+    ("sweep-param-bad", f"{SWEEP} --param max_num_seqs", "--param"),
+    ("sweep-param-unknown", f"{SWEEP} --param warp=1,2", "--param"),
+    ("sweep-param-twice", f"{SWEEP} --param max_num_seqs=1 --param max_num_seqs=2", "--param"),
+    ("sweep-knee-metric-unknown", f"{SWEEP} --knee-metric p99_fun_ms", "--knee-metric"),
+    ("sweep-backend-unknown", f"{SWEEP} --backend cloud", "--backend"),
+    ("sweep-url-ipv6-open", f"{SWEEP} --url http://[::1 --served-model m", "--url"),
+    ("sweep-served-model-no-url", f"{SWEEP} --served-model m", "--served-model"),
+    ("sweep-scenario-deep", "sweep --scenario deep.yaml --rates 1,2 --backend serial --no-progress", "deep.yaml"),
+    ("capacity-no-slo", f"capacity {M} {WL} --backend serial --no-progress", "--slo-ttft-ms"),
+    ("capacity-scenario-binary", "capacity --scenario bin.yaml --slo-ttft-ms 2000 --backend serial --no-progress",
+     "--scenario"),
+]
+
+
+def _run_in_process(argv: list[str], capsys) -> tuple[object, str, str]:
+    """``main(argv)`` in a thread, given ``LIMIT_S`` seconds; (exit code or 'hung', stdout, stderr)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["code"] = main(argv)
+        except BaseException as e:  # noqa: BLE001 - the test reports what escaped
+            box["code"] = f"raised {type(e).__name__}: {e}"
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(LIMIT_S)
+    out, err = capsys.readouterr()
+    return (box.get("code", "hung") if not th.is_alive() else "hung"), out, err
+
+
+def _assert_one_line(code, err: str, fragment: str) -> None:
+    assert code == 2, (code, err)
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("llmqueue: error: "), line
+    assert fragment in line, (fragment, line)
+    assert len(line) > len("llmqueue: error: ") + len(fragment) + 10, line  # says what is wrong, not only where
+
+
+@pytest.fixture
+def probe_dir(tmp_path, monkeypatch):
+    _write_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("cmdline,fragment", [pytest.param(c, f, id=i) for i, c, f in CASES])
+def test_bad_input_is_one_line(probe_dir, capsys, cmdline, fragment):
+    before = _snapshot(probe_dir)
+    t0 = time.monotonic()
+    code, out, err = _run_in_process(shlex.split(cmdline), capsys)
+    assert code != "hung", f"no answer within {LIMIT_S} s"
+    assert time.monotonic() - t0 < LIMIT_S
+    _assert_one_line(code, err, fragment)
+    assert _snapshot(probe_dir) == before, "the refused command wrote or changed files"
+
+
+def test_the_table_covers_every_command_and_enough_cases():
+    from llmqueue.cli.main import COMMANDS
+
+    assert len(CASES) + len(SUBPROCESS_CASES) >= 150
+    assert len({i for i, _, _ in CASES}) == len(CASES)
+    firsts = {shlex.split(c)[0] for _, c, _ in CASES}
+    assert set(COMMANDS) <= firsts, set(COMMANDS) - firsts
+    workload = {shlex.split(c)[1] for _, c, _ in CASES if c.startswith("workload ")}
+    assert {"convert", "stats", "fit"} <= workload
+
+
+# --- where a real file descriptor matters: a subprocess -------------------------------------------
+
+# (id, command line, fragment, stdout to /dev/full)
+SUBPROCESS_CASES: list[tuple[str, str, str, bool]] = [
+    ("simulate-step-time-fifo", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time fitted:fifo",
+     "--step-time", False),
+    ("validate-calibration-fifo", "validate emptydir --calibration fifo", "--calibration", False),
+    ("stats-trace-fifo", "workload stats fifo", "fifo", False),
+    ("convert-input-fifo", "workload convert fifo -o o.parquet", "fifo", False),
+    ("simulate-trace-fifo", f"simulate {M} --duration 20 --no-progress --trace fifo", "--trace", False),
+    ("simulate-scenario-fifo", "simulate --scenario fifo --no-progress", "--scenario", False),
+    ("stability-lengths-fifo", "stability --capacity-tokens 1000 --step-time 0.03 --lengths joint:fifo",
+     "--lengths", False),
+    ("queue-stdout-full", "queue mm1 --lam 1 --mu 2", "stdout", True),
+    ("queue-json-stdout-full", "queue mm1 --lam 1 --mu 2 --json", "stdout", True),
+    ("help-stdout-full", "--help", "stdout", True),
+    ("cost-stdout-full", "cost replicas --lam 300 --mu 100", "stdout", True),
+    ("kv-stdout-full", "kv --model llama-3.1-8b", "stdout", True),
+]
+
+
+@pytest.mark.parametrize("cmdline,fragment,full", [pytest.param(c, f, u, id=i) for i, c, f, u in SUBPROCESS_CASES])
+def test_bad_input_is_one_line_in_a_process(probe_dir, cmdline, fragment, full):
+    if full and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    before = _snapshot(probe_dir)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    stdout = open("/dev/full", "w") if full else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        r = subprocess.run([sys.executable, "-m", "llmqueue.cli.main", *shlex.split(cmdline)], cwd=probe_dir,
+                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                           env=env, timeout=LIMIT_S + 20)  # interpreter start-up on a busy machine
+    finally:
+        if full:
+            stdout.close()
+    _assert_one_line(r.returncode, r.stderr, fragment)
+    assert _snapshot(probe_dir) == before
+
+
+def test_missing_output_parents_are_created(probe_dir, capsys):
+    """The other side of the output check: a path whose parents are missing is written, parents made."""
+    code, out, err = _run_in_process(["workload", "convert", "t.csv", "-o", "new/deeper/t.parquet"], capsys)
+    assert code == 0, err
+    assert (probe_dir / "new" / "deeper" / "t.parquet").is_file()
+    code, out, err = _run_in_process(["workload", "fit", "t.csv", "-o", "specs/a/fit.yaml"], capsys)
+    assert code == 0, err
+    assert (probe_dir / "specs" / "a" / "fit.yaml").is_file()
