@@ -96,6 +96,7 @@ def _snapshot(d: Path) -> dict:
 # (id, command line, fragment the one line must hold: the flag or field it names)
 CASES: list[tuple[str, str, str]] = [
     # --- output paths that cannot be written (checked before the work) ---------------------------
+    ("simulate-replicas-huge", f"{SIM} --replicas 5000", "--replicas"),
     ("simulate-out-proc", f"{SIM} --out /proc/llmq-x", "--out"),
     ("simulate-out-devnull", f"{SIM} --out /dev/null", "--out"),
     ("simulate-out-under-file", f"{SIM} --out t.csv/sub", "--out"),

@@ -82,7 +82,8 @@ KNOBS: tuple[Knob, ...] = (
          ge=1),
     Knob("replicas", int, 1, "Replicas of the engine on one clock behind --router (a fleet). With --scenario: "
          "the scenario's replicas, its stream split at random and replica 0 simulated, until fleets take "
-         "scenarios.", scenario="deployment.replicas", ge=1),
+         "scenarios. At most 4,096 (each replica is simulated: memory and time grow with the count).",
+         scenario="deployment.replicas", ge=1, le=4096),
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
          "(JSQ), power-of-two, or central (the gateway holds the queue and dispatches to a free slot: M/M/c).",
          choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central")),
