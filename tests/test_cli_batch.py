@@ -163,9 +163,9 @@ def test_help_documents_json_keys(capsys):
 
 
 @pytest.mark.parametrize("args,flag", [
-    (["--lam", "0", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--lam"),
-    (["--lam", "-5", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--lam"),
-    (["--lam", "nan", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--lam"),
+    (["--lam", "0", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--rate"),
+    (["--lam", "-5", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--rate"),
+    (["--lam", "nan", "--t-fixed-ms", "50", "--t-req-ms", "0.5"], "--rate"),
     (["--lam", "100", "--t-fixed-ms", "0", "--t-req-ms", "0.5"], "--t-fixed-ms"),
     (["--lam", "100", "--t-fixed-ms", "nan", "--t-req-ms", "0.5"], "--t-fixed-ms"),
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "-0.5"], "--t-req-ms"),
@@ -180,7 +180,7 @@ def test_help_documents_json_keys(capsys):
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--slo-ms", "-1"], "--slo-ms"),
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--t-max-ms", "0"], "--t-max-ms"),
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sigma-ms", "nan"], "--sigma-ms"),
-    (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "20", "--b-max", "8"], "--lam"),  # nothing stable
+    (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "20", "--b-max", "8"], "--rate"),  # nothing stable
 ])
 def test_bad_input_one_line_exit_2(capsys, args, flag):
     code, out, err = run(capsys, *args)

@@ -87,7 +87,7 @@ def test_help(capsys):
     (["error-budget", "--slo-target", "0.999", "--rate", "0", "--window-s", "10"], "--rate"),
     (["error-budget", "--slo-target", "0.999", "--requests", "10", "--rate", "1", "--window-s", "10"], "--requests"),
     (["error-budget", "--slo-target", "0.999", "--requests", "10", "--bad", "11"], "--bad"),
-    (["replicas", "--lam", "0", "--mu", "100"], "--lam"),
+    (["replicas", "--lam", "0", "--mu", "100"], "--rate"),
     (["replicas", "--lam", "10", "--mu", "nan"], "--mu"),
     (["replicas", "--lam", "10", "--mu", "100", "--rho-target", "1"], "--rho-target"),
 ])

@@ -95,7 +95,7 @@ def test_unstable_is_one_line_exit_2(capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("llmqueue: error:")
-    assert "unstable" in lines[0] and "--lam" in lines[0]
+    assert "unstable" in lines[0] and "--rate" in lines[0]
 
 
 @pytest.mark.parametrize("args", [
@@ -112,9 +112,9 @@ def test_unstable_other_models(capsys, args):
 
 
 @pytest.mark.parametrize("args,flag", [
-    (["mm1", "--lam", "-1", "--mu", "10"], "--lam"),
-    (["mm1", "--lam", "0", "--mu", "10"], "--lam"),
-    (["mm1", "--lam", "nan", "--mu", "10"], "--lam"),
+    (["mm1", "--lam", "-1", "--mu", "10"], "--rate"),
+    (["mm1", "--lam", "0", "--mu", "10"], "--rate"),
+    (["mm1", "--lam", "nan", "--mu", "10"], "--rate"),
     (["md1", "--lam", "1", "--mu", "0"], "--mu"),
     (["mg1", "--lam", "1", "--mu", "2", "--scv-s", "-1"], "--scv-s"),
     (["mg1", "--lam", "1", "--mu", "2", "--scv-s", "nan"], "--scv-s"),

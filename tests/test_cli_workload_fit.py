@@ -81,7 +81,7 @@ def test_without_output_writes_nothing(capsys, trace_file, tmp_path):
     (["--alpha", "1"], "llmqueue: error: --alpha: must be in (0, 1)"),
     (["--lengths", "pareto"], "llmqueue: error: Invalid value for '--lengths'"),
     (["--counts", "some"], "llmqueue: error: Invalid value for '--counts'"),
-    (["-o", "/proc/no-such/x.yaml"], "llmqueue: error: --output: cannot write"),
+    (["-o", "/proc/no-such/x.yaml"], "llmqueue: error: --out: cannot write"),
 ])
 def test_bad_flags(capsys, trace_file, args, fragment):
     code, out, err = run(capsys, trace_file, *args)
@@ -99,7 +99,7 @@ def test_listed_in_the_workload_group(capsys):
     assert "fit" in capsys.readouterr().out
     assert main(["workload", "fit", "--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--window-s", "--lengths", "--counts", "-o, --output", "--json"):
+    for flag in ("--window-s", "--lengths", "--counts", "-o, --out", "--json"):
         assert flag in out
 
 

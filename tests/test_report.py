@@ -386,7 +386,7 @@ def test_seed004_figure2_full(tmp_path, capsys):
     ("empty", ["{tmp}/d"], "is empty"),
     ("other", ["{tmp}/d"], "neither a run directory"),
     (None, [], "missing directory"),
-    ("run", ["{tmp}/d", "-o", "{tmp}/r.txt"], "--output"),
+    ("run", ["{tmp}/d", "-o", "{tmp}/r.txt"], "--out"),
     ("sweep", ["{tmp}/d", "--compare", "{tmp}/d"], "--compare"),
     ("run", ["{tmp}/d", "--compare", "{tmp}/nope"], "--compare"),
     (None, ["--kv-stability-figure", "--batch-figure"], "give one of"),

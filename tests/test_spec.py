@@ -67,8 +67,11 @@ OVERRIDES = [
     ("prefix_block_tokens", ["--prefix-block-tokens", "256"], lambda s: s.options.hash_block_tokens == 256),
     ("arrival", ["--arrival", "poisson:20"],
      lambda s: s.workload.arrival.spec == "poisson:20" and abs(len(s.requests) / 1800 - 20) < 0.5),
-    ("prompt", ["--prompt", "fixed:100"], lambda s: (s.requests.prompt_tokens == 100).all()),
-    ("output", ["--output", "fixed:7"], lambda s: (s.requests.output_tokens == 7).all()),
+    ("rate", ["--rate", "20"], lambda s: s.workload.arrival.rate == pytest.approx(20.0)
+     and type(s.workload.arrival).__name__ == "OnOff"),  # the scenario's on-off process, rescaled
+    ("prompt", ["--prompt-len", "fixed:100"], lambda s: (s.requests.prompt_tokens == 100).all()),
+    ("output", ["--output-len", "fixed:7"], lambda s: (s.requests.output_tokens == 7).all()),
+    ("prompt_old_flag", ["--prompt", "fixed:100"], lambda s: (s.requests.prompt_tokens == 100).all()),
     ("duration", ["--duration", "120"], lambda s: s.duration_s == 120 and s.num_requests is None),
     ("num_requests", ["--num-requests", "300"],
      lambda s: s.num_requests == 300 and s.duration_s is None and len(s.requests) == 300),

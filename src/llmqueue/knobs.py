@@ -55,10 +55,12 @@ class Knob:
     flag: bool = True
     alias_of: str | None = None
     metavar: str | None = None
+    flag_as: str | None = None   # the flag's name when it is not the knob's (``--prompt-len`` for ``prompt``)
+    old_flags: tuple = ()        # earlier names of the flag: still accepted, not shown in --help
 
     @property
     def flag_name(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.flag_as or "--" + self.name.replace("_", "-")
 
     @property
     def scenario_field(self) -> tuple[str, str] | None:
@@ -139,13 +141,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("workload", str, None, "A workload fitted to a trace (the spec file of `llmqueue workload fit -o FILE`): "
          "its arrival process and lengths; --arrival replaces its arrival process; its span is the default "
          "--duration.", group="workload", metavar="FILE"),
+    Knob("rate", float, None, "Arrival rate (req/s): rescales the arrival process (--arrival, the scenario's, "
+         "the fitted --workload's) to this long-run rate, keeping its shape; Poisson when there is none.",
+         unit="req/s", group="workload", scenario="workload", gt=0, metavar="REQ/S"),
     Knob("arrival", str, None, "Arrival process: poisson:RATE | gamma:RATE:cv=CV | deterministic:RATE | onoff:... "
          "With --scenario it replaces the scenario's arrival process (a mix of classes with their own "
          "processes, or a trace, is rescaled to its rate).", group="workload", scenario="workload", metavar="SPEC"),
-    Knob("prompt", str, None, "Prompt length spec, e.g. uniform:10:1600.", group="workload", scenario="workload",
-         metavar="SPEC"),
-    Knob("output", str, None, "Output length spec, e.g. uniform:10:1600.", group="workload", scenario="workload",
-         metavar="SPEC"),
+    Knob("prompt", str, None, "Prompt length spec (tokens), e.g. uniform:10:1600.", group="workload",
+         scenario="workload", metavar="SPEC", flag_as="--prompt-len", old_flags=("--prompt",)),
+    Knob("output", str, None, "Output length spec (tokens), e.g. uniform:10:1600.", group="workload",
+         scenario="workload", metavar="SPEC", flag_as="--output-len", old_flags=("--output",)),
     Knob("lengths", str, None, "Joint (prompt, output) pairs: joint:FILE[:prompt=COL:output=COL].",
          group="workload", scenario="workload", metavar="SPEC"),
     # --- the run (the flag names are vLLM bench's; a scenario file's keys carry the unit) ---------

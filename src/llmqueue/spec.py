@@ -108,6 +108,8 @@ def build_spec(**flags):
         eng["max_model_len"] = model.max_model_len
     engine = engine_config(M, **eng)
     st = _step_time(f, model)
+    if f["rate"] is not None:
+        f["arrival"] = rate_arrival(f["rate"], f["arrival"], f["workload"], f["trace"])
     if f["workload"] is not None and f["duration"] is None and f["num_requests"] is None:
         from llmqueue.workload import load_fitted
 
@@ -123,6 +125,22 @@ def build_spec(**flags):
                    duration_s=f["duration"], seed=f["seed"], warmup_s=f["warmup"], slos=slos, options=opts,
                    kv_unlimited=unlimited, predictor_cv=f["srpt_predictor_cv"], replicas=f["replicas"],
                    router=f["router"])
+
+
+def rate_arrival(rate: float, arrival=None, workload=None, trace=None) -> str:
+    """The arrival spec for ``--rate``: ``arrival`` (or the fitted ``workload``'s process) rescaled
+    to ``rate`` req/s with its shape kept, or Poisson at ``rate`` when there is none."""
+    from llmqueue.scenario.override import scale_arrival
+
+    if trace is not None:
+        raise InputError("rate", "a replayed trace keeps its own times here",
+                         "rescale it with `llmqueue workload convert TRACE --rate R -o FILE`, or drop --rate")
+    base = arrival
+    if base is None and workload is not None:
+        from llmqueue.workload import load_fitted
+
+        base = load_fitted(workload).arrival.spec
+    return scale_arrival(base or "poisson:1", rate).spec
 
 
 def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, lengths=None, num_requests=None,
@@ -143,7 +161,7 @@ def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, l
     if trace is not None:
         if arrival is not None or prompt is not None or output is not None or lengths is not None:
             raise InputError("trace", "a trace brings its own arrivals and lengths",
-                             "drop --arrival/--prompt/--output/--lengths, or drop --trace")
+                             "drop --arrival/--prompt-len/--output-len/--lengths, or drop --trace")
         from llmqueue._files import input_file
         from llmqueue.workload.traces import load_trace, trace_to_requests, window
 
@@ -156,7 +174,7 @@ def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, l
     if workload is not None:
         if trace is not None or prompt is not None or output is not None or lengths is not None:
             raise InputError("workload", "a fitted workload brings its own lengths",
-                             "drop --trace/--prompt/--output/--lengths, or drop --workload")
+                             "drop --trace/--prompt-len/--output-len/--lengths, or drop --workload")
         from llmqueue.workload import load_fitted
 
         fw = load_fitted(workload)
@@ -172,12 +190,12 @@ def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, l
                          "or --scenario NAME")
     if lengths is not None:
         if prompt is not None or output is not None:
-            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+            raise InputError("lengths", "give either --lengths or --prompt-len/--output-len, not both")
         wl = Workload(arrival, joint=lengths)
     else:
         if prompt is None or output is None:
             raise InputError("prompt" if prompt is None else "output", "missing length distribution",
-                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
+                             "give --prompt-len SPEC and --output-len SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
         wl = Workload(arrival, prompt=prompt, output=output)
     if num_requests is None and duration is None:
         raise InputError("num_requests", "the run has no end", "give --num-requests N or --duration SECONDS")

@@ -6,7 +6,7 @@ import math
 
 import click
 
-from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table, renamed_option
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -61,7 +61,8 @@ def _f1(x: float) -> str:
 
 
 @command("batch")
-@click.option("--lam", type=float, required=True, help="Arrival rate lam (req/s, Poisson).")
+@renamed_option("--rate", "lam", old=("--lam",), type=float, required=True, metavar="REQ/S",
+                help="Arrival rate lam (req/s, Poisson).")
 @click.option("--t-fixed-ms", "t_fixed_ms", type=float, required=True,
               help="Fixed time per batch T_fixed (ms): kernel launches, weight loading.")
 @click.option("--t-req-ms", "t_req_ms", type=float, required=True, help="Marginal time per request t_req (ms).")
@@ -104,7 +105,7 @@ def batch(lam, t_fixed_ms, t_req_ms, sizes, rho_target, slo_ms, b_max, t_max_ms,
     lowest_mean_response_batch_size, lowest_refined_mean_response_batch_size,
     action_batch_size, action.
 
-    Inference Foundations, Table 1: llmqueue batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5 --sizes 1,4,8,16,32
+    Inference Foundations, Table 1: llmqueue batch --rate 100 --t-fixed-ms 50 --t-req-ms 0.5 --sizes 1,4,8,16,32
     """
     from llmqueue._validate import nonnegative, positive, positive_int, probability
     from llmqueue.errors import InputError

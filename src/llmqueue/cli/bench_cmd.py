@@ -169,8 +169,8 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, timeout, ttft_timeou
 
     Examples:
 
-      llmqueue bench --url http://127.0.0.1:8000 --arrival poisson:5 --prompt uniform:100:1000
-      --output fixed:128 --duration 120 --out runs/p5
+      llmqueue bench --url http://127.0.0.1:8000 --arrival poisson:5 --prompt-len uniform:100:1000
+      --output-len fixed:128 --duration 120 --out runs/p5
 
       llmqueue bench --url http://127.0.0.1:8000 --scenario chat --duration 300 --json
 

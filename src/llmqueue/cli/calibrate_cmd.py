@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmqueue.bench.validate import VALIDATE_KNOBS
-from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, print_table, renamed_option
 from llmqueue.cli.flags import given_flags, knob_options
 
 
@@ -27,7 +27,7 @@ def _run_second(run, value, option: str):
 
 @command("calibrate")
 @click.argument("run", type=InputPath("dir"))
-@click.option("-o", "--output", "out", default="calibration.yaml", show_default=True, type=OutputPath("file"),
+@renamed_option("-o", "--out", "out", old=("--output",), default="calibration.yaml", show_default=True, type=OutputPath("file"),
               help="Calibration file to write (missing parent directories are created).")
 @click.option("--capacity-tokens", type=float, help="KV capacity M, when the run did not record the server's.")
 @click.option("--estimator", default="auto", show_default=True,

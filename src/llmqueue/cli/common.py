@@ -14,7 +14,7 @@ from llmqueue.errors import LlmqueueError
 
 class FieldError(Exception):
     """An :class:`LlmqueueError` raised inside a subcommand, with that command's context
-    so the error line can name the flag (``--lam``) rather than the library field (``lam``)."""
+    so the error line can name the flag (``--rate``) rather than the library field (``lam``)."""
 
     def __init__(self, err: LlmqueueError, ctx: click.Context):
         super().__init__(str(err))
@@ -118,6 +118,27 @@ class Command(click.Command):
             from llmqueue.cli.interrupt import Interrupted, kept
 
             raise Interrupted(kept(ctx.params, started)) from None
+
+
+class Renamed(click.Option):
+    """An option whose ``old`` names still work but are left out of ``--help`` (renamed flags)."""
+
+    def __init__(self, *args, old=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.old = tuple(old)
+
+    def get_help_record(self, ctx):
+        opts = self.opts
+        self.opts = [o for o in opts if o not in self.old]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+
+def renamed_option(*decls, old=(), **kwargs):
+    """``click.option`` with earlier flag names ``old`` accepted but hidden (:class:`Renamed`)."""
+    return click.option(*decls, *old, cls=Renamed, old=old, **kwargs)
 
 
 def command(name: str | None = None, **kwargs):

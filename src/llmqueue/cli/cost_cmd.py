@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import command, json_option, print_json, print_kv, renamed_option
 
 
 @click.group("cost", invoke_without_command=True,
@@ -95,7 +95,8 @@ def error_budget_cmd(slo_target, N, lam, window, bad, as_json):
 
 
 @command("replicas")
-@click.option("--lam", type=float, required=True, help="Arrival rate lam (req/s) across all replicas.")
+@renamed_option("--rate", "lam", old=("--lam",), type=float, required=True, metavar="REQ/S",
+                help="Arrival rate lam (req/s) across all replicas.")
 @click.option("--mu", type=float, required=True, help="Service rate mu of one replica (req/s).")
 @click.option("--rho-target", "rho_target", type=float, default=0.75, show_default=True,
               help="Target per-replica utilization, in (0, 1).")
@@ -105,7 +106,7 @@ def replicas_cmd(lam, mu, rho_target, as_json):
 
     JSON keys: lam, mu, rho_target, a (offered load lam/mu), c, rho, c_stable (fewest replicas with rho < 1).
 
-    Example: llmqueue cost replicas --lam 300 --mu 100 --rho-target 0.7
+    Example: llmqueue cost replicas --rate 300 --mu 100 --rho-target 0.7
     """
     from llmqueue.theory.cost import replicas_for_utilization
 

@@ -34,6 +34,10 @@ def knob_option(k: Knob, default_from: str | None = None):
         kw["show_default"] = True
     elif k.default is not None and default_from is None:  # held at None to tell an alias apart
         kw["help"] += f"  [default: {k.default}]"
+    if k.old_flags:
+        from llmqueue.cli.common import renamed_option
+
+        return renamed_option(k.flag_name, k.name, old=k.old_flags, default=default, **kw)
     return click.option(k.flag_name, k.name, default=default, **kw)
 
 

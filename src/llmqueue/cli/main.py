@@ -70,18 +70,25 @@ def cli():
 
 
 def _flag_for(ctx: click.Context | None, field: str | None) -> str | None:
-    """Map a library field name (``lam``) to the flag of the running command (``--lam``)."""
+    """Map a library field name (``lam``) to the flag of the running command (``--rate``)."""
     if ctx is None or field is None:
         return None
     cmd = ctx.command
     for p in getattr(cmd, "params", []):
         if p.name == field.replace("-", "_") and getattr(p, "opts", None):
-            return max(p.opts, key=len)
+            return _shown_flag(p)
     flag = "--" + field.replace("_", "-")  # a field named as its flag, the parameter named otherwise
     for p in getattr(cmd, "params", []):
         if flag in getattr(p, "opts", ()):
-            return flag
+            return _shown_flag(p)
     return None
+
+
+def _shown_flag(p) -> str:
+    """The name ``--help`` shows for option ``p``: its first long name that is not an old one."""
+    names = [o for o in p.opts if o not in getattr(p, "old", ())]
+    longs = [o for o in names if o.startswith("--")]
+    return longs[0] if longs else max(names, key=len)
 
 
 COMPLETE_VAR = "_LLMQUEUE_COMPLETE"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import command, json_option, print_json, print_kv, renamed_option
 
 
 @click.group("queue", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -18,11 +18,11 @@ def queue():
 
 @command("little")
 @click.option("--L", "L", type=float, help="Mean number in system.")
-@click.option("--lam", type=float, help="Arrival rate = throughput (req/s).")
+@renamed_option("--rate", "lam", old=("--lam",), type=float, metavar="REQ/S", help="Arrival rate lam = throughput (req/s).")
 @click.option("--W", "W", type=float, help="Mean time in system (s).")
 @json_option
 def little_cmd(L, lam, W, as_json):
-    """Little's law L = lam * W: give two, get the third (the Queueing System essay: --lam 900 --W 0.12 gives L = 108)."""
+    """Little's law L = lam * W: give two, get the third (the Queueing System essay: --rate 900 --W 0.12 gives L = 108)."""
     from llmqueue.theory.littles_law import little
 
     r = little(L=L, lam=lam, W=W)
@@ -37,7 +37,8 @@ queue.add_command(little_cmd)
 
 # --- shared options and printing ------------------------------------------------------------------
 
-lam_option = click.option("--lam", type=float, required=True, help="Arrival rate (req/s).")
+lam_option = renamed_option("--rate", "lam", old=("--lam",), type=float, required=True, metavar="REQ/S",
+                            help="Arrival rate lam (req/s).")
 mu_option = click.option("--mu", type=float, required=True, help="Service rate of one server (req/s); mean service time 1/mu.")
 c_option = click.option("--c", "c", type=int, required=True, help="Number of servers.")
 K_option = click.option("--K", "K", type=int, required=True, help="System capacity K >= c (in service plus waiting).")

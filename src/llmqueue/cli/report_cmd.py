@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, renamed_option
 
 
 @command("report")
 @click.argument("run_or_sweep_dir", required=False, type=InputPath("any"))
-@click.option("-o", "--output", default="report.html", show_default=True, type=OutputPath("file"),
+@renamed_option("-o", "--out", "output", old=("--output",), default="report.html", show_default=True, type=OutputPath("file"),
               help="The HTML file to write (missing parent directories are created).")
 @click.option("--png-dir", type=OutputPath("dir"),
               help="Where each figure is also written as PNG, created if missing [default: <report>_png/].")

@@ -28,9 +28,9 @@ def simulate(ctx, scenario, out_dir, progress, as_json, **flags):
     Examples:
 
       llmqueue simulate --capacity-tokens 131000 --step-time 0.0372 --chunk 512
-      --prompt uniform:10:1600 --output uniform:10:1600 --arrival poisson:50 --duration 3600 --seed 1
+      --prompt-len uniform:10:1600 --output-len uniform:10:1600 --arrival poisson:50 --duration 3600 --seed 1
 
-      llmqueue simulate --max-num-seqs 1 --prompt fixed:1 --output fixed:1 --step-time exp:0.1
+      llmqueue simulate --max-num-seqs 1 --prompt-len fixed:1 --output-len fixed:1 --step-time exp:0.1
       --arrival poisson:8 --num-requests 200000 --seed 1
 
       llmqueue simulate --scenario chat --arrival poisson:20 --max-num-seqs 64 --duration 600

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import command, json_option, print_json, print_kv
+from llmqueue.cli.common import command, json_option, print_json, print_kv, renamed_option
 
 
 def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_utilization, block_size):
@@ -36,9 +36,10 @@ def capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_m
 @click.option("--block-size", type=int, default=16, show_default=True,
               help="KV block size in tokens (with --model, and with --paged).")
 @click.option("--step-time", "b", type=float, required=True, help="Representative step (batch) time b in seconds.")
-@click.option("--chunk", type=int, default=512, show_default=True, help="Prefill chunk size s_hat in tokens.")
-@click.option("--prompt", help="Prompt length spec, e.g. uniform:10:1600.")
-@click.option("--output", help="Output length spec, e.g. uniform:10:1600.")
+@click.option("--chunk", type=int, default=8192, show_default=True,
+              help="Prefill chunk size s_hat in tokens (vLLM's default token budget, as simulate's).")
+@renamed_option("--prompt-len", "prompt", old=("--prompt",), metavar="SPEC", help="Prompt length spec (tokens), e.g. uniform:10:1600.")
+@renamed_option("--output-len", "output", old=("--output",), metavar="SPEC", help="Output length spec (tokens), e.g. uniform:10:1600.")
 @click.option("--lengths", help="Joint (prompt, output) pairs instead: joint:FILE[:prompt=COL:output=COL].")
 @click.option("--rate", "lam", type=float, help="Arrival rate lam (req/s): print the verdict.")
 @click.option("--utilization", "rho_target", type=float, help="Target utilization: replicas G >= lam/(mu rho).")
@@ -57,7 +58,7 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
     Example (Nie et al. 2026, P/D 1:1; the paper's theory gives 3.263 req/s):
 
       llmqueue stability --capacity-tokens 131000 --step-time 0.0372 --chunk 512
-      --prompt uniform:10:1600 --output uniform:10:1600 --rate 3
+      --prompt-len uniform:10:1600 --output-len uniform:10:1600 --rate 3
     """
     from llmqueue.errors import InputError
     from llmqueue.theory.kv import kv_stability
@@ -65,14 +66,14 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
     M, kv = capacity_from_flags(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_utilization, block_size)
     if lengths is not None:
         if prompt is not None or output is not None:
-            raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+            raise InputError("lengths", "give either --lengths or --prompt-len/--output-len, not both")
         from llmqueue.workload import parse_joint
 
         dists = dict(pairs=parse_joint(lengths, field="lengths"))
     else:
         if prompt is None or output is None:
             raise InputError("prompt" if prompt is None else "output", "missing length distribution",
-                             "give --prompt SPEC and --output SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
+                             "give --prompt-len SPEC and --output-len SPEC (e.g. uniform:10:1600), or --lengths joint:FILE")
         from llmqueue.workload import parse_length
 
         dists = dict(prompt=parse_length(prompt, field="prompt"), output=parse_length(output, field="output"))
@@ -84,7 +85,7 @@ def stability(capacity_tokens, model, gpu, tensor_parallel_size, gpu_memory_util
         raise InputError("capacity_tokens", f"the largest request ({r.max_request_tokens:,.0f} prompt + output "
                          f"tokens) exceeds the KV capacity M = {r.M:,.0f} tokens: no replica can ever hold it, so "
                          "mu and the verdict do not apply", "raise --capacity-tokens (or --model/--gpu/"
-                         "--tensor-parallel-size), or shorten --prompt/--output")
+                         "--tensor-parallel-size), or shorten --prompt-len/--output-len")
     out = r.to_dict()
     if kv is not None:
         out["capacity_from"] = {"model": kv.model, "gpu": kv.gpu, "tensor_parallel_size": tensor_parallel_size,

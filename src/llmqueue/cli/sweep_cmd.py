@@ -154,7 +154,7 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     Examples:
 
       llmqueue sweep --rates 1,3,5,20,50 --capacity-tokens 131000 --step-time 0.0372 --chunk 512
-      --prompt uniform:10:1600 --output uniform:10:1600 --duration 1800 --out runs/kv-sweep
+      --prompt-len uniform:10:1600 --output-len uniform:10:1600 --duration 1800 --out runs/kv-sweep
 
       llmqueue sweep --scenario chat --rates 5,10,15,20 --param max_num_seqs=64,256 --duration 900
     """
@@ -273,7 +273,7 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
       llmqueue capacity --scenario chat --duration 900
 
       llmqueue capacity --slo-ttft-ms 2000 --slo-tpot-ms 100 --capacity-tokens 131000 --step-time 0.0372
-      --chunk 512 --prompt uniform:10:1600 --output uniform:10:1600 --arrival poisson:1 --duration 1800
+      --chunk 512 --prompt-len uniform:10:1600 --output-len uniform:10:1600 --arrival poisson:1 --duration 1800
     """
     import json
     from pathlib import Path

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv
+from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, renamed_option
 
 FORMAT_CHOICES = ("azure", "mooncake", "burstgpt", "vllm", "csv", "jsonl", "json", "parquet", "canonical")
 
@@ -58,7 +58,7 @@ def _window(text: str):
 
 @command("convert")
 @click.argument("input_path", metavar="INPUT", type=InputPath("file"))
-@click.option("-o", "--output", "output_path", required=True, type=OutputPath("file"),
+@renamed_option("-o", "--out", "output_path", old=("--output",), required=True, type=OutputPath("file"),
               help="Canonical Parquet file to write (never the input; missing parent directories are created).")
 @load_options
 @click.option("--scale", type=float, help="Multiply arrival times by K (K < 1 compresses: rate x 1/K).")

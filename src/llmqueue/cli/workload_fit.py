@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmqueue.cli.common import InputPath, OutputPath, command, echo_err, fmt, json_option, print_json, print_kv, \
-    print_table
+    print_table, renamed_option
 from llmqueue.cli.workload_convert import load, load_options
 
 
@@ -20,7 +20,7 @@ def _pair(d: dict, key: str, sub: str):
 
 @command("fit")
 @click.argument("trace", metavar="TRACE", type=InputPath("file"))
-@click.option("-o", "--output", "output", type=OutputPath("file", also=_pairs_beside),
+@renamed_option("-o", "--out", "output", old=("--output",), type=OutputPath("file", also=_pairs_beside),
               help="Spec file (YAML) to write; empirical pairs go to <stem>.pairs.csv beside it (missing "
                    "parent directories are created). Without it the fit is only printed.")
 @click.option("--window-s", type=float, default=60.0, show_default=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import InputPath, command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, command, fmt, json_option, print_json, print_kv, print_table, renamed_option
 from llmqueue.cli.workload_convert import load, load_options
 
 
@@ -24,13 +24,15 @@ def _bins(text: str) -> tuple[float, ...]:
 @click.argument("trace", metavar="[TRACE]", required=False, type=InputPath("file"))
 @load_options
 @click.option("--arrival", help="Instead of a trace: an arrival spec, e.g. poisson:5 or gamma:5:cv=2.")
-@click.option("--prompt", help="With --arrival: prompt length spec, e.g. uniform:10:1600.")
-@click.option("--output", help="With --arrival: output length spec.")
+@renamed_option("--prompt-len", "prompt", old=("--prompt",), metavar="SPEC",
+                help="With --arrival: prompt length spec (tokens), e.g. uniform:10:1600.")
+@renamed_option("--output-len", "output", old=("--output",), metavar="SPEC", help="With --arrival: output length spec (tokens).")
 @click.option("--lengths", help="With --arrival: joint (prompt, output) pairs, joint:FILE[:prompt=COL:output=COL].")
 @click.option("--num-requests", type=int, default=10_000, show_default=True,
               help="Requests to generate from a spec.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for a spec.")
-@click.option("--chunk", type=int, default=512, show_default=True, help="Prefill chunk size for E[g] (tokens).")
+@click.option("--chunk", type=int, default=8192, show_default=True,
+              help="Prefill chunk size for E[g] (tokens; vLLM's default token budget, as simulate's).")
 @click.option("--bins", "bins", default="1,60", show_default=True,
               help="Bin widths (s) for the index of dispersion and peak/mean of counts.")
 @json_option
@@ -46,7 +48,7 @@ def stats(trace, format, map, time_unit, spread_ties, drop_bad, request_rate, ar
 
       llmqueue workload stats AzureLLMInferenceTrace_conv.csv --bins 1,3,60
 
-      llmqueue workload stats --arrival gamma:5:cv=2 --prompt uniform:10:1600 --output fixed:128
+      llmqueue workload stats --arrival gamma:5:cv=2 --prompt-len uniform:10:1600 --output-len fixed:128
     """
     from llmqueue.errors import InputError
     from llmqueue.workload.stats import spec_stats, trace_stats
@@ -54,7 +56,7 @@ def stats(trace, format, map, time_unit, spread_ties, drop_bad, request_rate, ar
     bins = _bins(bins)
     spec_given = any(x is not None for x in (arrival, prompt, output, lengths))
     if trace is not None and spec_given:
-        raise InputError("arrival", "give a trace file or a spec (--arrival with --prompt/--output or "
+        raise InputError("arrival", "give a trace file or a spec (--arrival with --prompt-len/--output-len or "
                          "--lengths), not both")
     if trace is not None:
         st = trace_stats(load(trace, format, map, time_unit, spread_ties, drop_bad, request_rate),
@@ -64,18 +66,18 @@ def stats(trace, format, map, time_unit, spread_ties, drop_bad, request_rate, ar
             raise InputError("arrival", "a spec needs an arrival process", "e.g. --arrival poisson:5")
         if lengths is not None:
             if prompt is not None or output is not None:
-                raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+                raise InputError("lengths", "give either --lengths or --prompt-len/--output-len, not both")
             dists = dict(joint=lengths)
         else:
             if prompt is None or output is None:
                 raise InputError("prompt" if prompt is None else "output", "missing length distribution",
-                                 "give --prompt SPEC and --output SPEC, or --lengths joint:FILE")
+                                 "give --prompt-len SPEC and --output-len SPEC, or --lengths joint:FILE")
             dists = dict(prompt=prompt, output=output)
         st = spec_stats(arrival, n=num_requests, seed=seed, chunk=chunk, bins=bins, **dists)
     else:
         raise InputError("trace", "give a trace file, or a workload spec with --arrival",
                          "e.g. llmqueue workload stats trace.csv, or --arrival poisson:5 "
-                         "--prompt uniform:10:1600 --output fixed:128")
+                         "--prompt-len uniform:10:1600 --output-len fixed:128")
     if as_json:
         print_json(st)
         return

@@ -17,10 +17,10 @@ required, ``slos`` optional; ``name`` and ``description`` are free text)::
       max_num_seqs: 256   max_num_batched_tokens: 8192   block_size: 16
       gpu_memory_utilization: 0.9   enable_chunked_prefill: true   ...
       step_time: roofline   capacity_tokens: 131000   # simulator knobs
-    slos:                # latency targets (seconds), for every class or per class
-      ttft: {p99: 2.0}
-      tpot: {p99: 0.05}
-      per_class: {batch: {e2el: {p99: 600}}}
+    slos:                # latency targets (milliseconds), for every class or per class
+      ttft_ms: {p99: 2000}
+      tpot_ms: {p99: 50}
+      per_class: {batch: {e2el_ms: {p99: 600000}}}
     run:
       duration_s: 600     # or num_requests: 10000
       seed: 0
@@ -592,8 +592,14 @@ _PCT = re.compile(r"p(\d+(?:\.\d+)?)\Z")
 
 
 class SloTargets(_Section):
-    """Targets per metric as ``{pNN: seconds}``, e.g. ``ttft: {p99: 2.0}`` (p99 TTFT <= 2 s)."""
+    """Targets per metric as ``{pNN: milliseconds}`` under the metric's name with its unit, e.g.
+    ``ttft_ms: {p99: 2000}`` (p99 TTFT <= 2 s), as the command line's ``--slo-ttft-ms``. The bare
+    metric name (``ttft: {p99: 2.0}``) takes seconds: the older spelling, still read."""
 
+    ttft_ms: dict[str, Float] | None = None
+    tpot_ms: dict[str, Float] | None = None
+    itl_ms: dict[str, Float] | None = None
+    e2el_ms: dict[str, Float] | None = None
     ttft: dict[str, Float] | None = None
     tpot: dict[str, Float] | None = None
     itl: dict[str, Float] | None = None
@@ -605,18 +611,22 @@ class SloTargets(_Section):
 
         out = {}
         for metric in ("ttft", "tpot", "itl", "e2el"):
-            targets = getattr(self, metric)
+            ms, sec = getattr(self, f"{metric}_ms"), getattr(self, metric)
+            if ms is not None and sec is not None:
+                raise _Problem((metric,), f"is given twice ({metric}_ms in milliseconds and {metric} in seconds)",
+                               f"keep {metric}_ms")
+            targets, field, scale = (ms, f"{metric}_ms", 1e-3) if ms is not None else (sec, metric, 1.0)
             if targets is None:
                 continue
             items = []
             for key, v in targets.items():
                 m = _PCT.match(str(key))
                 if not m:
-                    raise _Problem((metric, key), "is not a percentile key", "write p50, p90, p99 or p99.9")
+                    raise _Problem((field, key), "is not a percentile key", "write p50, p90, p99 or p99.9")
                 try:
-                    items.append(SLO(metric, float(m.group(1)), v))
+                    items.append(SLO(metric, float(m.group(1)), v * scale))
                 except InputError as e:
-                    raise _Problem.of(e, (metric, key)) from None
+                    raise _Problem.of(e, (field, key)) from None
             out[metric] = tuple(items)
         return out
 

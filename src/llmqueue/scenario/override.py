@@ -213,7 +213,7 @@ def _apply_lengths(data: dict, given: dict) -> None:
 
     names = [n for n in LENGTH_KNOBS if n in given]
     if "lengths" in given and len(names) > 1:
-        raise InputError("lengths", "give either --lengths or --prompt/--output, not both")
+        raise InputError("lengths", "give either --lengths or --prompt-len/--output-len, not both")
     for n in names:
         (parse_joint if n == "lengths" else parse_length)(given[n], n)
     w = _section(data, "workload")
@@ -232,7 +232,7 @@ def _apply_lengths(data: dict, given: dict) -> None:
     if not pair and len(names) == 1:
         other = "output" if names[0] == "prompt" else "prompt"
         where = "are joint pairs" if tgt.get("lengths") is not None else "come from its trace"
-        raise InputError(other, f"is needed too: the scenario's lengths {where}", f"give --{other} as well")
+        raise InputError(other, f"is needed too: the scenario's lengths {where}", f"give --{other}-len as well")
     tgt.pop("lengths", None)
     for n in names:
         tgt[n] = given[n]
@@ -263,6 +263,8 @@ def apply_overrides(data: dict, overrides: dict) -> tuple[dict, list]:
         _apply_run(data, given)
     if "arrival" in given:
         _apply_arrival(data, given["arrival"], notes)
+    if "rate" in given:  # every process rescaled by one factor, each keeping its shape
+        scale_rate(data, given["rate"])
     if set(LENGTH_KNOBS) & set(given):
         _apply_lengths(data, {n: _from_cwd(n, v) for n, v in given.items() if n in LENGTH_KNOBS})
     return spec_knobs, notes
