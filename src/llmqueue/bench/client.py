@@ -8,11 +8,13 @@ Request ``i`` is sent at ``t0 + arrival_s[i]``: ``t0`` is the run start on one m
 until that instant and never waits for earlier responses, so a slow server cannot slow the
 arrivals (no coordinated omission) and sleeping errors do not accumulate (no drift: every send
 time is computed from ``t0``, never from the previous send). Each attempt's record keeps the
-intended ``arrival_s`` and the actual ``dispatched_s``; latencies in the records (and so in the
-summary) are measured from the intended time, which charges any client lateness to the latency
-rather than hiding it. With ``concurrency=N`` a semaphore caps the requests in flight: the run is
-then closed-loop (a request waits in the client for a free slot; its ``dispatched_s`` is when it
-got one), and the summary says so.
+intended ``arrival_s`` and the actual ``dispatched_s``. The summary's vLLM-named latencies
+(``mean_ttft_ms``, ``p99_e2el_ms``, ...) count from the actual send, as ``vllm bench serve``'s do;
+``summary["from_intended"]`` gives TTFT and E2EL from the intended time, which charges any client
+lateness (and any wait for a concurrency slot) to the latency rather than hiding it. With
+``concurrency=N`` a semaphore caps the requests in flight: the run is then closed-loop (a request
+waits in the client for a free slot; its ``dispatched_s`` is when it got one), and the summary
+says so.
 
 Exact lengths
 -------------
@@ -70,9 +72,9 @@ which only adds one ~0 ms gap per request to its ITL). Summary latencies follow
 ``vllm bench serve`` (``vllm/benchmarks/serve.py``, ``calculate_metrics``; the request functions in
 ``vllm/benchmarks/lib/endpoint_request_func.py``): TTFT = first chunk - send, E2EL (``latency``) =
 last chunk - send, TPOT = (E2EL - TTFT) / (output_tokens - 1) for more than one output token,
-ITL = gaps between consecutive chunks. The main keys measure from the intended send time (the
-records' convention); ``summary["from_send"]`` gives TTFT and E2EL from the actual send, exactly
-as vLLM measures them (TPOT and ITL are the same either way).
+ITL = gaps between consecutive chunks. The main keys measure from the actual send, exactly as
+vLLM does; ``summary["from_intended"]`` gives TTFT and E2EL from the intended send time (the
+records' ``arrival_s``; TPOT and ITL are the same either way).
 
 Failures of the run itself
 --------------------------
@@ -240,7 +242,7 @@ class BenchResult:
     """What :func:`run_bench` returns.
 
     ``records``: :class:`~llmqueue.records.RequestRecords` (one row per attempt); ``summary``:
-    :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_send`` and ``bench``;
+    :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_intended`` and ``bench``;
     ``tokens``: per-chunk arrival times (``request_id, attempt, index, t_s`` arrays);
     ``error``: why the run stopped early (None if it ran to the end); ``out_dir``: where the
     files are (None if not written); ``written``: the attempt records on disk (all of them,
@@ -944,7 +946,8 @@ class _Run:
     def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
                  flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, headers,
-                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None):
+                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None, percentiles=None,
+                 prompt_texts=None):
         self.url = url
         self.model = model
         self.requests = requests
@@ -962,6 +965,7 @@ class _Run:
         self.abort_grace_s = abort_grace_s
         self.spin_s = spin_s
         self.slos = slos
+        self.summary_options = {} if percentiles is None else {"percentiles": tuple(percentiles)}
         classes = tuple(requests.classes)
         self.classes = classes
         self.cls_idx = requests.class_index.tolist()
@@ -1722,14 +1726,15 @@ class _Run:
         else:
             itl = np.zeros(0)
         # kv_capacity: the server's cache_config_info M, for kv_utilization
+        # the vLLM-named latencies count from the actual send (dispatched_s), as vLLM's do; the
+        # same from the intended time go to s["from_intended"]
         s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=self.slos, itl_s=itl,
-                      kv_capacity=kv_capacity)
+                      kv_capacity=kv_capacity, send_s=recs["dispatched_s"], **self.summary_options)
         s["itl_source"] = "client: gaps between streamed chunks (vllm bench serve's ITL)"
-        s["from_send"] = _from_send(recs, warm, horizon, s.get("percentiles") or (50, 90, 95, 99, 99.9))
         s["client"] = self.client_checks(recs)
         load = ("open-loop" if not self.concurrency else
                 f"closed-loop: at most {self.concurrency} requests in flight (a request waits in the client "
-                "for a slot; latencies from the intended send time include that wait)")
+                "for a slot; latencies count from its actual send, as vLLM's do; from_intended includes that wait)")
         a1 = np.asarray(self.requests.arrival_s)
         s["max_concurrency"] = self.concurrency
         s["request_rate"] = (len(a1) / float(a1[-1]) if len(a1) > 1 and a1[-1] > 0 else None)
@@ -1855,29 +1860,6 @@ def ks_2samp(x, y) -> tuple[float, float]:
 
 def _pw(q) -> str:
     return str(int(q)) if int(q) == q else str(q)
-
-
-def _from_send(recs, t0: float, t1: float, percentiles) -> dict:
-    """TTFT and E2EL measured from the actual send time, as vLLM bench serve measures them."""
-    a = recs["arrival_s"]
-    ok = (recs["status"] == "ok") & (a >= t0) & (a < t1)
-    d = recs["dispatched_s"][ok]
-    out: dict = {"note": "vllm bench serve's definitions: from the actual send; the main keys measure from "
-                         "the intended send time (identical when the client is on time)"}
-    for name, x in (("ttft", recs["first_token_s"][ok] - d), ("e2el", recs["finish_s"][ok] - d)):
-        x = x[np.isfinite(x)]
-        if not len(x):
-            for k in ("mean", "median", "std"):
-                out[f"{k}_{name}_ms"] = None
-            for p in percentiles:
-                out[f"p{_pw(p)}_{name}_ms"] = None
-            continue
-        out[f"mean_{name}_ms"] = 1e3 * float(x.mean())
-        out[f"median_{name}_ms"] = 1e3 * float(np.median(x))
-        out[f"std_{name}_ms"] = 1e3 * float(x.std())
-        for p in percentiles:
-            out[f"p{_pw(p)}_{name}_ms"] = 1e3 * float(np.percentile(x, p))
-    return out
 
 
 def _role_only(choices) -> bool:
