@@ -64,7 +64,7 @@ def test_table_and_model_from_the_server(stub, capsys, tmp_path):
     code, out, err = run(capsys, "bench", "--url", stub.url, *WL, "--out", str(tmp_path / "t"), "--no-progress",
                          "--endpoint", "chat")
     assert code == 0, err
-    assert "Benchmark" in out and "client check" in out and "mean / p99 TTFT (ms)" in out
+    assert "Benchmark" in out and "client check" in out and "mean / p99 TTFT (ms), from the send (vLLM)" in out and "from the intended send time" in out
     assert f"model {stub.model}" in out  # asked /v1/models
 
 

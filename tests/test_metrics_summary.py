@@ -184,3 +184,38 @@ def test_default_window_ends_at_last_observed_event():
     assert out["verdict"] == "stable" and out["little_gap"] < 0.02
     explicit = summarize(recs, warmup_s=500.0, horizon_s=H)
     assert explicit["in_flight"] == int(np.sum(recs.in_flight() & (recs["arrival_s"] < H)))
+
+
+def test_send_time_gives_vllm_keys_their_meaning_by_hand():
+    """With send_s (a benchmark's dispatched_s) the vLLM-named latencies and goodput count from
+    the actual send; the intended-time figures move to from_intended; TPOT and the window's
+    selection (by intended arrival) do not change. Without send_s nothing changes."""
+    r = table([
+        {"arrival_s": 0.0, "dispatched_s": 0.0, "first_token_s": 0.1, "finish_s": 1.0, "output_tokens": 10},
+        {"arrival_s": 0.5, "dispatched_s": 2.0, "first_token_s": 2.5, "finish_s": 3.0, "output_tokens": 2},
+        {"arrival_s": 1.0, "dispatched_s": 1.0, "first_token_s": 1.2, "finish_s": 4.0, "output_tokens": 2},
+    ])
+    slos = {"ttft_ms": 600, "tpot_ms": 1000}
+    plain = summarize(r, slos=slos)
+    out = summarize(r, slos=slos, send_s=r["dispatched_s"])
+    # from the send: ttft 0.1, 0.5, 0.2; e2el 1.0, 1.0, 3.0
+    assert out["mean_ttft_ms"] == pytest.approx(1000 * 0.8 / 3)
+    assert out["p50_ttft_ms"] == pytest.approx(200.0) and out["median_ttft_ms"] == pytest.approx(200.0)
+    assert out["mean_e2el_ms"] == pytest.approx(1000 * 5.0 / 3)
+    assert out["std_ttft_ms"] == pytest.approx(1000 * np.std([0.1, 0.5, 0.2]))
+    # from the intended time: ttft 0.1, 2.0, 0.2; e2el 1.0, 2.5, 3.0 (what the keys meant before)
+    fi = out["from_intended"]
+    assert fi["mean_ttft_ms"] == pytest.approx(1000 * 2.3 / 3) == plain["mean_ttft_ms"]
+    assert fi["mean_e2el_ms"] == pytest.approx(1000 * 6.5 / 3) == plain["mean_e2el_ms"]
+    assert fi["p99_ttft_ms"] == pytest.approx(plain["p99_ttft_ms"])
+    assert "mean_tpot_ms" not in fi and out["mean_tpot_ms"] == pytest.approx(plain["mean_tpot_ms"])
+    # goodput: ttft <= 600 ms and tpot <= 1 s: from the send requests 0 and 1 (the second's ttft
+    # is 0.5 s from its send, 2 s from its schedule); request 2's tpot is 2.8 s
+    assert out["request_goodput"] == pytest.approx(2 / 4.0)
+    assert fi["request_goodput"] == pytest.approx(1 / 4.0) == plain["request_goodput"]
+    assert out["good_share"] == pytest.approx(2 / 3) and plain["good_share"] == pytest.approx(1 / 3)
+    assert out["ttft_samples"] == 3 and out["completed"] == 3 and out["arrivals"] == 3
+    # simulated records (no send_s): the keys keep their values, no from_intended
+    assert "from_intended" not in plain
+    with pytest.raises(InputError, match="send_s"):
+        summarize(r, send_s=[0.0])

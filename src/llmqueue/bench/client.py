@@ -8,11 +8,13 @@ Request ``i`` is sent at ``t0 + arrival_s[i]``: ``t0`` is the run start on one m
 until that instant and never waits for earlier responses, so a slow server cannot slow the
 arrivals (no coordinated omission) and sleeping errors do not accumulate (no drift: every send
 time is computed from ``t0``, never from the previous send). Each attempt's record keeps the
-intended ``arrival_s`` and the actual ``dispatched_s``; latencies in the records (and so in the
-summary) are measured from the intended time, which charges any client lateness to the latency
-rather than hiding it. With ``concurrency=N`` a semaphore caps the requests in flight: the run is
-then closed-loop (a request waits in the client for a free slot; its ``dispatched_s`` is when it
-got one), and the summary says so.
+intended ``arrival_s`` and the actual ``dispatched_s``. The summary's vLLM-named latencies
+(``mean_ttft_ms``, ``p99_e2el_ms``, ...) count from the actual send, as ``vllm bench serve``'s do;
+``summary["from_intended"]`` gives TTFT and E2EL from the intended time, which charges any client
+lateness (and any wait for a concurrency slot) to the latency rather than hiding it. With
+``concurrency=N`` a semaphore caps the requests in flight: the run is then closed-loop (a request
+waits in the client for a free slot; its ``dispatched_s`` is when it got one), and the summary
+says so.
 
 Exact lengths
 -------------
@@ -70,9 +72,9 @@ which only adds one ~0 ms gap per request to its ITL). Summary latencies follow
 ``vllm bench serve`` (``vllm/benchmarks/serve.py``, ``calculate_metrics``; the request functions in
 ``vllm/benchmarks/lib/endpoint_request_func.py``): TTFT = first chunk - send, E2EL (``latency``) =
 last chunk - send, TPOT = (E2EL - TTFT) / (output_tokens - 1) for more than one output token,
-ITL = gaps between consecutive chunks. The main keys measure from the intended send time (the
-records' convention); ``summary["from_send"]`` gives TTFT and E2EL from the actual send, exactly
-as vLLM measures them (TPOT and ITL are the same either way).
+ITL = gaps between consecutive chunks. The main keys measure from the actual send, exactly as
+vLLM does; ``summary["from_intended"]`` gives TTFT and E2EL from the intended send time (the
+records' ``arrival_s``; TPOT and ITL are the same either way).
 
 Failures of the run itself
 --------------------------
@@ -240,7 +242,7 @@ class BenchResult:
     """What :func:`run_bench` returns.
 
     ``records``: :class:`~llmqueue.records.RequestRecords` (one row per attempt); ``summary``:
-    :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_send`` and ``bench``;
+    :func:`llmqueue.metrics.summarize` plus ``client`` (self-checks), ``from_intended`` and ``bench``;
     ``tokens``: per-chunk arrival times (``request_id, attempt, index, t_s`` arrays);
     ``error``: why the run stopped early (None if it ran to the end); ``out_dir``: where the
     files are (None if not written); ``written``: the attempt records on disk (all of them,
@@ -281,7 +283,7 @@ class _Prompts:
     """
 
     def __init__(self, requests, *, model: str, endpoint: str, seed: int, token_range, exact_output: bool,
-                 extra_body: Mapping | None, hash_ids=None, hash_block_tokens: int = 512):
+                 extra_body: Mapping | None, hash_ids=None, hash_block_tokens: int = 512, texts=None):
         s = np.asarray(requests.prompt_tokens, dtype=np.int64)
         lo, hi = token_range
         if not (isinstance(lo, (int, np.integer)) and isinstance(hi, (int, np.integer)) and 0 <= lo < hi):
@@ -310,6 +312,13 @@ class _Prompts:
             self._lo, self._hi = int(lo), int(hi)
             self.block = functools.lru_cache(maxsize=4096)(self._block)  # a long trace has many hashes
         self.o = np.asarray(requests.output_tokens, dtype=np.int64).tolist()
+        self.texts = None
+        if texts is not None:  # a dataset's prompts, sent as text (the server counts their tokens)
+            if len(texts) != len(s):
+                raise InputError("prompt_texts", f"{len(texts)} prompts for {len(s)} requests")
+            if hash_ids is not None:
+                raise InputError("prompt_texts", "text prompts cannot also be built from prefix hashes")
+            self.texts = [json.dumps(str(t)) for t in texts]
         m = json.dumps(model).replace("%", "%%")  # the templates below are %-formatted
         tail = ',"stream":true,"stream_options":{"include_usage":true}'
         if extra_body:  # appended last: a key given here overrides ours
@@ -320,7 +329,8 @@ class _Prompts:
             self._fmt = head + '%s}],"max_completion_tokens":%d' + (
                 ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
         else:
-            self._fmt = '{"model":' + m + ',"prompt":[%s],"max_tokens":%d' + (
+            self._fmt = '{"model":' + m + (',"prompt":%s' if self.texts is not None else ',"prompt":[%s]') + \
+                ',"max_tokens":%d' + (
                 ',"min_tokens":%d,"ignore_eos":true' if exact_output else "") + tail
         self.exact = exact_output
 
@@ -346,7 +356,9 @@ class _Prompts:
 
     def body(self, i: int) -> bytes:
         o = self.o[i]
-        if self.chat:
+        if self.texts is not None:
+            prompt = self.texts[i]
+        elif self.chat:
             prompt = json.dumps(" ".join(self.tokens(i)))
         else:
             prompt = ",".join(self.tokens(i))
@@ -944,7 +956,8 @@ class _Run:
     def __init__(self, *, url, model, requests, endpoint, out_dir, concurrency, timeout_s, ttft_timeout_s,
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
                  flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, headers,
-                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None):
+                 slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None, percentiles=None,
+                 prompt_texts=None):
         self.url = url
         self.model = model
         self.requests = requests
@@ -962,6 +975,7 @@ class _Run:
         self.abort_grace_s = abort_grace_s
         self.spin_s = spin_s
         self.slos = slos
+        self.summary_options = {} if percentiles is None else {"percentiles": tuple(percentiles)}
         classes = tuple(requests.classes)
         self.classes = classes
         self.cls_idx = requests.class_index.tolist()
@@ -972,7 +986,7 @@ class _Run:
         self.retry = _retry_function(retry, seed, requests)
         self.prompts = _Prompts(requests, model=model, endpoint=endpoint, seed=seed, token_range=token_range,
                                 exact_output=exact_output, extra_body=extra_body, hash_ids=hash_ids,
-                                hash_block_tokens=hash_block_tokens)
+                                hash_block_tokens=hash_block_tokens, texts=prompt_texts)
         self.headers = dict(headers)  # checked by request_headers: the key and the custom headers
         self.proxy = proxy
         # columns of the records, one entry per finished attempt (arrays: 8 bytes a value)
@@ -1722,18 +1736,22 @@ class _Run:
         else:
             itl = np.zeros(0)
         # kv_capacity: the server's cache_config_info M, for kv_utilization
+        # the vLLM-named latencies count from the actual send (dispatched_s), as vLLM's do; the
+        # same from the intended time go to s["from_intended"]
         s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=self.slos, itl_s=itl,
-                      kv_capacity=kv_capacity)
+                      kv_capacity=kv_capacity, send_s=recs["dispatched_s"], **self.summary_options)
         s["itl_source"] = "client: gaps between streamed chunks (vllm bench serve's ITL)"
-        s["from_send"] = _from_send(recs, warm, horizon, s.get("percentiles") or (50, 90, 95, 99, 99.9))
         s["client"] = self.client_checks(recs)
         load = ("open-loop" if not self.concurrency else
                 f"closed-loop: at most {self.concurrency} requests in flight (a request waits in the client "
-                "for a slot; latencies from the intended send time include that wait)")
+                "for a slot; latencies count from its actual send, as vLLM's do; from_intended includes that wait)")
         a1 = np.asarray(self.requests.arrival_s)
         s["max_concurrency"] = self.concurrency
         s["request_rate"] = (len(a1) / float(a1[-1]) if len(a1) > 1 and a1[-1] > 0 else None)
-        s["max_concurrent_requests"] = self.max_inflight
+        # vLLM's: the peak number of successful requests between their send and their last token
+        s["max_concurrent_requests"] = peak_concurrency(recs["dispatched_s"][status == "ok"],
+                                                        recs["finish_s"][status == "ok"])
+        s["max_in_flight_client"] = self.max_inflight  # the client's own peak (waiting for a slot included)
         s["not_sent"] = len(self.arrivals) - self.sent_first
         s["retries_not_sent"] = self.retries_dropped
         s["attempts"] = n
@@ -1748,7 +1766,9 @@ class _Run:
         s["bench"] = {
             "url": self.post_url, "model": self.model, "endpoint": self.endpoint, "load": load,
             "closed_loop": bool(self.concurrency), "concurrency": self.concurrency, "requests": len(self.arrivals),
-            "seed": self.seed, "prompt": "token ids" if self.endpoint == "completions" else "text (usage counts)",
+            "seed": self.seed,
+            "prompt": ("dataset text (usage counts)" if self.prompts.texts is not None else
+                       "token ids" if self.endpoint == "completions" else "text (usage counts)"),
             "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
             "metrics_url": self.metrics_url, "t0_epoch_s": self.t0_epoch, "t_end_s": t_end,
             "prefix_hashes": (None if self.prompts.hash_ids is None else
@@ -1853,31 +1873,21 @@ def ks_2samp(x, y) -> tuple[float, float]:
     return float(r.statistic), float(r.pvalue)
 
 
+def peak_concurrency(start, end) -> int:
+    """The most intervals ``[start, end)`` open at once (an end before a start at the same time)."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    m = np.isfinite(start) & np.isfinite(end)
+    t = np.concatenate([start[m], end[m]])
+    d = np.concatenate([np.ones(int(m.sum()), dtype=np.int64), -np.ones(int(m.sum()), dtype=np.int64)])
+    if not len(t):
+        return 0
+    order = np.lexsort((d, t))
+    return int(max(0, np.cumsum(d[order]).max()))
+
+
 def _pw(q) -> str:
     return str(int(q)) if int(q) == q else str(q)
-
-
-def _from_send(recs, t0: float, t1: float, percentiles) -> dict:
-    """TTFT and E2EL measured from the actual send time, as vLLM bench serve measures them."""
-    a = recs["arrival_s"]
-    ok = (recs["status"] == "ok") & (a >= t0) & (a < t1)
-    d = recs["dispatched_s"][ok]
-    out: dict = {"note": "vllm bench serve's definitions: from the actual send; the main keys measure from "
-                         "the intended send time (identical when the client is on time)"}
-    for name, x in (("ttft", recs["first_token_s"][ok] - d), ("e2el", recs["finish_s"][ok] - d)):
-        x = x[np.isfinite(x)]
-        if not len(x):
-            for k in ("mean", "median", "std"):
-                out[f"{k}_{name}_ms"] = None
-            for p in percentiles:
-                out[f"p{_pw(p)}_{name}_ms"] = None
-            continue
-        out[f"mean_{name}_ms"] = 1e3 * float(x.mean())
-        out[f"median_{name}_ms"] = 1e3 * float(np.median(x))
-        out[f"std_{name}_ms"] = 1e3 * float(x.std())
-        for p in percentiles:
-            out[f"p{_pw(p)}_{name}_ms"] = 1e3 * float(np.percentile(x, p))
-    return out
 
 
 def _role_only(choices) -> bool:
@@ -1965,7 +1975,8 @@ def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurren
              abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
              extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
              hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
-             trust_env: bool = False, allow_key_over_http_proxy: bool = False) -> dict:
+             trust_env: bool = False, allow_key_over_http_proxy: bool = False, percentiles=None,
+             prompt_texts=None) -> dict:
     if endpoint not in ("completions", "chat"):
         raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
     endpoint_url(url, endpoint)
@@ -1998,7 +2009,7 @@ def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurren
                 metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
                 abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
                 extra_body=extra_body, headers=headers, slos=slos, hash_ids=hash_ids,
-                hash_block_tokens=hash_block_tokens, proxy=proxy)
+                hash_block_tokens=hash_block_tokens, proxy=proxy, percentiles=percentiles, prompt_texts=prompt_texts)
 
 
 def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
@@ -2009,8 +2020,8 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
               abort_after: int = 3, abort_grace_s: float = 5.0, spin_s: float | None = None, exact_output: bool = True,
               extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
               hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
-              trust_env: bool = False, allow_key_over_http_proxy: bool = False,
-              use_uvloop: bool = True) -> BenchResult:
+              trust_env: bool = False, allow_key_over_http_proxy: bool = False, percentiles=None,
+              prompt_texts=None, use_uvloop: bool = True) -> BenchResult:
     """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
     OpenAI-compatible server on their open-loop schedule; return records and summary.
 
@@ -2038,7 +2049,10 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
     with CR, LF or NUL are refused. ``proxy`` (an ``http://`` URL) or ``trust_env`` (the
     ``*_proxy`` variables) route the requests through a proxy, which is never used otherwise; an
     API key through a proxy to a plain-http server is refused unless
-    ``allow_key_over_http_proxy`` (:mod:`llmqueue.bench.credentials`).
+    ``allow_key_over_http_proxy`` (:mod:`llmqueue.bench.credentials`). ``percentiles``: the
+    summary's percentiles (default ``summarize``'s). ``prompt_texts``: one text prompt per request
+    (a dataset's, :mod:`llmqueue.bench.datasets`), sent as text instead of token ids; the
+    records keep the server's token counts.
     See the module docstring for the rest.
     """
     opts = _options(url, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
@@ -2048,7 +2062,8 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
                     flush_interval_s=flush_interval_s, abort_after=abort_after, abort_grace_s=abort_grace_s,
                     spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos,
                     hash_ids=hash_ids, hash_block_tokens=hash_block_tokens, headers=headers, proxy=proxy,
-                    trust_env=trust_env, allow_key_over_http_proxy=allow_key_over_http_proxy)
+                    trust_env=trust_env, allow_key_over_http_proxy=allow_key_over_http_proxy,
+                    percentiles=percentiles, prompt_texts=prompt_texts)
     if not isinstance(model, str) or not model:
         raise InputError("model", f"must be a non-empty model name (got {model!r})")
     if len(requests) == 0:

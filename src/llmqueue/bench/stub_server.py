@@ -42,7 +42,8 @@ whole URL (as a forward proxy receives them: the stub answers them itself, stand
 proxy and the server behind it), ``x_headers`` the ``X-*`` headers by name.
 ``tls_cert``/``tls_key`` (PEM files) serve HTTPS instead.
 
-Run it in a subprocess with :class:`StubServer` (a free port on 127.0.0.1)::
+It needs ``aiohttp``, a test dependency (``pip install llmqueue[test]``), imported only when a
+stub starts: ``llmqueue`` itself runs without it. Run it in a subprocess with :class:`StubServer` (a free port on 127.0.0.1)::
 
     with StubServer(token_delay_s=0.001, reject_fraction=0.1) as srv:
         run_bench(srv.url, srv.model, requests)
@@ -117,6 +118,17 @@ class StubConfig:
         if self.reject_status not in (400, 408, 429, 500, 502, 503, 504):
             raise InputError("reject_status", f"unsupported status {self.reject_status}",
                              "use 429 or 503 (or 400/408/500/502/504)")
+
+
+def aiohttp_web():
+    """``aiohttp.web``, which only the stub needs: a test dependency (``llmqueue[test]``), imported
+    here, when a stub is started; without it one line says how to install it."""
+    try:
+        from aiohttp import web
+    except ImportError:
+        raise InputError("aiohttp", "the stub server needs aiohttp, which is not installed",
+                         "pip install llmqueue[test]") from None
+    return web
 
 
 def _loopback(host: str) -> str:
@@ -232,7 +244,7 @@ def _error(web, status: int, message: str, kind: str):
 
 def _routes(cfg: StubConfig) -> dict:
     """``{(method, path): handler}`` of the stub (see the module docstring)."""
-    from aiohttp import web
+    web = aiohttp_web()
 
     st = _Stub(cfg)
     stats = st.stats
@@ -374,7 +386,7 @@ def _routes(cfg: StubConfig) -> dict:
 
 def make_app(cfg: StubConfig):
     """The stub as an ``aiohttp.web.Application`` (for aiohttp's test client and runners)."""
-    from aiohttp import web
+    web = aiohttp_web()
 
     app = web.Application(client_max_size=_MAX_BODY)
     for (method, path), handler in _routes(cfg).items():
@@ -386,7 +398,7 @@ def make_server(cfg: StubConfig):
     """The stub as a low-level ``aiohttp.web.Server``: the same handlers without the application's
     router and middleware machinery (less CPU per request, which matters when the stub shares the
     machine's cores with the client it serves)."""
-    from aiohttp import web
+    web = aiohttp_web()
 
     routes = _routes(cfg)
 
@@ -426,7 +438,7 @@ async def _whole(web, request, st: _Stub, chat: bool, rid: str, n_in: int, n_out
 
 def serve(cfg: StubConfig, host: str = "127.0.0.1", port: int = 0, *, use_uvloop: bool = True) -> None:
     """Serve until SIGTERM/SIGINT; prints the ready line (with the bound port) on stdout."""
-    from aiohttp import web
+    web = aiohttp_web()
 
     _loopback(host)
 
@@ -514,6 +526,8 @@ class StubServer:
 
     def start(self) -> "StubServer":
         import tempfile
+
+        aiohttp_web()  # its subprocess needs aiohttp: say so here, in one line
 
         # stderr to a file, never a pipe nobody reads: a full pipe would stall the server
         self._stderr = tempfile.TemporaryFile(mode="w+t")
@@ -632,6 +646,7 @@ def main(argv=None) -> int:
     try:
         cfg = StubConfig(**{k: v for k, v in vars(a).items() if k in names})
         _loopback(a.host)
+        aiohttp_web()
     except InputError as e:
         print(f"stub_server: error: {e}", file=sys.stderr)
         return 2

@@ -254,11 +254,14 @@ def print_sweep(res, written=(), out_dir=None) -> None:
 @click.option("--max-evals", type=int, default=60, show_default=True, help="At most this many simulations.")
 @click.option("--replications", type=int, default=0, show_default=True,
               help="Extra runs at the answer with fresh seeds (how much the answer depends on the sample).")
+@click.option("--url", help="Search against this OpenAI-compatible server instead of the simulator: each rate is "
+              "one llmqueue bench run (open loop), one at a time.")
+@click.option("--served-model", help="With --url: the served model name (default: the server's first).")
 @run_options
 @json_option
 @click.pass_context
-def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_evals, replications, backend, workers,
-             address, out_dir, progress, as_json, **flags):
+def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_evals, replications, url, served_model,
+             backend, workers, address, out_dir, progress, as_json, **flags):
     """The highest arrival rate whose simulated percentiles meet the SLO targets.
 
     A run meets the targets when the upper bound of each percentile's 95% confidence interval
@@ -274,12 +277,21 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
 
       llmqueue capacity --slo-ttft-ms 2000 --slo-tpot-ms 100 --capacity-tokens 131000 --step-time 0.0372
       --chunk 512 --prompt-len uniform:10:1600 --output-len uniform:10:1600 --arrival poisson:1 --duration 1800
+
+      llmqueue capacity --url http://127.0.0.1:8000 --slo-ttft-ms 500 --prompt-len uniform:10:1600
+      --output-len uniform:10:400 --arrival poisson:2 --duration 120 --out runs/cap
+
+    With --url every rate is measured on the server (llmqueue bench, latencies from the actual
+    send as vLLM's), with the same rule; there is no theory bound, so the bracket doubles from
+    the first rate until one fails (give --hi to start higher).
     """
     import json
     from pathlib import Path
 
     from llmqueue.plan.capacity import capacity_search
 
+    if url is not None and scenario is None and flags.get("step_time") is None and flags.get("model") is None:
+        flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
     factory, base = _base(ctx, scenario, flags)
     slos = _slos(ctx, scenario, flags, percentile)
     if not slos:
@@ -287,7 +299,8 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
                          "with slos:)")
     res = capacity_search(factory, base, slos=slos, rel_tol=rel_tol, confirm_factor=confirm_factor, lo=lo, hi=hi,
                           max_evals=max_evals, replications=replications, backend=backend, workers=workers,
-                          address=address, out_dir=out_dir, progress=_progress(progress))
+                          address=address, out_dir=out_dir, progress=_progress(progress),
+                          target=_target(url, served_model))
     d = res.to_dict()
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -329,14 +342,16 @@ def print_capacity(res, d, out_dir=None) -> None:
                 rows.append((f"replication, seed {r['seed']}", f"{why}: {vals}"))
     rows.append(("theory mu (at the base rate)", res.theory_mu))
     rows.append(("converged", res.converged))
-    rows.append(("simulations", f"{d['simulations']} run, {d['cached']} from the cache, {fmt(d['wall_s'])} s wall on "
-                 f"{d['backend']}"))
-    print_kv(rows, title="Capacity (SLO-bounded)")
+    server = (d.get("target") or {}).get("url")
+    rows.append(("measured runs" if server else "simulations",
+                 f"{d['simulations']} run, {d['cached']} from the cache, {fmt(d['wall_s'])} s wall on "
+                 + (f"the server {server}" if server else f"{d['backend']}")))
+    print_kv(rows, title="Capacity (SLO-bounded)" + (", measured" if server else ""))
     ev = d["evaluations"]
     keys = list(res.slos)
     print_table(["rate", "meets", *keys, "failed share", "verdict", "why not"],
                 [[e["rate"], "yes" if e["meets"] else "no", *[e.get(k) for k in keys], e["failed_share"],
                   _short_verdict(e.get("verdict")), "; ".join(e["reasons"]) or "-"] for e in ev],
-                title="\nSimulated rates")
+                title="\nMeasured rates" if server else "\nSimulated rates")
     if out_dir:
         click.echo(f"\nwrote {out_dir}/capacity.json (points cached in {out_dir}/points)")

@@ -13,6 +13,16 @@
   ``p99``, ``p99.9``); percentiles with numpy's linear interpolation. TPOT covers requests with
   more than one output token, TTFT/E2EL all completed ones.
 
+Send time: vLLM measures TTFT and E2EL from the moment a request is actually sent. Records
+from a benchmark client also hold that moment (``dispatched_s``), which can lag the intended
+``arrival_s`` (a late sender, or a request waiting in the client for a ``--max-concurrency``
+slot). Pass it as ``send_s`` and the vLLM-named keys (``mean_ttft_ms``, ``p99_e2el_ms``, ...,
+their ``_ci``, ``request_goodput``, and the SLO figures: ``slo``, ``good_share``) count from
+the actual send, as vLLM's do; the same TTFT and E2EL statistics from the intended time (the
+schedule, which charges the client's waits to the latency) go to ``from_intended``
+(``from_intended["p99_ttft_ms"]``, ...; TPOT, ITL and queue are the same either way). Without
+``send_s`` (simulated runs: no client, no send lag) every latency counts from ``arrival_s``.
+
 Additions: ``queue`` latencies (``first_scheduled_s - arrival_s``) with the same keys;
 ``mean_X_ms_ci`` / ``pP_X_ms_ci`` (``[lo, hi]`` or None, see :mod:`llmqueue.metrics.ci`);
 ``duration_s``; ``arrivals``, ``arrival_rate``; ``status_counts``, ``in_flight``; ``utilization``,
@@ -64,7 +74,7 @@ from llmqueue.metrics.ci import (
     weighted_percentile,
 )
 from llmqueue.metrics.little import little_check
-from llmqueue.metrics.slo import good_mask, goodput_targets, has_per_request, request_goodput, slo_attainment
+from llmqueue.metrics.slo import good_mask, goodput_targets, has_per_request, slo_attainment
 from llmqueue.metrics.stability import FAILED_STATUSES, stability_verdict, system_verdict
 from llmqueue.records.schema import STATUSES
 
@@ -129,11 +139,41 @@ def _busy_fraction(steps, t0: float, t1: float) -> tuple[float, int]:
     return min(busy, 1.0), len(replicas)  # steps never overlap; clip float round-off
 
 
+def sent_latencies(requests, send_s):
+    """The records with each attempt's first-token and finish times moved back by its send lag
+    (``send_s - arrival_s``; 0 where ``send_s`` is NaN): their latencies from ``arrival_s`` are
+    the latencies from the actual send, while ``arrival_s`` (the window's selection) stays."""
+    from llmqueue.records import RequestRecords
+
+    a = requests["arrival_s"]
+    send = np.asarray(send_s, dtype=np.float64)
+    if send.shape != a.shape:
+        raise InputError("send_s", f"{len(send)} send times for {len(a)} records")
+    with np.errstate(invalid="ignore"):
+        lag = np.where(np.isfinite(send) & (send > a), send - a, 0.0)
+    cols = requests.to_dict()
+    for c in ("first_token_s", "finish_s"):
+        with np.errstate(invalid="ignore"):
+            cols[c] = np.maximum(cols[c] - lag, a)  # NaN stays NaN
+    return RequestRecords.from_columns(cols)
+
+
+def _goodput(requests, slos, fin_in, T: float):
+    """vLLM's ``request_goodput``: good requests (:func:`goodput_targets`) finishing in the window,
+    per second; None without SLOs or without a per-request threshold."""
+    if not slos:
+        return None
+    targets = goodput_targets(slos)
+    if not has_per_request(targets):
+        return None
+    return float(np.sum(good_mask(requests, targets) & fin_in)) / T
+
+
 def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
               horizon_s: float | None = None, slos: dict | None = None,
               percentiles: Sequence[float] = DEFAULT_PERCENTILES, level: float = DEFAULT_LEVEL,
               batches: int = DEFAULT_BATCHES, kv_capacity: float | None = None,
-              itl_s=None) -> dict:
+              itl_s=None, send_s=None) -> dict:
     """Summarise a run: vLLM bench serve's metrics plus intervals, Little's law and stability.
 
     ``requests``: :class:`~llmqueue.records.RequestRecords`; ``steps`` / ``timeseries``:
@@ -142,6 +182,9 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     "tpot_ms": 100, "p99_ttft_ms": 5000}`` or per class. ``kv_capacity``: KV tokens per
     replica (``M``), for ``kv_utilization``. ``itl_s``: measured inter-token gaps in seconds
     (time-ordered, already restricted to the window), used instead of step records.
+    ``send_s``: each record's actual send time (a benchmark's ``dispatched_s``; NaN: not sent,
+    taken as ``arrival_s``): TTFT/E2EL (and goodput, SLOs) then count from it, as vLLM's do,
+    and ``from_intended`` holds them from ``arrival_s`` (see the module docstring).
 
     Returns a plain dict (JSON-ready with :func:`llmqueue.records.dump_summary`); see the
     module docstring for the keys and the conventions.
@@ -163,6 +206,7 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     ok = status == "ok"
     completed = ok & fin_in
     failed = fin_in & ~ok
+    lat = requests if send_s is None else sent_latencies(requests, send_s)
     n_in = int(requests["prompt_tokens"][completed].sum())
     n_out = int(requests["output_tokens"][completed].sum())
 
@@ -176,8 +220,7 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
         "total_input_tokens": n_in,
         "total_output_tokens": n_out,
         "request_throughput": completed.sum() / T,
-        "request_goodput": request_goodput(requests, slos, warmup_s=t0, horizon_s=t1)
-        if slos else None,
+        "request_goodput": _goodput(lat, slos, fin_in, T),
         "output_throughput": n_out / T,
         "total_token_throughput": (n_in + n_out) / T,
         "arrivals": int(arrived.sum()),
@@ -191,12 +234,22 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     }
 
     # Latencies of ok requests arriving in the window, in arrival order.
-    d = requests.derived()
+    d0 = requests.derived()
+    d = d0 if lat is requests else {**lat.derived(), "queue_s": d0["queue_s"]}
     sel = np.flatnonzero(arrived & ok)
     sel = sel[np.argsort(a[sel], kind="stable")]
     for name in ("ttft", "tpot", "e2el", "queue"):
         x = d[f"{name}_s"][sel]
         _stats(out, name, x[np.isfinite(x)], None, percentiles, level, batches)
+    if send_s is not None:
+        fi: dict = {"note": "TTFT and E2EL from each request's intended send time (the schedule: a client's "
+                            "lateness and its wait for a concurrency slot count as latency); the top-level keys "
+                            "count from the actual send, as vllm bench serve does"}
+        for name in ("ttft", "e2el"):
+            x = d0[f"{name}_s"][sel]
+            _stats(fi, name, x[np.isfinite(x)], None, percentiles, level, batches)
+        fi["request_goodput"] = _goodput(requests, slos, fin_in, T)
+        out["from_intended"] = fi
     itl_pair = None
     if itl_s is not None:
         x = np.asarray(itl_s, dtype=np.float64)
@@ -251,7 +304,7 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     if slos:
         targets = goodput_targets(slos)
         if has_per_request(targets) and arrived.any():
-            good_share = float(np.sum(good_mask(requests, targets) & arrived) / arrived.sum())
+            good_share = float(np.sum(good_mask(lat, targets) & arrived) / arrived.sum())
     out["good_share"] = good_share
     out["verdict"], out["stable"] = system_verdict(sv, out["status_counts"], good_share, out["request_goodput"],
                                                   level=level)
@@ -262,6 +315,5 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
 
     if slos:
         itl_arg = None if itl_pair is None else itl_pair
-        out["slo"] = slo_attainment(requests, slos, warmup_s=t0, horizon_s=t1, level=level,
-                                    itl=itl_arg)
+        out["slo"] = slo_attainment(lat, slos, warmup_s=t0, horizon_s=t1, level=level, itl=itl_arg)
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}

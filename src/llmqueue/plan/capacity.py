@@ -194,12 +194,16 @@ class CapacityResult:
 def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, confirm_factor: float = 1.1,
                     lo: float | None = None, hi: float | None = None, max_evals: int = 60,
                     replications: int = 0, backend="local", workers: int | None = None,
-                    address: str | None = None, out_dir=None, progress: bool = False) -> CapacityResult:
+                    address: str | None = None, out_dir=None, progress: bool = False,
+                    target: dict | None = None) -> CapacityResult:
     """The highest arrival rate whose simulation meets ``slos`` (see the module docstring).
 
     ``factory``/``base``: as for :func:`llmqueue.plan.sweep_run.sweep`; every rate uses ``base``'s
     seed. ``lo``/``hi``: an initial bracket (``lo`` must meet and ``hi`` fail; otherwise the
     search moves them). ``out_dir``: the point cache (``points/``), shared with sweeps.
+    ``target``: ``{"url", "model"}`` of an OpenAI-compatible server: each rate is then measured
+    there (:func:`llmqueue.plan.sweep_run.bench_point`, one run at a time) instead of simulated,
+    and judged by the same rule; no theory bound exists, so the bracket doubles until a rate fails.
     """
     from llmqueue._validate import positive, positive_int
     from llmqueue.plan.backends import get_backend
@@ -216,6 +220,9 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
     positive_int("max_evals", max_evals)
     positive_int("replications", replications, minimum=0)
     stats = RunStats()
+    on_server = {} if target is None else {"target": target}
+    if target is not None:
+        backend, workers = "serial", None  # one real server: its rates run one after another
     own = not hasattr(backend, "map")
     be = get_backend(backend, workers=workers, address=address)
     evals: dict[float, Evaluation] = {}
@@ -232,7 +239,7 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
         if len(evals) + len(rates) > max_evals + 2:
             raise _Budget()
         pts = run_points(factory, base, [{"rate": r} for r in rates], seeds="common", backend=be, cache_dir=out_dir,
-                         progress=progress, desc="capacity", stats=stats)
+                         progress=progress, desc="capacity", stats=stats, **on_server)
         for r, p in zip(rates, pts):
             j = judge(p.summary, slos)
             evals[r] = Evaluation(r, j["meets"], j, p)
@@ -270,7 +277,8 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
             if replications:
                 pts = run_points(factory, base, [{"rate": lo_, "seed": derive_seed(seed, {"replication": i})}
                                                  for i in range(1, replications + 1)],
-                                 backend=be, cache_dir=out_dir, progress=progress, desc="replications", stats=stats)
+                                 backend=be, cache_dir=out_dir, progress=progress, desc="replications", stats=stats,
+                                 **on_server)
                 for p in pts:
                     j = judge(p.summary, slos)
                     reps.append(Evaluation(lo_, j["meets"], j, p).brief() | {"seed": p.seed})
@@ -283,7 +291,8 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
             "backend": described, "simulations": stats.ran, "cached": stats.cached, "wall_s": stats.wall_s,
             "non_monotone_failures_below": non_mono,
             "replications_meeting": sum(r["meets"] for r in reps) if reps else None,
-            "search": "k-section on the rate, common random numbers (the base seed at every rate)"}
+            "search": "k-section on the rate, common random numbers (the base seed at every rate)",
+            "target": target, "measured": target is not None}
     return CapacityResult(rate=lo_ if lo_ > 0 else None, lo=lo_, hi=hi_, slos=dict(slos), converged=converged,
                           confirm=confirm, evaluations=list(evals.values()), theory_mu=mu, replications=reps,
                           meta=meta)
