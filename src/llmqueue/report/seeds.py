@@ -28,8 +28,13 @@ SEED002_SETTING = {"lam": 100.0, "T_fixed": 0.050, "t_req": 0.0005}
 SEED002_SIZES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
-def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1, warmup_s: float = 300.0):
-    """Simulate the 1:1 setting at each rate: ``[(lam, t_s, num_waiting, summary, theory)]``."""
+def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1, warmup_s: float = 300.0,
+                     progress: bool = False):
+    """Simulate the 1:1 setting at each rate: ``[(lam, t_s, num_waiting, summary, theory)]``.
+
+    ``progress``: one bar on stderr over all the rates, in simulated seconds, naming the rate that runs.
+    """
+    from llmqueue._progress import SimSeconds
     from llmqueue.engine.config import EngineConfig
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.simulate import SimSpec, run_simulation
@@ -41,25 +46,33 @@ def simulate_seed004(*, rates=SEED004_RATES, duration_s: float = 3600.0, seed: i
     for lam in sorted(rates, reverse=True):  # every rate's stream size before the first simulation
         check_stream_size(n=None, duration=duration_s, rate=lam)
     out = []
-    for lam in rates:
-        spec = SimSpec(engine=EngineConfig.from_capacity(st["capacity_tokens"], max_num_batched_tokens=st["chunk"]),
-                       step_time=parse_step_time(st["step_time"]),
-                       workload=Workload(f"poisson:{lam:g}", prompt=st["prompt"], output=st["output"]),
-                       duration_s=duration_s, seed=seed, warmup_s=min(warmup_s, duration_s / 4))
-        o = run_simulation(spec)
-        ts = o.result.timeseries
-        t = np.asarray(ts["t_s"], dtype=np.float64)
-        w = np.asarray(ts["num_waiting"], dtype=np.float64)
-        out.append((float(lam), t, w, o.summary, o.theory))
+    bar = SimSeconds(len(rates), duration_s, desc="kv-stability-figure", enabled=progress)
+    try:
+        for i, lam in enumerate(rates):
+            spec = SimSpec(engine=EngineConfig.from_capacity(st["capacity_tokens"], max_num_batched_tokens=st["chunk"]),
+                           step_time=parse_step_time(st["step_time"]),
+                           workload=Workload(f"poisson:{lam:g}", prompt=st["prompt"], output=st["output"]),
+                           duration_s=duration_s, seed=seed, warmup_s=min(warmup_s, duration_s / 4))
+            spec.options.progress = bar.callback(f"lam = {lam:g} req/s ({i + 1} of {len(rates)})")
+            o = run_simulation(spec)
+            bar.done()
+            ts = o.result.timeseries
+            t = np.asarray(ts["t_s"], dtype=np.float64)
+            w = np.asarray(ts["num_waiting"], dtype=np.float64)
+            out.append((float(lam), t, w, o.summary, o.theory))
+    finally:
+        bar.close()
     return out
 
 
-def seed004_figure2(out, *, png_dir=None, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1) -> Report:
-    """Write Nie et al.'s Figure 2 as a report (one figure, ``kv_stability_figure.png``)."""
+def seed004_figure2(out, *, png_dir=None, rates=SEED004_RATES, duration_s: float = 3600.0, seed: int = 1,
+                    progress: bool = False) -> Report:
+    """Write Nie et al.'s Figure 2 as a report (one figure, ``kv_stability_figure.png``); ``progress``:
+    a bar on stderr over the simulations."""
     from llmqueue.report.figures import seed004_queue_figure
     from llmqueue.report.series import verdict_note
 
-    runs = simulate_seed004(rates=rates, duration_s=duration_s, seed=seed)
+    runs = simulate_seed004(rates=rates, duration_s=duration_s, seed=seed, progress=progress)
     lines = [(lam, t, w, verdict_note(s)[0]) for lam, t, w, s, _ in runs]
     mu = runs[0][4].get("mu_kv") if runs else None
     t = H.Table(["lam (req/s)", "theory rho = lam / mu", "queue", "verdict (simulated)", "throughput (req/s)",
