@@ -116,3 +116,18 @@ def test_calibrate_counts_its_stages(calibrated, recorder, capsys):
     assert b.kw["enabled"] is True and b.total == len(CALIBRATE_STAGES) == b.n and b.closed
     assert main(["calibrate", str(run), "-o", str(cal.with_name("c3.yaml")), "--json"]) == 0
     assert recorder[1].kw["enabled"] is False  # not a terminal, no --progress
+
+
+def test_report_counts_its_figures(tmp_path, recorder, capsys):
+    """report --progress on a run: one bar over the panels, their PNGs and the page."""
+    from llmqueue.report.run_panels import MAKERS
+
+    run = tmp_path / "run"
+    assert main(["simulate", "--scenario", "chat", "--duration", "180", "--out", str(run), "--no-progress",
+                 "--json"]) == 0
+    assert main(["report", str(run), "-o", str(tmp_path / "r.html"), "--progress", "--json"]) == 0
+    capsys.readouterr()
+    (b,) = recorder
+    assert b.kw["desc"] == "report" and b.kw["enabled"] is True and b.closed
+    pngs = len(list((tmp_path / "r_png").glob("*.png")))
+    assert b.n == b.total == len(MAKERS) + pngs + 1 and b.seen == list(range(1, b.n + 1))

@@ -30,7 +30,8 @@ from llmqueue.cli.common import InputPath, OutputPath, command, json_option, pri
 @click.option("--slo-ms", type=float, default=300.0, show_default=True,
               help="--batch-figure: the P99 latency target drawn as the SLO line.")
 @click.option("--progress/--no-progress", default=None,
-              help="--kv-stability-figure: progress bar over the simulations (default: on a terminal).")
+              help="Progress bar over the figures, or over the simulations of --kv-stability-figure "
+                   "(default: on a terminal).")
 @json_option
 def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, seed004_old, seed002_old, duration,
            seed, slo_ms, progress, as_json):
@@ -75,7 +76,10 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     else:
         from llmqueue.report.build import build_report
 
-        res = build_report(run_or_sweep_dir, output, png_dir=png_dir, compare=compare, title=title)
+        from llmqueue._progress import wanted
+
+        res = build_report(run_or_sweep_dir, output, png_dir=png_dir, compare=compare, title=title,
+                           progress=wanted(progress))
     if as_json:
         print_json(res.to_dict())
         return

@@ -22,6 +22,7 @@ stem>_png/`` beside the HTML).
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,9 +75,10 @@ def _check_output(out) -> Path:
 
 
 def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels: list, *,
-          source: str | None = None, notes=()) -> Report:
+          source: str | None = None, notes=(), bar=None) -> Report:
     """Render ``panels`` (:class:`~llmqueue.report.interactive.Panel`) into the page where ``body``
-    holds their :func:`fig` placeholders, write each panel's PNG (those that have one) and the page."""
+    holds their :func:`fig` placeholders, write each panel's PNG (those that have one) and the page.
+    ``bar``: a progress bar, moved one step per PNG and one for the page."""
     from llmqueue.report import interactive as I
     from llmqueue.report.figures import png_bytes
 
@@ -91,6 +93,8 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels
             path = png_dir / f"{p.name}.png"
             path.write_bytes(png_bytes(p.png))
             paths.append(path)
+            if bar is not None:
+                bar.update(1)
         rendered[p.name] = H.plot_html(I.div(p.plot, p.name), p.caption)
     parts = [_FIG.sub(lambda m: rendered.get(m.group(1), ""), b) for b in body]
     footer = (f"Made by llmqueue {H.esc(_version())} <code>llmqueue report</code>. The page is self-contained "
@@ -102,6 +106,8 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels
     head = H.script(I.plotly_js()) if panels else ""
     out.write_text(H.page(title=title, subtitle=subtitle, body=parts, head_extra=head, footer=footer),
                    encoding="utf-8")
+    if bar is not None:
+        bar.update(1)
     return Report(kind=kind, html_path=out, png_paths=paths, source=source, notes=list(notes))
 
 
@@ -112,11 +118,13 @@ def left_out_note(left_out: list) -> str:
     return H.para("Not drawn, for want of data: " + "; ".join(left_out) + ".")
 
 
-def build_report(source, out, *, png_dir=None, compare=None, title: str | None = None) -> Report:
+def build_report(source, out, *, png_dir=None, compare=None, title: str | None = None,
+                 progress: bool = False) -> Report:
     """Write the report of a run or sweep directory ``source`` to ``out`` (an ``.html`` path).
 
     ``compare``: a run directory to overlay on a run (its simulated twin); without it, the twin
-    named by the run's ``validate.json`` (``"sim_dir"``) is used when present.
+    named by the run's ``validate.json`` (``"sim_dir"``) is used when present. ``progress``: a
+    bar on stderr over the figures, their PNGs and the page.
     """
     _check_output(out)
     kind = sources.kind_of(source)
@@ -124,7 +132,9 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
         if compare is not None:
             raise InputError("compare", "--compare overlays one run on another; a sweep has no twin",
                              "drop --compare, or report a run directory")
-        return sweep_report(sources.load_sweep(source), out, png_dir=png_dir, title=title)
+        sweep = sources.load_sweep(source)
+        with _bar(progress, "sweep") as bar:
+            return sweep_report(sweep, out, png_dir=png_dir, title=title, bar=bar)
     run = sources.load_run(source)
     twin = None
     notes = []
@@ -141,7 +151,29 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
     if twin is not None and run.label == twin.label:  # two simulated runs: name them by directory
         names = (run.path.resolve().name, twin.path.resolve().name)
         run.label, twin.label = names if names[0] != names[1] else ("run", "compare")
-    return run_report(run, out, png_dir=png_dir, twin=twin, title=title, notes=notes)
+    with _bar(progress, "run") as bar:
+        return run_report(run, out, png_dir=png_dir, twin=twin, title=title, notes=notes, bar=bar)
+
+
+@contextmanager
+def _bar(enabled: bool, kind: str):
+    """A progress bar over a report's steps: each figure, each PNG (an estimate until the figures
+    are made) and the page."""
+    from llmqueue._progress import bar
+
+    if kind == "run":
+        from llmqueue.report.run_panels import MAKERS
+
+        total = len(MAKERS) + 4 + 1
+    else:
+        from llmqueue.report.sweep_panels import STEPS
+
+        total = STEPS + 2 + 1
+    b = bar(total, desc="report", unit="step", enabled=enabled)
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 # -- a run -----------------------------------------------------------------------------------------
@@ -222,7 +254,7 @@ def validate_table(val: dict) -> H.Table | None:
     return t
 
 
-def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Report:
+def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=None) -> Report:
     """The report of one :class:`~llmqueue.report.sources.RunData` (and its optional twin)."""
     s = run.summary or {}
     word, detail = series.verdict_note(s)
@@ -258,7 +290,7 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
             body.append(H.section("Predicted versus measured (validate.json)", vt.html(), anchor="validate"))
     from llmqueue.report.run_panels import run_panels
 
-    panels, left_out = run_panels(run, twin)
+    panels, left_out = run_panels(run, twin, step=None if bar is None else bar.update)
     if left_out:
         body.append(left_out_note(left_out))
     for p in panels:
@@ -269,7 +301,8 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
         files.add(name, len(tab) if tab is not None else "absent")
     body.append(H.section("Run directory", H.para(str(run.path)), files.html(), anchor="files"))
     return write("run", out, png_dir, title or f"llmqueue report: {run.path.name}",
-                 f"run directory {run.path} ({run.label})", body, panels, source=str(run.path), notes=notes)
+                 f"run directory {run.path} ({run.label})", body, panels, source=str(run.path), notes=notes,
+                 bar=_png_total(bar, panels))
 
 
 # -- a sweep ---------------------------------------------------------------------------------------
@@ -294,7 +327,7 @@ def sweep_table(sweep) -> H.Table:
     return t
 
 
-def sweep_report(sweep, out, *, png_dir=None, title=None) -> Report:
+def sweep_report(sweep, out, *, png_dir=None, title=None, bar=None) -> Report:
     from llmqueue.report import figures as F
 
     n = len(sweep.points)
@@ -321,11 +354,20 @@ def sweep_report(sweep, out, *, png_dir=None, title=None) -> Report:
     body.append(H.section("Sweep", info.html(), anchor="sweep"))
     from llmqueue.report.sweep_panels import sweep_panels
 
-    panels, left_out = sweep_panels(sweep)
+    panels, left_out = sweep_panels(sweep, step=None if bar is None else bar.update)
     if left_out:
         body.append(left_out_note(left_out))
     for p in panels:
         body.append(H.section(p.title, fig(p.name), anchor=p.name))
     body.append(H.section("Points", sweep_table(sweep).html(), anchor="points"))
     return write("sweep", out, png_dir, title or f"llmqueue sweep report: {sweep.path.name}",
-                 f"sweep {sweep.path} ({n} points)", body, panels, source=str(sweep.path))
+                 f"sweep {sweep.path} ({n} points)", body, panels, source=str(sweep.path),
+                 bar=_png_total(bar, panels))
+
+
+def _png_total(bar, panels):
+    """The bar's total once the figures are made: what is done, their PNGs and the page."""
+    if bar is not None:
+        bar.total = bar.n + sum(p.png is not None for p in panels) + 1
+        bar.refresh()
+    return bar

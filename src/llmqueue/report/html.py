@@ -8,7 +8,6 @@ nothing of the network or the disk). Every piece of text is escaped.
 
 from __future__ import annotations
 
-import base64
 import html
 import math
 from dataclasses import dataclass, field
@@ -117,12 +116,6 @@ class Table:
 
 class Raw(str):
     """A string already escaped (HTML)."""
-
-
-def figure_html(png: bytes, alt: str, caption: str | None = None) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    return f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}">{cap}</figure>'
 
 
 def plot_html(div: str, caption: str | None = None) -> str:

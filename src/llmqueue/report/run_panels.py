@@ -28,16 +28,16 @@ LIGHT = {"ttft": "#f4a3a3", "tpot": "#9ec5e8", "e2el": "#9fd89f"}
 C_TWIN = "#444444"
 
 
-def run_panels(run, twin=None) -> tuple[list, list]:
-    """``(panels, left_out)``: the figures of ``run`` that have data, and ``"name: why"`` for the rest."""
+def run_panels(run, twin=None, *, step=None) -> tuple[list, list]:
+    """``(panels, left_out)``: the figures of ``run`` that have data, and ``"name: why"`` for the rest.
+
+    ``step``: called after each of the :data:`MAKERS` (a progress bar)."""
     panels, left_out = [], []
-    for make in (queue_panel, kv_panel, latency_time_panel, tokens_time_panel, cdf_panel, ccdf_panel, class_panel,
-                 decomposition_panel):
+    for make in MAKERS:
         p = make(run, twin)
-        if isinstance(p, str):
-            left_out.append(p)
-        elif p is not None:
-            panels.append(p)
+        (left_out if isinstance(p, str) else panels).append(p)
+        if step is not None:
+            step()
     return panels, left_out
 
 
@@ -328,3 +328,8 @@ def decomposition_panel(run, twin=None):
                "mean per request" + (f", {run.label} and {twin.label} (hatched)" if td is not None else "")
                + f"; right: the mean by arrival time ({run.label}, {len(d['bin_t'])} bins), stacked.")
     return I.Panel("decomposition", "Where the time goes", fig, caption, png=F.decomposition_figure(run, twin))
+
+
+#: The panels of a run, in the page's order.
+MAKERS = (queue_panel, kv_panel, latency_time_panel, tokens_time_panel, cdf_panel, ccdf_panel, class_panel,
+          decomposition_panel)

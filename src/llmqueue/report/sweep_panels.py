@@ -25,17 +25,25 @@ METRICS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2EL"}
 KEEP_RUNS = "the sweep kept no run directories (run llmqueue sweep with --keep-runs)"
 
 
-def sweep_panels(sweep) -> tuple[list, list]:
-    """``(panels, left_out)`` of a :class:`~llmqueue.report.sources.SweepData`."""
+def sweep_panels(sweep, *, step=None) -> tuple[list, list]:
+    """``(panels, left_out)`` of a :class:`~llmqueue.report.sources.SweepData`; ``step``: called after
+    reading the points' runs and after each panel (``STEPS`` calls, for a progress bar)."""
+    step = step or (lambda: None)
     runs = point_runs(sweep)
+    step()
     panels, left_out = [], []
     for make in (latency_panel, throughput_panel, percentiles_panel, queue_load_panel):
         p = make(sweep)
         (left_out if isinstance(p, str) else panels).append(p)
+        step()
     for make in (queue_time_panel, cdf_panel):
         p = make(sweep, runs)
         (left_out if isinstance(p, str) else panels).append(p)
+        step()
     return panels, left_out
+
+
+STEPS = 7  # the calls sweep_panels makes to ``step``
 
 
 def point_runs(sweep) -> list:
