@@ -68,9 +68,11 @@ def fake_points(p99_of_rate, mu=10.0, calls=None):
     """A stand-in for run_points: p99 TTFT = p99_of_rate(rate) with a +-10% interval."""
 
     def run_points(factory, base, coords_list, *, seeds="derived", backend=None, cache_dir=None,
-                   keep_runs=False, progress=False, desc="", stats=None):
+                   keep_runs=False, progress=False, desc="", stats=None, bar=None):
         out = []
         for c in coords_list:
+            if bar is not None:
+                bar.update(1)
             r = c["rate"]
             if calls is not None:
                 calls.append(r)
@@ -135,6 +137,41 @@ def test_search_reports_no_rate_when_nothing_meets(monkeypatch):
     res, calls = search(monkeypatch, lambda r: 5000.0)
     assert res.rate is None and not res.accepted and not res.converged
     assert min(calls) < 1e-3 * 1.0 * 2
+
+
+def test_one_progress_bar_over_the_whole_search(monkeypatch):
+    """capacity --progress: one bar for the whole search (not one per round), whose total is
+    the simulations so far plus an estimate of those to come, never below what has run."""
+    from llmqueue import _progress
+
+    bars = []
+
+    class Recorder(_progress._Silent):
+        def __init__(self, total, **kw):
+            self.total, self.kw, self.seen = total, kw, []
+            bars.append(self)
+
+        def update(self, n=1):
+            super().update(n)
+            self.seen.append((self.n, self.total))
+
+    monkeypatch.setattr(_progress, "bar", lambda total, **kw: Recorder(total, **kw))
+    res, calls = search(monkeypatch, hyperbolic, workers=2, progress=True)
+    assert len(bars) == 1 and bars[0].kw["desc"] == "capacity" and bars[0].kw["enabled"] is True
+    b = bars[0]
+    assert b.n == len(calls) and [n for n, _ in b.seen] == list(range(1, len(calls) + 1))  # never restarts
+    assert all(total >= n for n, total in b.seen)
+    first = b.seen[0][1]
+    assert 0.5 * len(calls) <= first <= 2 * len(calls)  # the first estimate is of the right size
+
+
+def test_evals_left_estimate():
+    from llmqueue.plan.capacity import _evals_left
+
+    # [10, 20] to 2%: (20 - 10) / 0.2 = 50 -> ceil(log 50 / log 3) = 4 rounds of 2, one confirmation
+    assert _evals_left(10.0, 20.0, width=2, rel_tol=0.02, replications=0) == 4 * 2 + 1
+    assert _evals_left(10.0, 10.1, width=2, rel_tol=0.02, replications=3) == 1 + 3  # narrow: confirm, replicate
+    assert _evals_left(10.0, None, width=1, rel_tol=0.02, replications=0) == (1 + 6) * 1 + 1
 
 
 def test_budget_is_respected(monkeypatch):

@@ -244,8 +244,13 @@ def last_send_s(run_dir) -> float:
     return float(d.max())
 
 
+#: What :func:`calibrate` does, in order (its ``on_stage`` callback names each as it ends).
+CALIBRATE_STAGES = ("read the run", "inter-token latencies", "b estimators", "linear step model", "speed drift")
+
+
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
-              busy_only: bool = True, window: tuple[float, float] | None = None, steps_from=()) -> Calibration:
+              busy_only: bool = True, window: tuple[float, float] | None = None, steps_from=(),
+              on_stage=None) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
 
     ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
@@ -261,13 +266,17 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     with the prefill cost; with a 0.3x run's steps added, 0.99-1.06 on that shape's 0.5x steps,
     but on 2 cores that engine ran 10-15 % faster at 0.3x than at 0.5x for the same batch, so on
     the balanced and decode-heavy shapes the joint fit under-predicted by as much).
+    ``on_stage``: called with the name of each of :data:`CALIBRATE_STAGES` as it ends (a progress bar).
     """
     from llmqueue.records import read_run
+
+    stage = on_stage or (lambda name: None)
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError("run", f"{run_dir} is not a run directory", "give the --out directory of bench or simulate")
     run = read_run(run_dir)
+    stage(CALIBRATE_STAGES[0])
     notes = []
     server = {}
     sj = run_dir / "server.json"
@@ -303,6 +312,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                          "benchmark with per-token times, or simulate with --out")
     if len(x) < 10:
         raise InputError("run", f"only {len(x)} inter-token samples in {run_dir}", "run longer")
+    stage(CALIBRATE_STAGES[1])
     est = _estimators(x, w)
     has_cycles = steps is not None and len(steps) > 1 and "start_s" in steps
     if has_cycles:
@@ -316,6 +326,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     b = est[estimator]
     mean = np.average(x, weights=w)
     cv = float(np.sqrt(np.average((x - mean) ** 2, weights=w)) / mean)
+    stage(CALIBRATE_STAGES[2])
     notes.append(f"b from the busy step cycles (steps.parquet)" if estimator == "cycle" else f"b from {src}")
     if window is not None:
         notes.append(f"measured over [{window[0]:g}, {window[1]:g}) s")
@@ -329,6 +340,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                              "give a run benchmarked with --server-log, or a simulated one")
         extra.append(st)
     lin = fit_linear(steps, extra=extra) if steps is not None and len(steps) and "prefill_tokens" in steps else None
+    stage(CALIBRATE_STAGES[3])
     if lin is not None and extra:
         notes.append(f"linear step model fitted on this run's steps and those of {', '.join(map(str, steps_from))}")
     known = {**((run.summary or {}).get("engine") or {}), **server}
@@ -343,6 +355,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         if drift is not None:
             notes.append(f"engine speed over {drift['windows']} 10-s windows: {drift['min']:.2f}-{drift['max']:.2f}"
                          f" x the linear model (sd {drift['sd']:.3f})")
+    stage(CALIBRATE_STAGES[4])
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
                        b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=f"{b:.6g}",
                        step_time_linear=step_linear, engine=engine, notes=tuple(notes),

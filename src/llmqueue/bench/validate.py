@@ -116,7 +116,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
              speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8,
-             knobs: dict | None = None) -> dict:
+             knobs: dict | None = None, progress: bool = False) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -147,6 +147,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     range over the draws. ``knobs``: engine knobs under their flag names (:data:`VALIDATE_KNOBS`)
     overriding the calibrated replica: ``capacity_tokens`` its ``M``, ``step_time`` the step model,
     ``enable_prefix_caching`` the choice made from the server's counters, ``seed`` the seed.
+    ``progress``: one bar on stderr over every simulation (the prediction, the speed band's two, each
+    drift draw), in simulated seconds.
     """
     from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -228,11 +230,18 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     if drift > 0 and drift_reps < 1:
         raise InputError("drift_reps", f"must be at least 1 (got {drift_reps})")
     draws: list[dict] = []
+    if speed_band is None:
+        speed_band = 2.0 * float(calibration.get("speed_sd") or 0.0)
+    if not 0.0 <= speed_band < 1.0:
+        raise InputError("speed_band", f"must be in [0, 1) (got {speed_band})", "e.g. 0.1 for +-10 % engine speed")
 
     def simulate_one(model, sim_seed):
+        cb = bar.callback(f"simulation {next(count, sims)} of {sims}")
         spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
-                       predictor_cv=predictor_cv, options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids, hash_block_tokens=H))
+                       predictor_cv=predictor_cv, options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids,
+                                                                     hash_block_tokens=H, progress=cb))
         out = run_simulation(spec)
+        bar.done()
         summ = out.summary
         if prefix:
             summ = {**summ, "prefix_cache_hits": float(np.sum(out.records["cached_prompt_tokens"]))}
@@ -266,12 +275,17 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             except (TypeError, ValueError):
                 raise InputError("speed_factor", f"expected a number or 'run' (got {speed_factor!r})") from None
         step = step.scaled(applied)
-    sim = simulate(step, keep=True)
-    if speed_band is None:
-        speed_band = 2.0 * float(calibration.get("speed_sd") or 0.0)
-    if not 0.0 <= speed_band < 1.0:
-        raise InputError("speed_band", f"must be in [0, 1) (got {speed_band})", "e.g. 0.1 for +-10 % engine speed")
-    banded = [simulate(step.scaled(1.0 - speed_band)), simulate(step.scaled(1.0 + speed_band))] if speed_band > 0 else []
+    from llmqueue._progress import SimSeconds
+
+    sims = (3 if speed_band > 0 else 1) * (drift_reps if drift > 0 else 1)
+    bar = SimSeconds(sims, horizon, desc="validate", enabled=progress)
+    count = iter(range(1, sims + 1))
+    try:
+        sim = simulate(step, keep=True)
+        banded = ([simulate(step.scaled(1.0 - speed_band)), simulate(step.scaled(1.0 + speed_band))]
+                  if speed_band > 0 else [])
+    finally:
+        bar.close()
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"])

@@ -43,8 +43,9 @@ def _run_second(run, value, option: str):
 @click.option("--steps-from", "steps_from", type=InputPath("dir"), multiple=True,
               help="Another run of the same server whose step records join the linear step model's fit "
                    "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar over the stages (default: on a terminal).")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, as_json):
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, progress, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
     The file feeds the simulator (`--step-time fitted:FILE`, `--capacity-tokens`) and `llmqueue validate`.
@@ -61,11 +62,26 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
         window = (t_from or 0.0, math.inf if t_to is None else t_to)
         if window[1] <= window[0]:
             raise InputError("--to", f"must be after --from (got {window[0]:g} .. {window[1]:g})")
-    cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window, steps_from=steps_from)
-    if probe is not None:
-        from llmqueue.bench.calibrate import with_frontend_latency
+    from llmqueue._progress import bar, wanted
+    from llmqueue.bench.calibrate import CALIBRATE_STAGES
 
-        cal = with_frontend_latency(cal, probe)
+    stages = bar(len(CALIBRATE_STAGES) + (probe is not None), desc="calibrate", unit="stage", enabled=wanted(progress),
+                 bar_format="{l_bar}{bar}| {n}/{total} stages [{elapsed}<{remaining}]{postfix}")
+
+    def done(name):
+        stages.set_postfix_str(name, refresh=False)
+        stages.update(1)
+
+    try:
+        cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window, steps_from=steps_from,
+                     on_stage=done)
+        if probe is not None:
+            from llmqueue.bench.calibrate import with_frontend_latency
+
+            cal = with_frontend_latency(cal, probe)
+            done("frontend latency (probe)")
+    finally:
+        stages.close()
     write_calibration(cal, out)
     if as_json:
         print_json({**cal.to_dict(), "written": out})
@@ -111,16 +127,19 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
                    "prediction is the mean over --drift-reps draws (default: the calibration's speed_sd; 0: off).")
 @click.option("--drift-reps", type=click.IntRange(1, 1000), default=8, show_default=True,
               help="Simulations (speed draws) averaged when drift is on.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar over the simulations (default: on a terminal).")
 @knob_options(names=VALIDATE_KNOBS, default_from="the calibrated server's")
 @json_option
 @click.pass_context
 def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band,
-             speed_factor, drift, drift_reps, as_json, **flags):
+             speed_factor, drift, drift_reps, progress, as_json, **flags):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors.
 
     The engine flags given (--max-num-seqs, --max-num-batched-tokens, --policy, --capacity-tokens,
     --step-time, ...) override the calibrated server's: what the run would have done with them.
     """
+    from llmqueue._progress import wanted
     from llmqueue.bench.calibrate import load_calibration
     from llmqueue.bench.validate import validate as val_fn
 
@@ -128,7 +147,7 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
                  speed_factor=speed_factor, drift=drift, drift_reps=drift_reps,
-                 knobs={k: flags[k] for k in given_flags(ctx, flags)})
+                 knobs={k: flags[k] for k in given_flags(ctx, flags)}, progress=wanted(progress))
     if as_json:
         print_json(res)
         return

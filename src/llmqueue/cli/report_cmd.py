@@ -29,15 +29,22 @@ from llmqueue.cli.common import InputPath, OutputPath, command, json_option, pri
 @click.option("--seed", type=int, default=1, show_default=True, help="--kv-stability-figure: random seed.")
 @click.option("--slo-ms", type=float, default=300.0, show_default=True,
               help="--batch-figure: the P99 latency target drawn as the SLO line.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar over the figures, or over the simulations of --kv-stability-figure "
+                   "(default: on a terminal).")
 @json_option
 def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, seed004_old, seed002_old, duration,
-           seed, slo_ms, as_json):
+           seed, slo_ms, progress, as_json):
     """Write one self-contained HTML report (figures inlined, no network) of RUN_OR_SWEEP_DIR.
 
-    A run directory (llmqueue simulate/bench --out DIR) gets its summary table, queue length and
-    KV cache over time, latency CDFs and the latency decomposition; a sweep directory (sweep.json)
-    gets latency against throughput and throughput against offered load with the SLO, the
-    theory's mu and the knee. Each figure is also written as PNG to --png-dir.
+    The figures are interactive (hover, zoom, log axes; plotly.js is inlined). A run directory
+    (llmqueue simulate/bench --out DIR) gets its summary table, queue length, KV cache, latency
+    and output tokens per second over time, latency CDFs and tails, CDFs per request class and the
+    latency decomposition; a sweep directory (sweep.json) gets latency against throughput,
+    throughput and latency against offered load with the SLO, the theory's mu and the knee, and,
+    when the sweep kept its runs (--keep-runs), queue length over time and latency CDFs per point.
+    A figure without data is left out and named. The static figures are also written as PNG to
+    --png-dir.
     """
     from llmqueue._validate import positive
     from llmqueue.errors import InputError
@@ -55,7 +62,10 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     if seed004:
         from llmqueue.report.seeds import seed004_figure2
 
-        res = seed004_figure2(output, png_dir=png_dir, duration_s=positive("duration", duration), seed=seed)
+        from llmqueue._progress import wanted
+
+        res = seed004_figure2(output, png_dir=png_dir, duration_s=positive("duration", duration), seed=seed,
+                              progress=wanted(progress))
     elif seed002:
         from llmqueue.report.seeds import seed002_figure2
 
@@ -66,7 +76,10 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     else:
         from llmqueue.report.build import build_report
 
-        res = build_report(run_or_sweep_dir, output, png_dir=png_dir, compare=compare, title=title)
+        from llmqueue._progress import wanted
+
+        res = build_report(run_or_sweep_dir, output, png_dir=png_dir, compare=compare, title=title,
+                           progress=wanted(progress))
     if as_json:
         print_json(res.to_dict())
         return

@@ -38,6 +38,7 @@ answer).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from llmqueue.errors import InputError
@@ -238,11 +239,17 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
             return 0
         if len(evals) + len(rates) > max_evals + 2:
             raise _Budget()
+        bar.total = max(bar.total or 0, bar.n + len(rates))
+        bar.refresh()
         pts = run_points(factory, base, [{"rate": r} for r in rates], seeds="common", backend=be, cache_dir=out_dir,
-                         progress=progress, desc="capacity", stats=stats, **on_server)
+                         stats=stats, bar=bar, **on_server)
         for r, p in zip(rates, pts):
             j = judge(p.summary, slos)
             evals[r] = Evaluation(r, j["meets"], j, p)
+        lo_, hi_ = bracket()
+        left = _evals_left(lo_, hi_, width=max(1, be.workers), rel_tol=rel_tol, replications=replications)
+        bar.total = min(bar.n + left, max_evals + 2 + replications)
+        bar.set_postfix_str(f"bracket [{lo_:.4g}, {'?' if hi_ is None else f'{hi_:.4g}'}] req/s")
         return len(rates)
 
     def bracket():
@@ -251,6 +258,13 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
         fail = [r for r, e in evals.items() if not e.meets and r > lo_]
         return lo_, (min(fail) if fail else None)
 
+    from llmqueue._progress import bar as progress_bar
+
+    # one bar over the whole search: its total is the simulations run plus an estimate of those
+    # still to come (the rounds left to narrow the bracket, the confirmation, the replications)
+    guess = 1 + _evals_left(1.0, None, width=max(1, be.workers), rel_tol=rel_tol, replications=replications)
+    bar = progress_bar(guess, desc="capacity", unit="sim", enabled=progress,
+                       bar_format="{l_bar}{bar}| {n}/{total} sims (estimated) [{elapsed}<{remaining}]{postfix}")
     converged = False
     mu = None
     confirm: dict = {}
@@ -275,15 +289,17 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
             if up in evals:
                 confirm = {"at_rate": evals[lo_].brief(), "above": evals[up].brief(), "factor": confirm_factor}
             if replications:
+                bar.total = bar.n + replications
+                bar.set_postfix_str(f"replications at {lo_:.4g} req/s")
                 pts = run_points(factory, base, [{"rate": lo_, "seed": derive_seed(seed, {"replication": i})}
                                                  for i in range(1, replications + 1)],
-                                 backend=be, cache_dir=out_dir, progress=progress, desc="replications", stats=stats,
-                                 **on_server)
+                                 backend=be, cache_dir=out_dir, stats=stats, bar=bar, **on_server)
                 for p in pts:
                     j = judge(p.summary, slos)
                     reps.append(Evaluation(lo_, j["meets"], j, p).brief() | {"seed": p.seed})
         described = be.describe()
     finally:
+        bar.close()
         if own:
             be.close()
     non_mono = sorted(r for r, e in evals.items() if not e.meets and r < lo_)
@@ -323,6 +339,20 @@ def _search(run, bracket, evals, *, mu, r0, width, rel_tol, confirm_factor) -> b
             cands += [lo_ + (top - lo_) * (j + 1) / (k + 1) for j in range(k)]
         if not run(cands):
             return False
+
+
+def _evals_left(lo: float, hi: float | None, *, width: int, rel_tol: float, replications: int) -> int:
+    """A guess of the simulations a search still runs, for its progress bar: the k-section rounds
+    (``width`` rates each, cutting the bracket ``width + 1`` ways) until it is within ``rel_tol``,
+    one confirmation above it, and the replications. Without a failing rate yet, one more
+    widening round and then a bracket as wide as its lower end; with no rate meeting yet, two
+    rounds to find one first."""
+    per_round = math.log(width + 1)
+    if hi is None or lo <= 0:
+        rounds = (1 if hi is None else 2) + math.ceil(math.log(1 / rel_tol) / per_round)
+    else:
+        rounds = max(0, math.ceil(math.log(max((hi - lo) / (rel_tol * lo), 1.0)) / per_round))
+    return rounds * width + 1 + replications
 
 
 class _Budget(Exception):

@@ -179,11 +179,13 @@ class RunStats:
 
 def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "derived", backend=None,
                cache_dir=None, keep_runs: bool = False, progress: bool = False, desc: str = "points",
-               stats: RunStats | None = None, target: dict | None = None) -> list[PointResult]:
+               stats: RunStats | None = None, target: dict | None = None, bar=None) -> list[PointResult]:
     """Simulate the points ``coords_list`` (reading and writing the cache in ``cache_dir``).
 
     Returns one :class:`PointResult` per point, in the order given; ``stats`` (if given)
-    counts the simulations run and the points read from the cache.
+    counts the simulations run and the points read from the cache. ``bar``: a caller's progress
+    bar (one over several calls, e.g. a capacity search's rounds) moved one step per point,
+    instead of a bar of this call's own (``progress``).
     """
     from llmqueue.plan.backends import SerialBackend, get_backend
 
@@ -216,12 +218,14 @@ def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "de
     tasks = [t for t in todo if t[1] is not None]
     be = backend if backend is not None else SerialBackend()
     be = get_backend(be)
-    bar = None
-    if progress and tasks:
+    own = bar is None and progress and bool(tasks)
+    if own:
         from tqdm import tqdm
 
         bar = tqdm(total=len(coords_list), initial=len(coords_list) - len(todo), desc=desc, unit="pt",
                    leave=False, dynamic_ncols=True, mininterval=0.5)
+    elif bar is not None and len(coords_list) > len(tasks):
+        bar.update(len(coords_list) - len(tasks))  # cached and repeated points are done already
     try:
         for j, res in be.map(simulate_point if target is None else bench_point, [t[1] for t in tasks]):
             i, _, key, coords, params, seed, run_dir = tasks[j]
@@ -238,7 +242,7 @@ def run_points(factory, base: dict, coords_list: list[dict], *, seeds: str = "de
             if bar is not None:
                 bar.update(1)
     finally:
-        if bar is not None:
+        if own:
             bar.close()
     for i, _, key, coords, params, seed, run_dir in todo:  # duplicates take their twin's numbers
         if results[i] is None:

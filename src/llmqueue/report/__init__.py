@@ -3,13 +3,17 @@
 - ``build``: :func:`build_report` (``llmqueue report DIR -o report.html``), :class:`Report`.
 - ``sources``: what a report reads: run directories (and ``validate.json`` / a simulated twin),
   sweep directories and the ``sweep.json`` interface (:func:`load`, :func:`kind_of`).
-- ``series``: the numbers behind the plots (queue and KV series, latencies, the latency
-  decomposition, the verdict note, :func:`knee_index`).
-- ``figures``: the matplotlib figures (Agg canvas, no pyplot), :func:`png_bytes`.
-- ``html``: the page (inline CSS, base64 PNG figures, no script, no network).
+- ``series``: the numbers behind the plots (queue and KV series, latencies over time and per
+  class, output tokens per second, thinned CDFs, the latency decomposition, the verdict note,
+  :func:`knee_index`).
+- ``run_panels`` / ``sweep_panels``: the interactive figures of a run and of a sweep, each with
+  the caption of what it draws; panels without data are left out and named.
+- ``interactive``: the plotly helpers (layout, log/linear buttons, the inline plotly.js).
+- ``figures``: the static matplotlib figures written as PNG (Agg canvas, no pyplot), :func:`png_bytes`.
+- ``html``: the page (inline CSS, inline plotly.js and figures, no network).
 - ``seeds``: Nie et al.'s Figure 2 (:func:`seed004_figure2`) and Inference Foundations' (:func:`seed002_figure2`).
 
-Names are imported lazily so ``import llmqueue.report`` does not import matplotlib.
+Names are imported lazily so ``import llmqueue.report`` does not import matplotlib or plotly.
 """
 
 from __future__ import annotations

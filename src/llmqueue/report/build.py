@@ -1,23 +1,28 @@
-"""Build the report of a run or a sweep directory: one HTML file plus each figure as a PNG.
+"""Build the report of a run or a sweep directory: one HTML file of interactive figures, plus PNGs.
 
 :func:`build_report` is what ``llmqueue report DIR -o report.html`` calls:
 
 - a **run**: the summary table (with confidence intervals; the simulated twin's numbers beside
   it when there is one), the closed-form capacity, ``validate.json``'s predicted-versus-measured
-  rows, then the figures: queue length over time (``queue.png``, titled "bounded" or "growing"
-  from the verdict), KV cache in use against capacity (``kv.png``), TTFT/TPOT/E2EL CDFs
-  (``cdf.png``) and the latency decomposition (``decomposition.png``). A twin (``compare``, or
-  ``validate.json``'s ``sim_dir``) is drawn dashed over the time series and the CDFs.
-- a **sweep**: the table of points, latency against throughput (``sweep_latency.png``) and
-  throughput against offered load (``sweep_throughput.png``) with the SLO, the theory's mu and the
-  knee (see :mod:`llmqueue.report.sources` for the ``sweep.json`` interface).
+  rows, then the figures of :mod:`llmqueue.report.run_panels`: queue length, KV cache, latency
+  and output tokens per second over time, latency CDFs, their tails (log-log CCDFs), CDFs per
+  request class and the latency decomposition. A panel without data is left out and named in one
+  note. A twin (``compare``, or ``validate.json``'s ``sim_dir``) is drawn dashed.
+- a **sweep**: the table of points and the figures of :mod:`llmqueue.report.sweep_panels`:
+  latency against throughput, throughput against offered load, latency percentiles and queue
+  growth against offered load and, from the points' run directories (``llmqueue sweep
+  --keep-runs``), queue length over time and latency CDFs per point.
 
-The PNGs go to ``png_dir`` (default: ``<report stem>_png/`` beside the HTML).
+The figures are interactive (plotly, inlined: the page needs no network). The figures that have a
+static twin in :mod:`llmqueue.report.figures` (queue, KV, CDFs, decomposition, the sweep's two
+curves, the seeds' figures) are also written as PNG to ``png_dir`` (default: ``<report
+stem>_png/`` beside the HTML).
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,9 +74,12 @@ def _check_output(out) -> Path:
     return out
 
 
-def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, figures: list, *,
-          source: str | None = None, notes=()) -> Report:
-    """Render ``figures`` (``[(name, Figure, alt, caption)]``), write the PNGs and the page."""
+def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels: list, *,
+          source: str | None = None, notes=(), bar=None) -> Report:
+    """Render ``panels`` (:class:`~llmqueue.report.interactive.Panel`) into the page where ``body``
+    holds their :func:`fig` placeholders, write each panel's PNG (those that have one) and the page.
+    ``bar``: a progress bar, moved one step per PNG and one for the page."""
+    from llmqueue.report import interactive as I
     from llmqueue.report.figures import png_bytes
 
     out = _check_output(out)
@@ -80,24 +88,43 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, figure
     png_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     rendered = {}
-    for name, fig, alt, caption in figures:
-        data = png_bytes(fig)
-        p = png_dir / f"{name}.png"
-        p.write_bytes(data)
-        paths.append(p)
-        rendered[name] = H.figure_html(data, alt, caption)
+    for p in panels:
+        if p.png is not None:
+            path = png_dir / f"{p.name}.png"
+            path.write_bytes(png_bytes(p.png))
+            paths.append(path)
+            if bar is not None:
+                bar.update(1)
+        rendered[p.name] = H.plot_html(I.div(p.plot, p.name), p.caption)
     parts = [_FIG.sub(lambda m: rendered.get(m.group(1), ""), b) for b in body]
-    footer = (f"Made by llmqueue {H.esc(_version())} <code>llmqueue report</code>. The page is self-contained; "
-              f"the figures are also in {H.esc(str(png_dir))}/.")
-    out.write_text(H.page(title=title, subtitle=subtitle, body=parts, footer=footer), encoding="utf-8")
+    footer = (f"Made by llmqueue {H.esc(_version())} <code>llmqueue report</code>. The page is self-contained "
+              "(plotly.js is inlined; it needs no network). On a figure: hover for values, drag to zoom, "
+              "double-click to zoom out, click a legend entry to hide it; the buttons above a figure switch "
+              "between linear and log axes and the camera icon saves it as PNG.")
+    if paths:
+        footer += f" The static figures are also in {H.esc(str(png_dir))}/."
+    head = H.script(I.plotly_js()) if panels else ""
+    out.write_text(H.page(title=title, subtitle=subtitle, body=parts, head_extra=head, footer=footer),
+                   encoding="utf-8")
+    if bar is not None:
+        bar.update(1)
     return Report(kind=kind, html_path=out, png_paths=paths, source=source, notes=list(notes))
 
 
-def build_report(source, out, *, png_dir=None, compare=None, title: str | None = None) -> Report:
+def left_out_note(left_out: list) -> str:
+    """One note naming the figures left out for want of data, or ``""``."""
+    if not left_out:
+        return ""
+    return H.para("Not drawn, for want of data: " + "; ".join(left_out) + ".")
+
+
+def build_report(source, out, *, png_dir=None, compare=None, title: str | None = None,
+                 progress: bool = False) -> Report:
     """Write the report of a run or sweep directory ``source`` to ``out`` (an ``.html`` path).
 
     ``compare``: a run directory to overlay on a run (its simulated twin); without it, the twin
-    named by the run's ``validate.json`` (``"sim_dir"``) is used when present.
+    named by the run's ``validate.json`` (``"sim_dir"``) is used when present. ``progress``: a
+    bar on stderr over the figures, their PNGs and the page.
     """
     _check_output(out)
     kind = sources.kind_of(source)
@@ -105,7 +132,9 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
         if compare is not None:
             raise InputError("compare", "--compare overlays one run on another; a sweep has no twin",
                              "drop --compare, or report a run directory")
-        return sweep_report(sources.load_sweep(source), out, png_dir=png_dir, title=title)
+        sweep = sources.load_sweep(source)
+        with _bar(progress, "sweep") as bar:
+            return sweep_report(sweep, out, png_dir=png_dir, title=title, bar=bar)
     run = sources.load_run(source)
     twin = None
     notes = []
@@ -122,7 +151,29 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
     if twin is not None and run.label == twin.label:  # two simulated runs: name them by directory
         names = (run.path.resolve().name, twin.path.resolve().name)
         run.label, twin.label = names if names[0] != names[1] else ("run", "compare")
-    return run_report(run, out, png_dir=png_dir, twin=twin, title=title, notes=notes)
+    with _bar(progress, "run") as bar:
+        return run_report(run, out, png_dir=png_dir, twin=twin, title=title, notes=notes, bar=bar)
+
+
+@contextmanager
+def _bar(enabled: bool, kind: str):
+    """A progress bar over a report's steps: each figure, each PNG (an estimate until the figures
+    are made) and the page."""
+    from llmqueue._progress import bar
+
+    if kind == "run":
+        from llmqueue.report.run_panels import MAKERS
+
+        total = len(MAKERS) + 4 + 1
+    else:
+        from llmqueue.report.sweep_panels import STEPS
+
+        total = STEPS + 2 + 1
+    b = bar(total, desc="report", unit="step", enabled=enabled)
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 # -- a run -----------------------------------------------------------------------------------------
@@ -203,10 +254,8 @@ def validate_table(val: dict) -> H.Table | None:
     return t
 
 
-def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Report:
+def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=None) -> Report:
     """The report of one :class:`~llmqueue.report.sources.RunData` (and its optional twin)."""
-    from llmqueue.report import figures as F
-
     s = run.summary or {}
     word, detail = series.verdict_note(s)
     body = [f'<p class="verdict">{H.badge(word)}{H.esc(detail)}</p>']
@@ -239,34 +288,21 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=()) -> Re
         vt = validate_table(run.validate)
         if vt is not None:
             body.append(H.section("Predicted versus measured (validate.json)", vt.html(), anchor="validate"))
-    twin_note = f" Dashed: {twin.label} ({twin.path})." if twin is not None else ""
-    figs = [
-        ("queue", F.queue_figure(run, twin), "Queue length over time",
-         f"Waiting and running requests over time ({word}: {detail}). Shaded: warm-up, left out of the "
-         f"statistics.{twin_note}"),
-        ("kv", F.kv_figure(run, twin), "KV cache in use against capacity",
-         "KV tokens held per replica (block-rounded) against the capacity M; a queue that grows while the cache "
-         f"stays near M is memory-bound (Nie et al. 2026).{twin_note}"),
-        ("cdf", F.cdf_figure(run, twin), "Latency CDFs",
-         "Empirical CDFs of TTFT, TPOT and E2EL of the finished requests arriving in the window; dotted: p99. "
-         f"In an overloaded run these describe the survivors.{twin_note}"),
-        ("decomposition", F.decomposition_figure(run, twin), "Latency decomposition",
-         "Each finished request's end-to-end latency split into queue (arrival to first scheduled step), prefill "
-         "(to the first token) and decode (to the last token): the mean, and the mean by arrival time. A "
-         "measured run whose records do not say when the server first scheduled a request is split into TTFT "
-         "and decode."),
-    ]
-    body.append(H.section("Queue length", fig("queue"), anchor="queue"))
-    body.append(H.section("KV cache", fig("kv"), anchor="kv"))
-    body.append(H.section("Latency distributions", fig("cdf"), anchor="cdf"))
-    body.append(H.section("Where the time goes", fig("decomposition"), anchor="decomposition"))
+    from llmqueue.report.run_panels import run_panels
+
+    panels, left_out = run_panels(run, twin, step=None if bar is None else bar.update)
+    if left_out:
+        body.append(left_out_note(left_out))
+    for p in panels:
+        body.append(H.section(p.title, fig(p.name), anchor=p.name))
     files = H.Table(["file", "rows"])
     for name, tab in (("requests.parquet", run.requests), ("steps.parquet", run.steps),
                       ("timeseries.parquet", run.timeseries)):
         files.add(name, len(tab) if tab is not None else "absent")
     body.append(H.section("Run directory", H.para(str(run.path)), files.html(), anchor="files"))
     return write("run", out, png_dir, title or f"llmqueue report: {run.path.name}",
-                 f"run directory {run.path} ({run.label})", body, figs, source=str(run.path), notes=notes)
+                 f"run directory {run.path} ({run.label})", body, panels, source=str(run.path), notes=notes,
+                 bar=_png_total(bar, panels))
 
 
 # -- a sweep ---------------------------------------------------------------------------------------
@@ -291,7 +327,7 @@ def sweep_table(sweep) -> H.Table:
     return t
 
 
-def sweep_report(sweep, out, *, png_dir=None, title=None) -> Report:
+def sweep_report(sweep, out, *, png_dir=None, title=None, bar=None) -> Report:
     from llmqueue.report import figures as F
 
     n = len(sweep.points)
@@ -316,17 +352,22 @@ def sweep_report(sweep, out, *, png_dir=None, title=None) -> Report:
     for label, p in best.items():
         info.add(f"best within SLO ({label})", f"rate {H.num(p.rate)} req/s, throughput {H.num(p.throughput)} req/s")
     body.append(H.section("Sweep", info.html(), anchor="sweep"))
-    figs = [
-        ("sweep_latency", F.sweep_latency_figure(sweep), "Latency against throughput",
-         "p99 TTFT, TPOT and E2EL against completed throughput, one point per sweep point (bars: 95% CI; hollow: "
-         "the queue grew), with the SLO (dashed), the theory's capacity mu (dash-dot), the knee (star; its rule "
-         "is in the table above) and the highest-throughput point that meets the SLO (diamond)."),
-        ("sweep_throughput", F.sweep_throughput_figure(sweep), "Throughput against offered load",
-         "Completed throughput against offered load: it follows the diagonal while the queue is stable and "
-         "flattens at the capacity; dash-dot: the theory's mu."),
-    ]
-    body.append(H.section("Latency against throughput", fig("sweep_latency"), anchor="latency"))
-    body.append(H.section("Throughput against offered load", fig("sweep_throughput"), anchor="throughput"))
+    from llmqueue.report.sweep_panels import sweep_panels
+
+    panels, left_out = sweep_panels(sweep, step=None if bar is None else bar.update)
+    if left_out:
+        body.append(left_out_note(left_out))
+    for p in panels:
+        body.append(H.section(p.title, fig(p.name), anchor=p.name))
     body.append(H.section("Points", sweep_table(sweep).html(), anchor="points"))
     return write("sweep", out, png_dir, title or f"llmqueue sweep report: {sweep.path.name}",
-                 f"sweep {sweep.path} ({n} points)", body, figs, source=str(sweep.path))
+                 f"sweep {sweep.path} ({n} points)", body, panels, source=str(sweep.path),
+                 bar=_png_total(bar, panels))
+
+
+def _png_total(bar, panels):
+    """The bar's total once the figures are made: what is done, their PNGs and the page."""
+    if bar is not None:
+        bar.total = bar.n + sum(p.png is not None for p in panels) + 1
+        bar.refresh()
+    return bar

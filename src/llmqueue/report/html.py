@@ -1,13 +1,13 @@
-"""One self-contained HTML page: inline CSS, figures as base64 PNG, no script, no network.
+"""One self-contained HTML page: inline CSS, inline plotly.js and figures, no network.
 
-Nothing in the page refers outside it: images are ``data:`` URIs, the stylesheet is inline
-and the favicon is an empty ``data:`` URI (so a browser asks nothing of the network or
-the disk). Every piece of text is escaped.
+Nothing in the page refers outside it: plotly.js is one inline ``<script>`` in the head (see
+:mod:`llmqueue.report.interactive`), each figure an inline ``<div>`` and its ``Plotly.newPlot``
+call, the stylesheet is inline and the favicon is an empty ``data:`` URI (so a browser asks
+nothing of the network or the disk). Every piece of text is escaped.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import math
 from dataclasses import dataclass, field
@@ -36,6 +36,8 @@ tr.group td { background: #fafafa; font-weight: 600; text-align: left; color: va
 .cols { display: flex; flex-wrap: wrap; gap: 28px; align-items: flex-start; }
 figure { margin: 8px 0 16px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure.plot { border: 1px solid #eee; padding: 4px 4px 6px; }
+figure.plot figcaption { padding: 0 8px; }
 figcaption { color: var(--muted); font-size: 12.5px; max-width: 1100px; }
 .note { color: var(--muted); font-size: 12.5px; }
 footer { margin-top: 30px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--line); padding-top: 8px; }
@@ -116,10 +118,18 @@ class Raw(str):
     """A string already escaped (HTML)."""
 
 
-def figure_html(png: bytes, alt: str, caption: str | None = None) -> str:
-    data = base64.b64encode(png).decode("ascii")
+def plot_html(div: str, caption: str | None = None) -> str:
+    """An interactive figure (its ``<div>`` and script, from :func:`llmqueue.report.interactive.div`)
+    with its caption."""
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    return f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}">{cap}</figure>'
+    return f'<figure class="plot">{div}{cap}</figure>'
+
+
+def script(js: str) -> str:
+    """An inline script; a ``</script`` inside it (in a string) is escaped so it cannot end the element."""
+    import re
+
+    return "<script>" + re.sub(r"</(script)", r"<\\/\1", js, flags=re.I) + "</script>"
 
 
 def badge(word: str) -> str:

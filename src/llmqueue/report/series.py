@@ -1,8 +1,13 @@
 """The numbers behind the plots, computed from records (no plotting here).
 
-- :func:`queue_series`: waiting and running requests over time (the time series, else steps).
+- :func:`queue_series`: waiting and running requests over time (the time series, else steps,
+  else the request records).
 - :func:`kv_series`: KV tokens in use over time, and the capacity ``M`` when the run says it.
-- :func:`latencies`: TTFT, TPOT, E2EL and queue time of finished requests (vLLM definitions).
+- :func:`latencies`: TTFT, TPOT, E2EL and queue time of finished requests (vLLM definitions);
+  :func:`class_latencies` the same per request class.
+- :func:`latency_over_time`: p50 and p99 of each latency by arrival-time bin.
+- :func:`output_rate`: output tokens per second over time, from the request records.
+- :func:`ecdf_points`: an empirical CDF thinned for plotting, keeping the tail.
 - :func:`decomposition`: each finished request's time split into queue (arrival to first
   scheduled step), prefill (first scheduled step to first token: TTFT minus queue) and decode
   (first token to the last: E2EL minus TTFT); means overall and by arrival-time bin.
@@ -59,10 +64,32 @@ def queue_series(run):
         t, (w, r) = _sum_over_replicas(st["start_s"] + st["duration_s"], [st["num_waiting"], st["num_running"]],
                                        st["replica"])
         src = "step records"
+    elif run.requests is not None and len(run.requests):
+        t, w, r = _queue_from_requests(run)
+        src = "request records"
     else:
         return None
     t, (w, r) = _resample(t, [w, r])
     return t, w, r, src
+
+
+def _queue_from_requests(run):
+    """Waiting (arrived, not yet first scheduled, else not yet a first token) and running (then to
+    the finish) counted from the request records; a request still in flight stays to the end."""
+    rq = run.requests
+    a = np.asarray(rq["arrival_s"], dtype=np.float64)
+    start = np.asarray(rq["first_scheduled_s"], dtype=np.float64)
+    start = np.where(np.isfinite(start), start, np.asarray(rq["first_token_s"], dtype=np.float64))
+    fin = np.asarray(rq["finish_s"], dtype=np.float64)
+    end = float(np.nanmax(np.concatenate([a, fin[np.isfinite(fin)], start[np.isfinite(start)]])))
+    h = (run.summary or {}).get("horizon_s")
+    if isinstance(h, (int, float)) and math.isfinite(h):
+        end = max(end, float(h))
+    fin = np.where(np.isfinite(fin), fin, end)
+    start = np.where(np.isfinite(start), np.minimum(start, fin), fin)  # never started: waited to the end
+    t = np.unique(np.concatenate([a, start, fin, [end]]))
+    count = lambda x: np.searchsorted(np.sort(x), t, side="right")  # noqa: E731 - events at or before t
+    return t, (count(a) - count(start)).astype(np.float64), (count(start) - count(fin)).astype(np.float64)
 
 
 def kv_capacity(run) -> float | None:
@@ -91,6 +118,8 @@ def kv_series(run):
         n, src = len(np.unique(st["replica"])), "step records"
     else:
         return None
+    if not np.any(kv) and kv_capacity(run) is None:
+        return None  # all zeros and no capacity: the server did not report its cache (bench without M)
     t, (kv,) = _resample(t, [kv])
     return t, kv / max(n, 1), src
 
@@ -121,6 +150,116 @@ def latencies(run) -> dict:
         x = d[f"{k}_s"][m]
         out[k] = x[np.isfinite(x)]
     return out
+
+
+def class_latencies(run) -> dict:
+    """``{class: latencies(run) restricted to that class}`` for the classes with finished requests."""
+    d = run.requests.derived()
+    m = _window_mask(run)
+    cls = np.asarray(run.requests["class"]).astype(str)
+    out = {}
+    for c in np.unique(cls[m]):
+        mc = m & (cls == c)
+        lat = {k: d[f"{k}_s"][mc] for k in ("ttft", "tpot", "e2el", "queue")}
+        out[str(c)] = {k: v[np.isfinite(v)] for k, v in lat.items()}
+    return out
+
+
+def _arrival_bins(t0: float, t1: float, n: int, per_bin: int) -> np.ndarray:
+    """Bin edges over ``[t0, t1]``: at most 60 bins, about ``per_bin`` requests each."""
+    k = int(min(60, max(1, n // per_bin)))
+    return np.linspace(t0, t1 + 1e-9 * max(1.0, abs(t1)), k + 1)
+
+
+def latency_over_time(run, *, per_bin: int = 25, min_n: int = 5) -> dict | None:
+    """p50 and p99 of TTFT, TPOT and E2EL (seconds) of the finished requests by arrival time.
+
+    Every finished (``ok``) request counts, warm-up included (the plot shades it). Arrival
+    times are cut into at most 60 equal bins of about ``per_bin`` requests; a bin with fewer
+    than ``min_n`` values of a metric gets NaN. Returns ``{"t": bin centres, "width": s,
+    metric: {"p50": ..., "p99": ..., "n": counts}}`` or ``None`` without finished requests.
+    """
+    d = run.requests.derived()
+    ok = np.asarray(run.requests["status"]) == "ok"
+    a = np.asarray(run.requests["arrival_s"], dtype=np.float64)[ok]
+    if len(a) < min_n:
+        return None
+    edges = _arrival_bins(float(a.min()), float(a.max()), len(a), per_bin)
+    which = np.clip(np.searchsorted(edges, a, side="right") - 1, 0, len(edges) - 2)
+    out = {"t": (edges[:-1] + edges[1:]) / 2, "width": float(edges[1] - edges[0])}
+    for k in ("ttft", "tpot", "e2el"):
+        x = d[f"{k}_s"][ok]
+        p50, p99, n = (np.full(len(edges) - 1, np.nan) for _ in range(3))
+        for b in range(len(edges) - 1):
+            v = x[(which == b) & np.isfinite(x)]
+            n[b] = len(v)
+            if len(v) >= min_n:
+                p50[b], p99[b] = np.percentile(v, [50, 99])
+        out[k] = {"p50": p50, "p99": p99, "n": n}
+    return out
+
+
+def output_rate(run, *, bins: int = 120) -> dict | None:
+    """Output tokens per second over time, from the finished requests' records.
+
+    Each finished (``ok``) request's first token counts at ``first_token_s`` and its other
+    ``output_tokens - 1`` tokens are spread evenly from there to ``finish_s`` (the records keep
+    no per-token times); the rate is the tokens falling in each of ``bins`` equal bins over the
+    bin's width. Returns ``{"t": bin centres, "width": s, "tokens_per_s": ...}`` or ``None``
+    without a finished request that produced a token.
+    """
+    rq = run.requests
+    ok = np.asarray(rq["status"]) == "ok"
+    t1 = np.asarray(rq["first_token_s"], dtype=np.float64)[ok]
+    f = np.asarray(rq["finish_s"], dtype=np.float64)[ok]
+    n = np.asarray(rq["output_tokens"], dtype=np.float64)[ok]
+    keep = np.isfinite(t1) & np.isfinite(f) & (n >= 1)
+    t1, f, n = t1[keep], np.maximum(f[keep], t1[keep]), n[keep]
+    if not len(t1):
+        return None
+    lo, hi = float(t1.min()), float(f.max())
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+    width = float(edges[1] - edges[0])
+    first = np.histogram(t1, bins=edges)[0].astype(np.float64)
+    span = f - t1
+    spread = span > 0
+    rate = np.where(spread, (n - 1) / np.where(spread, span, 1.0), 0.0)
+    # tokens up to x of a request decoding at rate r on [s, e]: r (min(x, e) - s)+; cumulate with sorted sums
+    cum = _ramp_sum(edges, t1[spread], rate[spread]) - _ramp_sum(edges, f[spread], rate[spread])
+    instant = n - 1  # a request whose last token came with its first: all of them at first_token_s
+    first += np.histogram(t1[~spread], bins=edges, weights=instant[~spread])[0]
+    tokens = first + np.diff(cum)
+    return {"t": (edges[:-1] + edges[1:]) / 2, "width": width, "tokens_per_s": tokens / width}
+
+
+def _ramp_sum(x, s, r):
+    """``sum_i r_i max(x - s_i, 0)`` at each ``x``."""
+    o = np.argsort(s)
+    s, r = s[o], r[o]
+    R = np.concatenate([[0.0], np.cumsum(r)])
+    S = np.concatenate([[0.0], np.cumsum(r * s)])
+    k = np.searchsorted(s, x, side="right")
+    return x * R[k] - S[k]
+
+
+def ecdf_points(x, n: int = 600):
+    """``(x_sorted, F)`` of the empirical CDF, thinned to about ``n`` points for plotting.
+
+    Keeps points evenly spread in probability and, for a tail plot, log-spaced from the top
+    (``1 - F`` down to ``1/N``), so a CCDF on log axes keeps its shape. ``F`` at the i-th smallest
+    of N values is ``i / N``.
+    """
+    x = np.sort(np.asarray(x, dtype=np.float64))
+    N = len(x)
+    if N == 0:
+        return x, x
+    if N > n:
+        even = np.linspace(0, N - 1, n // 2).round().astype(np.int64)
+        tail = N - np.unique(np.geomspace(1, N, n // 2).round().astype(np.int64))
+        idx = np.unique(np.concatenate([even, tail, [0, N - 1]]))
+    else:
+        idx = np.arange(N)
+    return x[idx], (idx + 1) / N
 
 
 #: Parts of a request's latency, in order, with their legend text.

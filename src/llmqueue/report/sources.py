@@ -25,10 +25,16 @@ but ``points`` is optional; unknown keys are ignored)::
           "verdict": "stable",                            # or "unstable: queue grows ..."
           "theory_mu": 3.262,                             # closed-form capacity, req/s
           "slo": {"p99_ttft_ms": 2000},                   # this point's targets, if its own
-          "run_dir": "points/007"                         # its run directory, if kept
+          "run_dir": "points/007",                        # its run directory, if kept
+          "p50_ttft_ms": 300.0, "p90_ttft_ms": 610.0,     # optional, drawn against the offered
+          "utilization": 0.93, "kv_utilization": 0.71,    # load: p50_/p90_ of each latency,
+          "queue_growth_per_s": 0.01                      # busy fraction, KV use, queue trend
         }, ...
       ]
     }
+
+A point's run directory (``run_dir``; or ``runs/<key>``, as ``llmqueue sweep --keep-runs``
+writes it) feeds the per-point figures: queue length over time and latency CDFs.
 
 Accepted spellings, so that a sweep writer need not match the names exactly: the swept
 parameters as ``params`` in each point or, as ``llmqueue sweep`` writes them, as flat keys of the
@@ -65,6 +71,9 @@ ARG = "RUN_OR_SWEEP_DIR"
 #: Keys of the rate among a point's parameters, in order of preference.
 RATE_KEYS = ("rate", "lam", "offered_rate", "arrival_rate", "request_rate")
 P99_METRICS = ("ttft", "tpot", "e2el")
+#: Optional numbers of a point that the sweep report plots against the offered load.
+POINT_VALUES = tuple(f"{q}_{m}_ms" for m in P99_METRICS for q in ("p50", "p90")) + (
+    "utilization", "kv_utilization", "queue_growth_per_s", "output_throughput")
 
 
 @dataclass
@@ -96,6 +105,8 @@ class SweepPoint:
     slo_met: bool | None = None  # the sweep's own SLO judgement, when it gives one
     failed_share: float | None = None  # rejected, timed out, cancelled or failed, of the arrivals
     goodput: float | None = None       # requests meeting the SLOs per second
+    values: dict = field(default_factory=dict)  # further numbers the point gives (:data:`POINT_VALUES`)
+    key: str | None = None             # llmqueue sweep's point key (its run directory is runs/<key>)
 
     def group(self) -> tuple:
         """The parameters other than the rate: points with the same group form one curve."""
@@ -282,4 +293,22 @@ def _point(x, i: int, f: Path, swept=()) -> SweepPoint:
                       p99=p99, verdict=verdict, stable=stable, mu=mu, slo=_slo(x),
                       run_dir=x.get("run_dir") if isinstance(x.get("run_dir"), str) else None,
                       slo_met=x.get("slo_met") if isinstance(x.get("slo_met"), bool) else None,
-                      failed_share=_num(get("failed_share")), goodput=_num(get("request_goodput", "goodput")))
+                      failed_share=_num(get("failed_share")), goodput=_num(get("request_goodput", "goodput")),
+                      values={k: v for k in POINT_VALUES if (v := _num(get(k))) is not None},
+                      key=x.get("key") if isinstance(x.get("key"), str) else None)
+
+
+def point_run_dir(sweep: SweepData, p: SweepPoint) -> Path | None:
+    """A point's run directory (one holding ``requests.parquet``), or ``None``.
+
+    Looked for at ``run_dir`` (absolute, or relative to the sweep directory or to the working
+    directory) and at ``<sweep>/runs/<name>``, where ``llmqueue sweep --keep-runs`` writes it.
+    """
+    cands = []
+    if p.run_dir:
+        r = Path(p.run_dir)
+        cands += [r] if r.is_absolute() else [sweep.path / r, r]
+        cands.append(sweep.path / "runs" / r.name)
+    if p.key:
+        cands.append(sweep.path / "runs" / p.key)
+    return next((c for c in cands if (c / "requests.parquet").is_file()), None)
