@@ -327,7 +327,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     mean = np.average(x, weights=w)
     cv = float(np.sqrt(np.average((x - mean) ** 2, weights=w)) / mean)
     stage(CALIBRATE_STAGES[2])
-    notes.append(f"b from the busy step cycles (steps.parquet)" if estimator == "cycle" else f"b from {src}")
+    notes.append("b from the busy step cycles (steps.parquet)" if estimator == "cycle" else f"b from {src}")
     if window is not None:
         notes.append(f"measured over [{window[0]:g}, {window[1]:g}) s")
     # the linear model is fitted on every busy step of the run, window or not: a saturated

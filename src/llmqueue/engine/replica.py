@@ -375,21 +375,28 @@ class Replica:
     def _take_arrivals(self, t: float) -> None:
         """Every request that has arrived by ``t`` joins the queue (or is rejected); the stream's
         before a submitted one at equal times."""
-        a = self._arrivals
         while True:
-            ts = self._st_next
-            if ts <= t and (not a or ts <= a[0][0]):
-                r = self._st_make(self._st_pos)
-                self._st_pos += 1
-                if self._st_pos == len(self._st_times):
-                    self._load_chunk()
-                else:
-                    self._st_next = self._st_times[self._st_pos]
-                self._arrive(r)
-            elif a and a[0][0] <= t:
-                self._arrive(heapq.heappop(a)[3])
-            else:
+            r = self._next_arrived(t)
+            if r is None:
                 return
+            self._arrive(r)
+
+    def _next_arrived(self, t: float):
+        """The next request arriving by ``t`` (the stream's before a submitted one at equal times),
+        taken from its source; None when none is left."""
+        a = self._arrivals
+        ts = self._st_next
+        if ts <= t and (not a or ts <= a[0][0]):
+            r = self._st_make(self._st_pos)
+            self._st_pos += 1
+            if self._st_pos == len(self._st_times):
+                self._load_chunk()
+            else:
+                self._st_next = self._st_times[self._st_pos]
+            return r
+        if a and a[0][0] <= t:
+            return heapq.heappop(a)[3]
+        return None
 
     def _arrive(self, r) -> None:
         self.arrived += 1
@@ -1156,20 +1163,10 @@ class Replica:
         in arrival order; returns, for each that joined the queue, the index of the step at
         whose start the scheduler sees it (ascending)."""
         marks = []
-        a = self._arrivals
         while True:
-            ts = self._st_next
-            if ts <= last_start and (not a or ts <= a[0][0]):
-                x = ts
-                r = self._st_make(self._st_pos)
-                self._st_pos += 1
-                if self._st_pos == len(self._st_times):
-                    self._load_chunk()
-                else:
-                    self._st_next = self._st_times[self._st_pos]
-            elif a and a[0][0] <= last_start:
-                x, _, _, r = heapq.heappop(a)
-            else:
+            x = self._next_arrival()  # its time (the stream's, or the submitted one's)
+            r = self._next_arrived(last_start)
+            if r is None:
                 return marks
             before = len(self.waiting)
             self._arrive(r)

@@ -26,7 +26,6 @@ model gives no verdict ("indeterminate").
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
