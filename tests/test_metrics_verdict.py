@@ -111,15 +111,15 @@ def test_simulate_num_requests_overload_is_unstable():
 
 
 def test_caveats_and_class_slo_verdicts_in_the_table_and_the_report(tmp_path):
-    """What the JSON said only (the roofline estimate, one replica of four, per-class SLO verdicts)
+    """What the JSON said only (the roofline estimate, the fleet of four, per-class SLO verdicts)
     is in the table and the run report too."""
     from llmqueue.cli.main import main
 
     text = _cli(["simulate", "--scenario", "rag", "--duration", "120", "--out", str(tmp_path / "run")])
     caveats = text.split("\nCaveats\n")[1]
-    assert "replica 0 of 4" in caveats and "roofline" in caveats
+    assert "4 replicas on one clock" in caveats and "roofline" in caveats
     slo = text.split("SLOs (per class)")[1].split("\nCaveats")[0]
     assert "p99_tpot_ms" in slo and " vs 100: " in slo and ("violated" in slo or "met" in slo)
     assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")]) == 0
     html = (tmp_path / "r.html").read_text()
-    assert "Caveats" in html and "replica 0 of 4" in html and "p99_tpot_ms" in html
+    assert "Caveats" in html and "4 replicas on one clock" in html and "p99_tpot_ms" in html

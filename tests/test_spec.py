@@ -84,6 +84,7 @@ OVERRIDES = [
     ("slo_tpot_ms", ["--slo-tpot-ms", "80"],
      lambda s: s.slos["default"] == {"p99_ttft_ms": pytest.approx(2000.0), "tpot_ms": 80.0}),
     ("slo_e2el_ms", ["--slo-e2el-ms", "9000"], lambda s: s.slos["default"].get("e2el_ms") == 9000.0),
+    ("router", ["--router", "least-outstanding"], lambda s: s.router == "least-outstanding"),
 ]
 # scenario-file knobs without a flag, through the library's keywords
 LIBRARY_ONLY = {"replicas", "preemption_mode", "lengths", "trace"}
@@ -112,7 +113,9 @@ def test_defaults_never_override_a_scenario():
 def test_library_only_knobs_and_lengths(tmp_path):
     two = scenario_spec(scenario="chat", replicas=2, duration=120)
     one = scenario_spec(scenario="chat", duration=120)
-    assert any("replica 0 of 2" in n for n in two.notes) and len(two.requests) < 0.7 * len(one.requests)
+    # a fleet of two serves the whole stream (it was replica 0's random half)
+    assert two.replicas == 2 and len(two.requests) == len(one.requests)
+    assert any("2 replicas on one clock" in n for n in two.notes)
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("prompt_tokens,output_tokens\n100,10\n300,30\n")
     s = scenario_spec(scenario="chat", lengths=f"joint:{pairs}", duration=120)

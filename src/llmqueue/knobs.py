@@ -82,13 +82,13 @@ KNOBS: tuple[Knob, ...] = (
          scenario="deployment.gpu", metavar="NAME"),
     Knob("tensor_parallel_size", int, 1, f"GPUs per replica ({_VLLM}).", scenario="deployment.tensor_parallel_size",
          ge=1),
-    Knob("replicas", int, 1, "Replicas of the engine on one clock behind --router (a fleet). With --scenario: "
-         "the scenario's replicas, its stream split at random and replica 0 simulated, until fleets take "
-         "scenarios. At most 4,096 (each replica is simulated: memory and time grow with the count).",
+    Knob("replicas", int, 1, "Replicas of the engine on one clock behind --router (a fleet); with --scenario, "
+         "the scenario's deployment.replicas. At most 4,096 (each replica is simulated: memory and time grow "
+         "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
          "(JSQ), power-of-two, or central (the gateway holds the queue and dispatches to a free slot: M/M/c).",
-         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central")),
+         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central"), scenario="spec"),
     # --- the scheduler ----------------------------------------------------------------------------
     Knob("max_num_seqs", int, 256, f"At most this many requests run (hold KV) at once ({_VLLM} on a large GPU).",
          scenario="deployment.max_num_seqs", ge=1),

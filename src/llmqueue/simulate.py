@@ -61,9 +61,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
                        num_requests: int | None = None) -> SimSpec:
     """A :class:`SimSpec` from a validated :class:`llmqueue.scenario.Scenario`.
 
-    With ``deployment.replicas > 1`` the stream is split uniformly at random across the
-    replicas (a random router) and replica 0's share is simulated: the multi-replica cluster
-    comes with the cluster layer.
+    With ``deployment.replicas > 1`` the whole stream is served by that many replicas on one
+    clock behind a uniform random router (:func:`llmqueue.cluster.simulate_fleet`).
     """
     from llmqueue.engine.step_time import roofline_model
 
@@ -79,10 +78,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     d = scenario.deployment
     notes = list(scenario.notes)
     if d.replicas > 1:
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(11,)))
-        keep = rng.integers(0, d.replicas, len(requests)) == 0
-        requests = requests.select(keep) if hasattr(requests, "select") else _select(requests, keep)
-        notes.append(f"simulating replica 0 of {d.replicas} behind a uniform random router")
+        notes.append(f"{d.replicas} replicas on one clock behind a uniform random router (each request "
+                     "routed as it arrives; retries routed afresh)")
     st = d.step_time_model
     if st is None:
         st = roofline_model(d.model, d.gpu, tensor_parallel_size=d.tensor_parallel_size)
@@ -92,16 +89,9 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), ttft_timeout_s=ttft, retry=mix.retry_function(seed, requests))
     spec = SimSpec(engine=scenario.engine_config(), step_time=parse_step_time(st), requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
-                   duration_s=run.duration_s, num_requests=run.num_requests, options=opts)
+                   duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas)
     spec.notes = notes
     return spec
-
-
-def _select(requests, keep):
-    from llmqueue.workload.generate import RequestArrays
-
-    cols = requests.to_columns()
-    return RequestArrays(**{("class_name" if k == "class" else k): np.asarray(v)[keep] for k, v in cols.items()})
 
 
 def _single_class_workload(mix):
@@ -355,16 +345,10 @@ def _simulate_fleet(spec: SimSpec, requests, opts):
     """``spec.replicas`` replicas behind ``spec.router`` (:func:`llmqueue.cluster.simulate_fleet`)."""
     from llmqueue.cluster import simulate_fleet
 
-    missing = [name for name, on in (("client timeouts", opts.timeout_s or opts.ttft_timeout_s),
-                                     ("retries", opts.retry is not None),
-                                     ("prefix caching", spec.engine.enable_prefix_caching),
-                                     ("srpt predictions", opts.predicted_output is not None),
-                                     ("--early-stop", opts.early_stop)) if on]
-    if missing:
-        raise InputError("replicas", f"a fleet does not model {', '.join(missing)} yet",
-                         "drop --replicas (one replica models them), or drop those")
+    if opts.early_stop:
+        raise InputError("early_stop", "a fleet does not stop early yet", "drop --early-stop, or --replicas")
     return simulate_fleet(spec.engine, spec.step_time, requests, replicas=spec.replicas, router=spec.router,
-                          seed=spec.seed, horizon_s=opts.horizon_s, sample_dt=opts.sample_dt)
+                          options=opts)
 
 
 def _reason_kind(reason: str) -> str:

@@ -216,7 +216,7 @@ def _with_thresholds(slos: dict | None, classes, thresholds: dict) -> dict:
 
 def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
     """Knobs a scenario file does not hold, applied to its built spec (in place): ``preemption``,
-    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt`` and SLO thresholds."""
+    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt``, ``router`` and SLO thresholds."""
     if knobs.get("preemption") is not None:
         spec.engine = spec.engine.with_(preemption=knobs["preemption"])
     if knobs.get("srpt_predictor_cv") is not None:
@@ -227,6 +227,8 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.options.sample_dt = knobs["sample_dt"]
     if knobs.get("early_stop") is not None:
         spec.options.early_stop = knobs["early_stop"]
+    if knobs.get("router") is not None:
+        spec.router = knobs["router"]
 
     thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
     if thresholds:

@@ -244,8 +244,14 @@ class Replica:
 
     def run(self, horizon: float = math.inf) -> None:
         """Run until every submitted request is done, or until ``horizon``: steps start only
-        before it."""
+        before it (a step in progress from :meth:`advance` ends first)."""
         import gc
+
+        if self._pending is not None:
+            end, apply, args = self._pending
+            self._pending = None
+            apply(*args)
+            self.now = end
 
         enabled = gc.isenabled()
         gc.disable()  # the loop allocates many small objects and frees none of them in cycles
