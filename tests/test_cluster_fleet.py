@@ -186,3 +186,25 @@ def test_a_scenario_with_replicas_runs_the_whole_fleet():
     assert set(np.unique(rep)) == {0, 1, 2, 3}
     after_warmup = int((np.asarray(spec.requests.arrival_s) >= spec.warmup_s).sum())
     assert out.summary["arrivals"] == after_warmup  # the whole stream, not one replica's share
+
+
+@pytest.mark.parametrize("factor, stable", [(0.8, True), (1.1, False)])
+def test_kv_provisioning_rule_on_a_fleet_of_eight_under_jsq(factor, stable, capsys):
+    """Nie et al.'s rule for a fleet: N replicas, each of KV capacity mu = 3.263 req/s (their 1:1
+    setting), behind JSQ: stable at an offered 0.8 N mu, unstable at 1.1 N mu (N = 8)."""
+    import json
+
+    from llmqueue.cli.main import main
+
+    mu, n = 3.263, 8
+    assert main(["simulate", "--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
+                 "--prompt-len", "uniform:10:1600", "--output-len", "uniform:10:1600", "--rate", str(factor * n * mu),
+                 "--duration", "1800", "--replicas", str(n), "--router", "least-outstanding", "--seed", "1",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["theory"]["rho"] == pytest.approx(factor, rel=0.01)  # per replica: lam / N against mu
+    assert d["stable"] is stable, d["verdict"]
+    if stable:
+        assert d["request_throughput"] == pytest.approx(d["arrival_rate"], rel=0.03)
+    else:
+        assert d["verdict"].startswith("unstable: queue grows") and d["request_throughput"] < n * mu
