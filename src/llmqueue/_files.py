@@ -80,6 +80,17 @@ def read_text(field: str, path, *, what: str = "file") -> str:
         return fh.read()
 
 
+def yaml_problem(e) -> str:
+    """A YAML error as the tail of a one-line message: ``" at line L, column C: problem"``."""
+    import yaml
+
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{where}: {_one_line(' '.join(str(x) for x in (e.context, e.problem) if x))}"
+    return f": {_one_line(e)}"
+
+
 def load_yaml(field: str, path, *, what: str = "file"):
     """The YAML document in ``path``, read with the safe loader (no Python tags)."""
     import yaml
@@ -88,13 +99,8 @@ def load_yaml(field: str, path, *, what: str = "file"):
     with reading(field, path):
         try:
             return yaml.safe_load(text)
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            problem = " ".join(str(x) for x in (e.context, e.problem) if x)
-            raise InputError(field, f"{str(path)!r} is not valid YAML{where}: {_one_line(problem)}") from None
         except yaml.YAMLError as e:
-            raise InputError(field, f"{str(path)!r} is not valid YAML: {_one_line(e)}") from None
+            raise InputError(field, f"{str(path)!r} is not valid YAML{yaml_problem(e)}") from None
 
 
 def _same(a: Path, b: Path) -> bool:

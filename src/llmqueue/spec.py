@@ -135,12 +135,17 @@ def rate_arrival(rate: float, arrival=None, workload=None, trace=None) -> str:
     if trace is not None:
         raise InputError("rate", "a replayed trace keeps its own times here",
                          "rescale it with `llmqueue workload convert TRACE --rate R -o FILE`, or drop --rate")
-    base = arrival
-    if base is None and workload is not None:
-        from llmqueue.workload import load_fitted
-
-        base = load_fitted(workload).arrival.spec
+    base = arrival if arrival is not None else fitted_arrival(workload)
     return scale_arrival(base or "poisson:1", rate).spec
+
+
+def fitted_arrival(workload) -> str | None:
+    """The arrival spec of a fitted workload file (``--workload``); None without one."""
+    if workload is None:
+        return None
+    from llmqueue.workload import load_fitted
+
+    return load_fitted(workload).arrival.spec
 
 
 def workload_from_flags(*, trace=None, arrival=None, prompt=None, output=None, lengths=None, num_requests=None,

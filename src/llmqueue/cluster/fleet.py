@@ -133,8 +133,7 @@ def simulate_fleet(config, step_time, requests, *, replicas: int, router="random
 
     check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if stream.n else 0.0, horizon_s=horizon_s,
                    sample_dt=sample_dt)
-    deadlines_on = bool(opt.timeout_s or opt.ttft_timeout_s or config.max_queue_time_s
-                        or config.class_max_queue_time_s)
+    deadlines_on = reps[0]._deadlines_on  # the same on every replica
     it = iter(stream.requests())
     head = next(it, None)
     t_last = 0.0

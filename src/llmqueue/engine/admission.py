@@ -16,6 +16,16 @@ from __future__ import annotations
 DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
 
 
+def arrival_entry(request, at: float | None = None) -> tuple:
+    """A replica's arrivals-heap entry for ``request``: it arrives at ``request.arrival_time``, or a
+    gateway dispatches it at ``at`` (set as its ``dispatch_time``; the replica sees it then).
+    Ordered by time, first attempts before retries, then stream position."""
+    if at is not None:
+        request.dispatch_time = at
+    t = request.arrival_time if at is None else at
+    return (t, request.attempt > 1, request.seq, request)
+
+
 def reject_reason(config, r, waiting) -> str | None:
     """Why ``r`` is rejected at arrival (None: it joins the queue). ``waiting``: the queue it
     would join (its length and per-class counts)."""

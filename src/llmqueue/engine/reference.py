@@ -29,7 +29,8 @@ from __future__ import annotations
 import heapq
 import math
 
-from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
+from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
+                                       reject_reason)
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.scheduler import Scheduler
@@ -78,10 +79,7 @@ class ReferenceReplica:
     def submit(self, request, at: float | None = None) -> None:
         """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
         dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
-        if at is not None:
-            request.dispatch_time = at
-        t = request.arrival_time if at is None else at
-        heapq.heappush(self._arrivals, (t, request.attempt > 1, request.seq, request))
+        heapq.heappush(self._arrivals, arrival_entry(request, at))
 
     def next_event_time(self) -> float:
         """When this replica next changes state: the end of the step in progress, else the next

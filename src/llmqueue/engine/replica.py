@@ -38,7 +38,8 @@ import math
 import numpy as np
 
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
-from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, deadlines, late_outcome, reject_reason
+from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
+                                       reject_reason)
 from llmqueue.engine.kv_cache_manager import cdiv
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.policies import victim_policy
@@ -155,10 +156,7 @@ class Replica:
     def submit(self, request, at: float | None = None) -> None:
         """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
         dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
-        if at is not None:
-            request.dispatch_time = at
-        t = request.arrival_time if at is None else at
-        heapq.heappush(self._arrivals, (t, request.attempt > 1, request.seq, request))
+        heapq.heappush(self._arrivals, arrival_entry(request, at))
 
     def feed(self, stream) -> None:
         """Take a whole :class:`~llmqueue.engine.stream.RequestStream` (sorted by arrival time): its

@@ -261,3 +261,22 @@ def slo_attainment(requests, slos: Mapping, *, warmup_s: float = 0.0,
         per, agg = targets[c]
         result["by_class"][c] = data.attain(cls == c, per, agg, level, bool(per))
     return result
+
+
+def slo_verdict_rows(slo: dict | None) -> list:
+    """``(label, text)`` rows of the per-class SLO verdicts of a summary's ``slo`` (each aggregate
+    target: value, target, interval and met / violated / inconclusive; the good share)."""
+    rows = []
+    for cls, d in ((slo or {}).get("by_class") or {}).items():
+        for key, v in d.items():
+            if not isinstance(v, dict) or "target" not in v:
+                continue
+            val = "-" if v.get("value") is None else f"{v['value']:,.1f}"
+            ci = v.get("ci")
+            ci_txt = f" [{ci[0]:,.1f}, {ci[1]:,.1f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
+            t = v["target"]
+            tt = f"{t:,.0f}" if t >= 100 else f"{t:g}"
+            rows.append((f"{cls}: {key}", f"{val}{ci_txt} vs {tt}: {v.get('verdict') or 'no data'}"))
+        if d.get("requests"):
+            rows.append((f"{cls}: requests within every target", f"{d.get('good', 0)} of {d['requests']}"))
+    return rows

@@ -48,7 +48,6 @@ SLO_RULE = ("a run meets the SLOs when (1) for each target the upper bound of th
             "basis 'estimate'), (2) at most 1 - p/100 of the arrived requests were rejected, timed out, "
             "cancelled or in error, and (3) the queue does not grow (verdict stable)")
 
-_FAILED = ("rejected", "timeout", "cancelled", "error")
 
 
 def slo_targets(*, ttft_ms: float | None = None, tpot_ms: float | None = None, e2el_ms: float | None = None,
@@ -121,7 +120,9 @@ def judge(summary: dict, slos: dict) -> dict:
     p = min(_percentile_of(k) for k in slos)
     counts = summary.get("status_counts") or {}
     arrived = summary.get("arrivals") or sum(counts.values())
-    failed = sum(int(counts.get(s, 0)) for s in _FAILED)
+    from llmqueue.metrics.stability import FAILED_STATUSES
+
+    failed = sum(int(counts.get(s, 0)) for s in FAILED_STATUSES)
     share = failed / arrived if arrived else 0.0
     allowed = 1 - p / 100
     if share > allowed + 1e-12:

@@ -39,22 +39,13 @@ from pathlib import Path
 from llmqueue.errors import InputError
 from llmqueue.knobs import KNOBS, flag_knobs
 from llmqueue.scenario.override import scale_arrival, scenario_data as _scenario_data
-from llmqueue.spec import build_spec, scenario_spec
+from llmqueue.spec import build_spec, fitted_arrival, rate_arrival, scenario_spec
 
 __all__ = ["SCENARIO_KNOBS", "base_rate", "build_spec", "canonical", "check_param", "derive_seed", "factory_name",
            "jsonable", "point_key", "resolve", "scale_arrival", "scenario_spec"]
 
 #: Knobs a scenario point may override: flag name -> where it goes (see :mod:`llmqueue.knobs`).
 SCENARIO_KNOBS = {k.name: k.scenario for k in KNOBS if k.scenario}
-
-
-def _fitted_arrival(params: dict) -> str | None:
-    """The arrival spec of a fitted workload file (``--workload``), if one is given."""
-    if params.get("workload") is None:
-        return None
-    from llmqueue.workload import load_fitted
-
-    return load_fitted(params["workload"]).arrival.spec
 
 
 def base_rate(factory, params: dict) -> float:
@@ -64,7 +55,7 @@ def base_rate(factory, params: dict) -> float:
 
         knobs = {k: v for k, v in params.items() if k not in ("scenario", "rate")}
         return overridden_rate(params["scenario"], **knobs)
-    arrival = params.get("arrival") or _fitted_arrival(params)
+    arrival = params.get("arrival") or fitted_arrival(params.get("workload"))
     if arrival is None:
         raise InputError("arrival", "no arrival process to take the rate from", "give --arrival, e.g. poisson:5")
     from llmqueue.workload.parse import parse_arrival
@@ -100,7 +91,7 @@ def resolve(factory, base: dict, point: dict) -> dict:
             raise InputError("rate", "a replayed trace's rate cannot be rescaled here",
                              "use a scenario with workload.trace (it rescales to the point's rate), or drop --rates")
         # without an arrival process, a rate means Poisson arrivals at that rate
-        params["arrival"] = scale_arrival(params.get("arrival") or _fitted_arrival(params) or "poisson:1", rate).spec
+        params["arrival"] = rate_arrival(rate, params.get("arrival"), params.get("workload"))
     return params
 
 

@@ -275,7 +275,7 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=N
     th = theory_table(s.get("theory") or {})
     if th is not None:
         tables.append(th.html())
-    from llmqueue.cli.simulate_cmd import slo_verdict_rows
+    from llmqueue.metrics.slo import slo_verdict_rows
 
     slo_rows = slo_verdict_rows(s.get("slo"))
     if slo_rows:

@@ -64,13 +64,10 @@ def read_yaml(text: str, name: str = "scenario"):
     """Parse YAML ``text``; errors become one-line :class:`InputError` (field ``name``)."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        what = " ".join(str(x) for x in (e.context, e.problem) if x)
-        raise InputError(name, f"invalid YAML{where}: {what}") from None
     except yaml.YAMLError as e:
-        raise InputError(name, f"invalid YAML: {str(e).splitlines()[0]}") from None
+        from llmqueue._files import yaml_problem
+
+        raise InputError(name, f"invalid YAML{yaml_problem(e)}") from None
     except RecursionError:
         raise InputError(name, "is nested too deeply to read", "flatten the file") from None
 
