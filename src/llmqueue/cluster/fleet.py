@@ -115,8 +115,13 @@ def simulate_fleet(config, step_time, requests, *, replicas: int, router="random
     gateway: deque = deque()
     horizon = math.inf if horizon_s is None else horizon_s
 
+    from llmqueue.cluster.view import PoolView
+
+    everyone = list(range(replicas))
+
     def views():
-        return [view(rep, seqs) for rep in reps]
+        vs = [view(rep, seqs) for rep in reps]
+        return PoolView("default", reps, [v["num_waiting"] + v["num_running"] for v in vs], everyone, config)
 
     def advance(t):
         for rep in reps:

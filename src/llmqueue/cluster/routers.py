@@ -1,8 +1,8 @@
 """Routers: which replica takes an arriving request, decided from read-only views of the fleet.
 
-A router gets ``views``, one per replica (``num_waiting``, ``num_running``, ``kv_blocks_free``,
-``max_num_seqs``), and returns an index, or None to hold the request at the gateway (only the
-central router does). Queueing terms, for c identical replicas of one request at a time:
+A router gets a :class:`~llmqueue.cluster.view.PoolView` of the pool (``outstanding`` per replica,
+``routable`` replicas, ``num_waiting(i)``, ``kv_blocks_free(i)``, ...) and returns the index of a
+routable replica, or None to hold the request at the gateway (only the central router does). Queueing terms, for c identical replicas of one request at a time:
 
 - :class:`Random`: each replica an independent M/M/1 fed a thinned Poisson stream (``lam / c``);
 - :class:`RoundRobin`: each an E_c/M/1 (every c-th arrival);
@@ -22,11 +22,6 @@ import numpy as np
 from llmqueue.errors import InputError
 
 
-def outstanding(v) -> int:
-    """Requests a replica holds: waiting plus running."""
-    return v["num_waiting"] + v["num_running"]
-
-
 class Random:
     name = "random"
     central = False
@@ -34,8 +29,9 @@ class Random:
     def __init__(self, seed: int = 0):
         self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(23,)))
 
-    def route(self, request, views) -> int:
-        return int(self.rng.integers(len(views)))
+    def route(self, request, view) -> int:
+        r = view.routable
+        return r[int(self.rng.integers(len(r)))]
 
 
 class RoundRobin:
@@ -45,8 +41,9 @@ class RoundRobin:
     def __init__(self, seed: int = 0):
         self.next = 0
 
-    def route(self, request, views) -> int:
-        i = self.next % len(views)
+    def route(self, request, view) -> int:
+        r = view.routable
+        i = r[self.next % len(r)]
         self.next += 1
         return i
 
@@ -58,8 +55,8 @@ class LeastOutstanding:
     def __init__(self, seed: int = 0):
         pass
 
-    def route(self, request, views) -> int:
-        return min(range(len(views)), key=lambda i: outstanding(views[i]))
+    def route(self, request, view) -> int:
+        return view.least_outstanding()
 
 
 class PowerOfTwo:
@@ -69,11 +66,13 @@ class PowerOfTwo:
     def __init__(self, seed: int = 0):
         self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(29,)))
 
-    def route(self, request, views) -> int:
-        if len(views) == 1:
-            return 0
-        a, b = self.rng.choice(len(views), 2, replace=False).tolist()
-        return a if outstanding(views[a]) <= outstanding(views[b]) else b
+    def route(self, request, view) -> int:
+        r = view.routable
+        if len(r) == 1:
+            return r[0]
+        a, b = (r[k] for k in self.rng.choice(len(r), 2, replace=False).tolist())
+        out = view.outstanding
+        return a if out[a] <= out[b] else b
 
 
 class Central:
@@ -85,9 +84,10 @@ class Central:
     def __init__(self, seed: int = 0):
         pass
 
-    def route(self, request, views) -> int | None:
-        free = [i for i, v in enumerate(views) if outstanding(v) < v["max_num_seqs"]]
-        return min(free, key=lambda i: outstanding(views[i])) if free else None
+    def route(self, request, view) -> int | None:
+        out, cap = view.outstanding, view.max_num_seqs
+        free = [i for i in view.routable if out[i] < cap]
+        return min(free, key=out.__getitem__) if free else None
 
 
 ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, PowerOfTwo, Central)}

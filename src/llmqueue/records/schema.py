@@ -59,6 +59,15 @@ REQUEST_COLUMNS: dict[str, str] = {
     "attempt": "int64",
 }
 
+REQUEST_OPTIONAL_COLUMNS: dict[str, str] = {
+    # a fleet's records (llmqueue.cluster): where the request was served
+    "pool": "str",              # the pool that served it (P/D: the decode pool)
+    "lane": "str",              # the lane that sent it there ("" when none matched)
+    "model": "str",             # the model that served it (a fallback pool's model differs)
+    "prefill_replica": "int64", # P/D: the prefill pool's replica (-1 otherwise)
+    "kv_transfer_s": "float64", # P/D: seconds from prefill's end until the KV reached decode (NaN otherwise)
+}
+
 STEP_COLUMNS: dict[str, str] = {
     "step": "int64",            # iteration index on its replica
     "replica": "int64",
@@ -74,6 +83,22 @@ STEP_COLUMNS: dict[str, str] = {
 
 STEP_OPTIONAL_COLUMNS: dict[str, str] = {
     "steps": "int64",           # iterations this row summarises (default 1)
+}
+
+TIMESERIES_OPTIONAL_COLUMNS: dict[str, str] = {
+    "pool": "str",              # a fleet's pool of the replica
+}
+
+POOL_COLUMNS: dict[str, str] = {
+    # a fleet's pools over time, one row per (sample time, pool, class); replicas and
+    # provisioning repeat on a pool's class rows
+    "t_s": "float64",
+    "pool": "str",
+    "class": "str",
+    "replicas": "int64",        # replicas serving (taking requests)
+    "provisioning": "int64",    # replicas starting (ordered by the autoscaler, not serving yet)
+    "num_waiting": "int64",     # this class's requests waiting in the pool (replicas' queues and the gateway's)
+    "num_running": "int64",     # this class's requests running in the pool
 }
 
 TIMESERIES_COLUMNS: dict[str, str] = {

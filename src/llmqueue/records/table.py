@@ -20,10 +20,12 @@ import numpy as np
 from llmqueue.errors import InputError
 from llmqueue.records.schema import (
     REQUEST_COLUMNS,
+    REQUEST_OPTIONAL_COLUMNS,
     STATUSES,
     STEP_COLUMNS,
     STEP_OPTIONAL_COLUMNS,
     TIMESERIES_COLUMNS,
+    TIMESERIES_OPTIONAL_COLUMNS,
 )
 
 
@@ -143,7 +145,14 @@ class _Table:
 
     @classmethod
     def _default(cls, name: str, n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.int64)
+        """An optional column's value on rows that lack it: ``steps`` 1, other counts -1, times
+        NaN, names ``""``."""
+        dtype = cls.OPTIONAL[name]
+        if dtype == "str":
+            return np.full(n, "", dtype="<U1")
+        if dtype == "float64":
+            return np.full(n, np.nan)
+        return np.full(n, 1 if name == "steps" else -1, dtype=np.int64)
 
     # -- access ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -209,6 +218,7 @@ class RequestRecords(_Table):
 
     KIND = "requests"
     COLUMNS = REQUEST_COLUMNS
+    OPTIONAL = REQUEST_OPTIONAL_COLUMNS
 
     @classmethod
     def _check(cls, cols):
@@ -312,6 +322,7 @@ class TimeSeries(_Table):
 
     KIND = "timeseries"
     COLUMNS = TIMESERIES_COLUMNS
+    OPTIONAL = TIMESERIES_OPTIONAL_COLUMNS
 
     @classmethod
     def _check(cls, cols):
