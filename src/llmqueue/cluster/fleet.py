@@ -1,22 +1,34 @@
-"""``simulate_fleet``: N identical replicas on one clock behind a router.
+"""The fleet on one clock: pools of replicas behind routers, lanes, P/D, the gateway, autoscalers,
+faults (:class:`~llmqueue.cluster.spec.FleetSpec`), simulated event by event.
 
-Every arriving request is routed when it arrives, from the replicas' states at that moment: the
-fleet advances every replica to the arrival (a step in progress stays in progress), asks the
-router, and submits the request to the chosen replica. With the central router the gateway
-holds a FCFS queue instead and dispatches its head whenever a replica has a free sequence slot:
-the fleet then also advances the replicas from one step end to the next while the queue is not
-empty, and a request dispatched at ``t`` reaches its replica at ``t`` (``dispatched_s``).
+One heap holds the fleet's events: each replica's next step end (or its next deadline when idle),
+KV deliveries, autoscaler evaluations, replicas becoming ready, faults and repairs, samples. A
+replica is advanced only at its own events, so an arrival costs the routing decision and one
+hand-over, not a pass over the fleet: between its events a replica's state is what it was at the
+last one (a step in progress stays in progress), which is what a router sees. At equal times
+events come before arrivals, and an arrival at ``t`` joins after the step that starts at ``t``.
 
-Each replica draws its step-time noise and drift from its own stream (seed, replica index; replica
-0 the single replica's, so that a fleet of one is that replica), so replicas are independent servers. Records carry the replica index.
+An arrival (a first attempt from the stream, or a retry) goes through the gateway: rate limits,
+the lane that picks its pool, fallback, admission by queue depth or age, tier shedding. Then the
+pool's router picks a replica; with the central router (or while no replica of the pool serves)
+the pool's gateway queue holds it (FCFS) and dispatches its head whenever a replica has a free
+sequence slot: a request dispatched at ``t`` reaches its replica at ``t`` (``dispatched_s``).
 
-The client is the single replica's (:class:`~llmqueue.engine.options.SimOptions`): its timeouts
-(from arrival, per class) are kept by the replica holding the request, and an attempt that failed
-comes back as a new arrival at the time the retry policy gives, routed afresh. Prefix hashes and
-SRPT predictions travel with the requests. A request that can never run (longer than
-``max_model_len`` or the KV cache) is rejected on arrival, as a replica would. Not yet: deadlines
-in the central gateway's queue, and retries together with a bounded waiting room (its rejections
-come at a replica's step boundary, after later arrivals were routed); both are refused in one line.
+P/D: a request of more than one output token entering the prefill pool is served there for its
+prompt and first token (``max_tokens = 1``); its KV (prompt tokens x the pool's
+``kv_bytes_per_token``) then crosses the link (a FCFS queue, :mod:`llmqueue.cluster.link`) and
+enters the decode pool with its prompt computed and its first token made; its record is the
+decode side's, with the first token's times from the prefill side, ``prefill_replica`` and
+``kv_transfer_s``.
+
+Each replica draws its step-time noise and drift from its own stream (the first pool's replica
+0 the single replica's, so that a fleet of one is that replica). The client is the single
+replica's (:class:`~llmqueue.engine.options.SimOptions`): its timeouts (from arrival, per class)
+are kept by the replica holding the request, and an attempt that failed comes back as a new
+arrival at the time the retry policy gives, routed afresh. A request that can never run on the
+chosen pool is rejected on arrival. Refused (one line): client deadlines with the central
+router (its gateway queue keeps none yet), and retries with a bounded waiting room (its
+rejections come at a replica's step boundary, after later arrivals were routed).
 """
 
 from __future__ import annotations
@@ -24,19 +36,26 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
 
 import numpy as np
 
-from llmqueue.cluster.routers import router as make_router
+from llmqueue.cluster.autoscaler import desired_replicas, metric_value
+from llmqueue.cluster.gateway import GatewayRuntime, uses_queue_age
+from llmqueue.cluster.link import KVLinkQueue
+from llmqueue.cluster.pool import DOWN, DRAINING, GONE, PROVISIONING, UP, PoolRuntime
+from llmqueue.cluster.spec import FleetSpec, Pool
+from llmqueue.engine.admission import reject_reason
 from llmqueue.engine.limits import check_run_size
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.replica import Replica
-from llmqueue.engine.admission import reject_reason
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.run import SimResult, _concat_steps, request_columns
 from llmqueue.engine.stream import RequestStream
 from llmqueue.errors import InputError
+
+# event kinds; at equal times the lower kind first (step ends before the rest)
+REP, KV, READY, REPAIR, FAULT, TICK, SAMPLE = range(7)
+FINISHED = RequestStatus.FINISHED
 
 
 class _NoQueue:
@@ -52,162 +71,457 @@ class _NoQueue:
 _NO_QUEUE = _NoQueue()
 
 
-def view(rep, max_num_seqs: int) -> dict:
-    """What a router may read of a replica: waiting (arrived, not running), running, free KV blocks."""
-    arrived = sum(1 for e in rep._arrivals if e[0] <= rep.clock)
-    running = len(rep.running) if rep._pending is not None and rep._pending[1] == rep._exact_end else len(rep.order)
-    return {"num_waiting": len(rep.waiting) + arrived, "num_running": running, "kv_blocks_free": rep.free,
-            "max_num_seqs": max_num_seqs}
-
-
-def simulate_fleet(config, step_time, requests, *, replicas: int, router="random", seed: int | None = None,
-                   horizon_s: float | None = None, sample_dt: float | None = None,
+def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, router="random",
+                   seed: int | None = None, horizon_s: float | None = None, sample_dt: float | None = None,
                    options: SimOptions | None = None) -> SimResult:
-    """Simulate ``replicas`` replicas of ``config`` behind ``router`` (a name or an object) serving
-    ``requests``; returns the records of all of them (``replica`` column), as :func:`llmqueue.engine.simulate`.
-    ``options``: the run's client and recording options (timeouts, retries, prefix hashes, ...);
-    ``seed`` / ``horizon_s`` / ``sample_dt`` given here take precedence over theirs."""
-    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-        raise InputError("replicas", f"must be a whole number >= 1 (got {replicas!r})")
-    opt = options or SimOptions()
-    seed = opt.seed if seed is None else seed
-    horizon_s = opt.horizon_s if horizon_s is None else horizon_s
-    sample_dt = opt.sample_dt if sample_dt is None else sample_dt
-    t0 = time.perf_counter()
-    rt = make_router(router, seed)
-    central = getattr(rt, "central", False)
-    if central and (opt.timeout_s or opt.ttft_timeout_s):
-        raise InputError("router", "the central gateway's queue keeps no client deadlines yet",
-                         "use another --router, or drop the client timeouts")
-    retry = opt.retry
-    if retry is not None and (config.max_waiting or config.class_max_waiting):
-        # a full waiting room rejects at the replica's next step boundary, after the fleet has
-        # routed later arrivals: the retry would come back late
-        raise InputError("max_waiting", "a fleet cannot combine a bounded waiting room with client retries yet",
-                         "drop the waiting-room limit or the retries (one replica models both)")
-    done: list = []
-    again: list = []  # retried attempts not yet arrived: (time, seq, request)
-    stream = RequestStream(requests, class_priority=config.class_priority, predicted_output=opt.predicted_output,
-                           hash_ids=opt.hash_ids if config.enable_prefix_caching else None)
-    n_stream = stream.n
-    n_retries = [0]
+    """Simulate a fleet serving ``requests``; returns the records of all its replicas.
 
-    def finished(i, r):
-        done.append((i, r))
+    ``config`` is a :class:`~llmqueue.cluster.spec.FleetSpec` (then ``step_time`` may hold the
+    requests: ``simulate_fleet(spec, requests, options=...)``), or an engine config: then
+    ``replicas`` replicas of it with ``step_time`` behind ``router`` (a name or an object), one
+    pool. ``options``: the client and recording options (timeouts, retries, prefix hashes, ...);
+    ``seed`` / ``horizon_s`` / ``sample_dt`` given here take precedence over theirs."""
+    if isinstance(config, FleetSpec):
+        spec, requests = config, (requests if requests is not None else step_time)
+        columns = True
+    else:
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            raise InputError("replicas", f"must be a whole number >= 1 (got {replicas!r})")
+        if isinstance(router, str):
+            from llmqueue.cluster.routers import router as make_router
+
+            make_router(router)  # an unknown name: the flag's one-line error
+        spec = FleetSpec(pools=[Pool("default", config, step_time, replicas, router)])
+        columns = False
+    opt = options or SimOptions()
+    return _Fleet(spec, opt, seed=opt.seed if seed is None else seed,
+                  horizon_s=opt.horizon_s if horizon_s is None else horizon_s,
+                  sample_dt=opt.sample_dt if sample_dt is None else sample_dt, columns=columns).run(requests)
+
+
+class _Fleet:
+    def __init__(self, spec: FleetSpec, opt: SimOptions, *, seed: int, horizon_s, sample_dt: float, columns: bool):
+        self.spec, self.opt, self.seed = spec, opt, seed
+        self.horizon_s = horizon_s
+        self.horizon = math.inf if horizon_s is None else horizon_s
+        self.sample_dt = sample_dt
+        self.columns = columns
+        for k, p in enumerate(spec.pools):
+            central = getattr(p.router, "central", False) or p.router == "central"
+            if central and (opt.timeout_s or opt.ttft_timeout_s):
+                raise InputError("router", "the central gateway's queue keeps no client deadlines yet",
+                                 "use another --router, or drop the client timeouts")
+            if opt.retry is not None and (p.config.max_waiting or p.config.class_max_waiting):
+                raise InputError("max_waiting", "a fleet cannot combine a bounded waiting room with client retries yet",
+                                 "drop the waiting-room limit or the retries (one replica models both)")
+        self.ev: list = []
+        self.n_ev = 0
+        self.done: list = []          # (pool index, slot or -1, request)
+        self.again: list = []         # retried attempts not yet arrived: (time, seq, request)
+        self.n_ids = 0
+        self.track_age = uses_queue_age(spec.gateway, spec.autoscalers)
+        self.pools = []
+        for k, p in enumerate(spec.pools):
+            self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id))
+        self.by_name = {p.name: p for p in self.pools}
+        self.gateway = GatewayRuntime(spec.gateway) if spec.gateway is not None else None
+        d = spec.disaggregation
+        self.prefill = self.by_name[d.prefill] if d else None
+        self.decode = self.by_name[d.decode] if d else None
+        self.link = KVLinkQueue(d.link) if d else None
+        self.pd_out: dict = {}        # prefill-side request -> the user's output length
+        self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch time)
+        self.in_transfer = 0
+        self.lane_of: dict = {}       # seq -> lane name (only with lanes)
+        self.scale_events: list = []  # (t, pool, replicas before, after)
+        self.samples: list = []       # pools series rows
+        self.entry = next((p for p in self.pools if p.spec.role != "decode"), self.pools[0])
+        if d and self.entry is not self.prefill and not spec.lanes:
+            self.entry = self.prefill
+
+    # -- replicas ------------------------------------------------------------------------------------
+    def _new_id(self) -> int:
+        self.n_ids += 1
+        return self.n_ids - 1
+
+    def _make_replica(self, pool, i: int, incarnation: int):
+        seed = self.seed
+        if pool.k == 0 and incarnation == 0:
+            # the first pool's replica 0 draws the single replica's streams (a fleet of one is the
+            # replica), its others their own
+            rs = seed if i == 0 else int(np.random.SeedSequence(seed, spawn_key=(31, i)).generate_state(1)[0])
+        else:
+            rs = int(np.random.SeedSequence(seed, spawn_key=(31, i, pool.k, incarnation)).generate_state(1)[0])
+        opt = self.opt
+        first = (lambda r, pool=pool: pool.no_token.pop(r, None)) if self.track_age else None
+        return Replica(pool.config, pool.spec.step_time, seed=rs, on_finish=lambda r, pool=pool, i=i: self._left(pool, i, r),
+                       on_first_token=first, sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
+                       timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s)
+
+    def _push(self, t: float, kind: int, *payload) -> None:
+        self.n_ev += 1
+        heapq.heappush(self.ev, (t, kind, self.n_ev, payload))
+
+    # -- requests leaving ------------------------------------------------------------------------------
+    def _left(self, pool, i: int, r) -> None:
+        """``r`` left slot ``i``'s replica (``on_finish``)."""
+        pool.outstanding[i] -= 1
+        pool.by_class[r.class_name] -= 1
+        if self.track_age:
+            pool.no_token.pop(r, None)
+        self._record(pool, i, r)
+
+    def _record(self, pool, i: int, r) -> None:
+        """``r``'s attempt ended (``i``: -1 when no replica held it): hand a finished prefill to the
+        link, or keep its record and ask the client whether it tries again."""
+        out = self.pd_out.pop(r, None) if self.pd_out else None
+        t_end = r.finish_time
+        if out is not None and r.outcome == "ok":
+            d = Request(r.request_id, r.arrival_time, r.num_prompt_tokens, out, class_name=r.class_name,
+                        priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,
+                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq)
+            d.num_computed_tokens, d.num_output_tokens = r.num_prompt_tokens, 1
+            d.first_scheduled_time, d.first_token_time = r.first_scheduled_time, t_end
+            d.num_cached_tokens, d.num_preemptions = r.num_cached_tokens, r.num_preemptions
+            arrive = self.link.transfer(t_end, r.num_prompt_tokens * pool.spec.kv_bytes_per_token)
+            disp = r.dispatch_time if r.dispatch_time == r.dispatch_time else r.arrival_time
+            self.pd_info[r.seq] = (pool.gid[i], arrive - t_end, disp)
+            self.in_transfer += 1
+            self._push(arrive, KV, d)
+            return
+        self.done.append((pool.k, pool.gid[i] if i >= 0 else -1, r))
+        retry = self.opt.retry
         if r.outcome != "ok" and retry is not None:
             t_next = retry(r.request_id, r.attempt, r.outcome, r.finish_time)
             if t_next is not None:
-                a = Request(r.request_id, float(t_next), r.num_prompt_tokens, r.max_tokens, class_name=r.class_name,
-                            priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
-                            predicted_output_tokens=r.predicted_output_tokens, seq=n_stream + n_retries[0])
-                n_retries[0] += 1
-                heapq.heappush(again, (a.arrival_time, a.seq, a))
+                self._again(r, float(t_next), out)
 
-    reps = []
-    for i in range(replicas):
-        # replica 0 draws the single replica's streams (a fleet of one is the replica), the others their own
-        rs = seed if i == 0 else int(np.random.SeedSequence(seed, spawn_key=(31, i)).generate_state(1)[0])
-        reps.append(Replica(config, step_time, seed=rs,
-                            on_finish=lambda r, i=i: finished(i, r), sample_dt=sample_dt,
-                            hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
-                            ttft_timeout_s=opt.ttft_timeout_s))
-    seqs = config.max_num_seqs
-    gateway: deque = deque()
-    horizon = math.inf if horizon_s is None else horizon_s
+    def _again(self, r, t: float, out=None) -> None:
+        a = Request(r.request_id, t, r.num_prompt_tokens, out or r.max_tokens, class_name=r.class_name,
+                    priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
+                    predicted_output_tokens=r.predicted_output_tokens, seq=self.n_seq)
+        self.n_seq += 1
+        heapq.heappush(self.again, (t, a.seq, a))
 
-    from llmqueue.cluster.view import PoolView
+    def _reject(self, pool, r, why: str, t: float) -> None:
+        r.status = FINISHED
+        r.outcome, r.finish_time, r.reason = "rejected", t, why
+        self._record(pool, -1, r)
 
-    everyone = list(range(replicas))
+    # -- requests entering ------------------------------------------------------------------------------
+    def _place(self, pool, r, t: float, at: float | None = None) -> None:
+        """``r`` enters ``pool`` at ``t``: routed now, or held in the pool's gateway queue."""
+        if pool.central or not pool.routable or pool.held:
+            pool.held.append(r)
+            self._dispatch_held(pool, t)
+            return
+        self._submit(pool, pool.router.route(r, pool.view), r, t, at)
 
-    def views():
-        vs = [view(rep, seqs) for rep in reps]
-        return PoolView("default", reps, [v["num_waiting"] + v["num_running"] for v in vs], everyone, config)
+    def _submit(self, pool, i: int, r, t: float, at: float | None) -> None:
+        s, o = r.num_prompt_tokens, r.max_tokens
+        if s < 1 or o < 1 or s + o > pool.max_total:  # one that can never run: refused on arrival
+            why = reject_reason(pool.config, r, _NO_QUEUE)
+            r.status = FINISHED
+            r.outcome, r.finish_time, r.reason = "rejected", t, why
+            self._record(pool, i, r)
+            return
+        rep = pool.reps[i]
+        rep.submit(r, at)
+        pool.outstanding[i] += 1
+        pool.by_class[r.class_name] += 1
+        if self.track_age and r.num_output_tokens == 0:
+            pool.no_token[r] = r.arrival_time
+        if rep._pending is None and pool.key[i] > t:  # a step in progress takes it when it ends
+            pool.key[i] = t
+            self._push(t, REP, pool, i)
 
-    def advance(t):
-        for rep in reps:
-            rep.advance(t)
-
-    def dispatch(t):
-        while gateway:
-            i = rt.route(gateway[0], views())
+    def _dispatch_held(self, pool, t: float) -> None:
+        held = pool.held
+        while held and pool.routable:
+            i = pool.router.route(held[0], pool.view)
             if i is None:
                 return
-            r = gateway.popleft()
-            reps[i].submit(r, at=t)
-            reps[i].advance(t)  # its step begins now
+            self._submit(pool, i, held.popleft(), t, t)
 
-    check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if stream.n else 0.0, horizon_s=horizon_s,
-                   sample_dt=sample_dt)
-    deadlines_on = reps[0]._deadlines_on  # the same on every replica
-    it = iter(stream.requests())
-    head = next(it, None)
-    t_last = 0.0
+    def _arrive(self, r, t: float) -> None:
+        """An attempt arrives at the gateway."""
+        spec = self.spec
+        pool = self.entry
+        if spec.lanes:
+            lane, name = spec.lane_of(r.class_name, r.num_prompt_tokens)
+            pool = self.by_name[name]
+            if lane:
+                self.lane_of[r.seq] = lane
+        if self.gateway is not None:
+            pool, why = self.gateway.decide(r, pool, self.by_name, t)
+            if why is not None:
+                return self._reject(pool, r, why, t)
+        if pool is self.prefill and r.max_tokens > 1:
+            p = Request(r.request_id, r.arrival_time, r.num_prompt_tokens, 1, class_name=r.class_name,
+                        priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,
+                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq)
+            self.pd_out[p] = r.max_tokens
+            r = p
+        self._place(pool, r, t)
 
-    def next_deadline() -> float:
-        """When a replica next ends an attempt by a client deadline (then its retry may come before
-        the next arrival): a deadline after the clock, or the end of the step in progress that
-        processes one already passed."""
-        best = math.inf
-        for rep in reps:
-            d = rep._next_deadline()
-            if d <= t_last:
-                d = rep._pending[0] if rep._pending is not None else math.inf
-            best = min(best, d)
-        return best
+    # -- the other events ------------------------------------------------------------------------------------
+    def _step(self, pool, i: int, t: float) -> None:
+        if pool.key[i] != t:
+            return  # superseded
+        rep = pool.reps[i]
+        rep.advance(t)
+        nk = rep.next_event_time()
+        if nk <= t:
+            raise RuntimeError(f"replica {pool.gid[i]} of pool {pool.name} made no progress at t={t}")
+        pool.key[i] = nk
+        if nk < math.inf:
+            self._push(nk, REP, pool, i)
+        if pool.state[i] == DRAINING and pool.outstanding[i] == 0:
+            self._retire(pool, i, GONE)
+        if pool.held:
+            self._dispatch_held(pool, t)
 
-    while True:
-        t_arr = min(head.arrival_time if head is not None else math.inf, again[0][0] if again else math.inf)
-        if deadlines_on:
-            t_dl = next_deadline()
-            if t_dl < t_arr and t_dl <= horizon:
-                advance(t_dl)
-                t_last = max(t_last, t_dl)
-                continue
-        a = min(t_arr, horizon)
-        if central:
-            while gateway:  # step ends until the arrival: each may free a slot
-                nxt = [x for x in (rep.next_event_time() for rep in reps) if x > t_last]
-                t_e = min(nxt) if nxt else math.inf
-                if t_e > a:
-                    break
-                advance(t_e)
-                t_last = t_e
-                dispatch(t_e)
-        if t_arr == math.inf or t_arr > horizon:
-            break  # no arrival left, and no client gives up before the horizon: nothing to route
-        if head is not None and head.arrival_time <= t_arr:  # the stream's first at equal times
-            r, head = head, next(it, None)
-        else:
-            r = heapq.heappop(again)[2]
-        advance(a)
-        t_last = max(t_last, a)
-        if central:
-            gateway.append(r)
-            dispatch(a)
-        else:
-            i = rt.route(r, views())
-            why = reject_reason(config, r, _NO_QUEUE)  # one that can never run: refused on arrival
-            if why is None:
-                reps[i].submit(r)
+    def _retire(self, pool, i: int, state: str) -> None:
+        pool.take_out(i, state)
+        pool.retire(i)
+
+    def _kv_arrives(self, d, t: float) -> None:
+        self.in_transfer -= 1
+        self._place(self.decode, d, t, at=t)
+
+    def _fault(self, pool, i: int, fault, t: float) -> None:
+        """Slot ``i`` fails at ``t``: what it holds ends as ``error`` (sent again at once with
+        ``inflight: retry``), it is down until its repair."""
+        rep = pool.reps[i]
+        if rep is None or pool.state[i] not in (UP, DRAINING):
+            return
+        rep.advance(t)
+        victims = [*rep.in_system(), *(e[3] for e in rep._arrivals)]
+        rep._arrivals.clear()
+        self._retire(pool, i, DOWN)
+        pool.outstanding[i] = 0
+        for r in victims:
+            pool.by_class[r.class_name] -= 1
+            if self.track_age:
+                pool.no_token.pop(r, None)
+            r.status = FINISHED
+            r.outcome, r.finish_time, r.reason = "error", t, "replica failed"
+            out = self.pd_out.get(r)
+            if fault.inflight == "retry":
+                self.pd_out.pop(r, None)
+                self.done.append((pool.k, pool.gid[i], r))
+                self._again(r, t, out)
             else:
-                r.status = RequestStatus.FINISHED
-                r.outcome, r.finish_time, r.reason = "rejected", r.arrival_time, why
-                finished(i, r)
-    for rep in reps:  # the rest is each replica's own: run it out (to the horizon, or until idle)
-        rep.run(horizon)
-    left = [(i, q) for i, rep in enumerate(reps) for q in rep.in_system()]
-    for _, q in left:
-        q.outcome = "unfinished"
-    rows = sorted([*done, *left], key=lambda x: x[1].seq)
-    req = request_columns([q for _, q in rows])
-    req["replica"] = np.asarray([i for i, _ in rows], dtype=np.int64)
-    steps = [rep.step_columns() for rep in reps]
-    ts = [rep.timeseries_columns() for rep in reps]
-    for i, (s, x) in enumerate(zip(steps, ts)):
-        s["replica"][:] = i
-        x["replica"][:] = i
-    fin = req["finish_s"]
-    return SimResult(requests=req, steps=_concat_steps(steps, STEP_FIELDS), timeseries=_concat_steps(ts, TS_FIELDS),
-                     horizon_s=horizon if horizon < math.inf else (float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0),
-                     wall_s=time.perf_counter() - t0, num_steps=sum(rep.steps_taken for rep in reps),
-                     capacity_tokens=config.capacity_tokens)
+                self._record(pool, i, r)
+        if fault.repair_s < math.inf:
+            self._push(t + fault.repair_s, REPAIR, pool, i)
+
+    def _tick(self, j: int, t: float) -> None:
+        a = self.spec.autoscalers[j]
+        pool = self.by_name[a.pool]
+        current = pool.serving() + pool.count(PROVISIONING)
+        want = desired_replicas(a, current, metric_value(a, pool, t))
+        if want > current:
+            for _ in range(want - current):
+                i = pool.add_slot(PROVISIONING)
+                self._push(t + a.provisioning_delay_s, READY, pool, i)
+            self.scale_events.append((t, pool.name, current, want))
+        elif want < current and t - pool.last_scale_down >= a.cooldown_s:
+            n = current - want
+            for i in reversed(range(len(pool.state))):  # the newest orders first
+                if n and pool.state[i] == PROVISIONING:
+                    pool.state[i] = GONE
+                    n -= 1
+            up = sorted(pool.routable, key=lambda i: (pool.outstanding[i], -i))[:n]
+            for i in up:
+                if pool.outstanding[i] == 0 and not pool.reps[i]._arrivals:
+                    self._retire(pool, i, GONE)
+                else:
+                    pool.take_out(i, DRAINING)
+            pool.last_scale_down = t
+            self.scale_events.append((t, pool.name, current, want))
+        if self._periodic_next(t + a.interval_s):
+            self._push(t + a.interval_s, TICK, j)
+
+    def _busy(self) -> bool:
+        return (self.head is not None or bool(self.again) or self.in_transfer > 0
+                or any(p.held or any(p.outstanding) for p in self.pools))
+
+    def _periodic_next(self, t: float) -> bool:
+        return t <= self.horizon if self.horizon < math.inf else self._busy()
+
+    def _sample(self, k: int) -> None:
+        t = k * self.sample_dt
+        for pool in self.pools:
+            prov = pool.count(PROVISIONING)
+            serving = pool.serving()
+            for c in self.classes:
+                held = sum(1 for r in pool.held if r.class_name == c)
+                waiting = 0
+                for rep in pool.reps:
+                    if rep is not None:
+                        waiting += rep.waiting.count(c) + sum(1 for e in rep._arrivals if e[3].class_name == c)
+                self.samples.append((t, pool.name, c, serving, prov, waiting + held, pool.by_class[c] - waiting))
+        if self._periodic_next((k + 1) * self.sample_dt):
+            self._push((k + 1) * self.sample_dt, SAMPLE, k + 1)
+
+    # -- the run ------------------------------------------------------------------------------------
+    def run(self, requests) -> SimResult:
+        t0 = time.perf_counter()
+        opt, spec = self.opt, self.spec
+        caching = any(p.config.enable_prefix_caching for p in spec.pools)
+        stream = RequestStream(requests, class_priority=spec.pools[0].config.class_priority,
+                               predicted_output=opt.predicted_output, hash_ids=opt.hash_ids if caching else None)
+        self.n_seq = stream.n
+        self.classes = stream.classes
+        check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if stream.n else 0.0, horizon_s=self.horizon_s,
+                       sample_dt=self.sample_dt)
+        it = iter(stream.requests())
+        self.head = next(it, None)
+        for j, a in enumerate(spec.autoscalers):
+            self._push(a.interval_s, TICK, j)
+        for f in spec.faults:
+            pool = self.by_name[f.pool]
+            self._push(f.at_s, FAULT, pool, f.replica, f)
+        if self.columns and self.sample_dt > 0:
+            self._push(0.0, SAMPLE, 0)
+        import gc
+
+        enabled = gc.isenabled()
+        gc.disable()  # the loop allocates many small objects and frees none of them in cycles
+        try:
+            self._loop(it)
+        finally:
+            if enabled:
+                gc.enable()
+        return self._result(t0)
+
+    def _loop(self, it) -> None:
+        opt = self.opt
+        ev, again, horizon = self.ev, self.again, self.horizon
+        pop = heapq.heappop
+        progress = opt.progress
+        n_iter = 0
+        while True:
+            head = self.head
+            t_arr = head.arrival_time if head is not None else math.inf
+            if again and again[0][0] < t_arr:
+                t_arr = again[0][0]
+            t_ev = ev[0][0] if ev else math.inf
+            if t_ev <= t_arr:
+                if t_ev > horizon or t_ev == math.inf:
+                    break
+                t, kind, _, payload = pop(ev)
+                if kind == REP:
+                    self._step(payload[0], payload[1], t)
+                elif kind == KV:
+                    self._kv_arrives(payload[0], t)
+                elif kind == READY:
+                    pool, i = payload
+                    if pool.state[i] == PROVISIONING:
+                        pool.bring_up(i)
+                        self._dispatch_held(pool, t)
+                elif kind == REPAIR:
+                    pool, i = payload
+                    if pool.state[i] == DOWN:
+                        pool.bring_up(i)
+                        self._dispatch_held(pool, t)
+                elif kind == FAULT:
+                    self._fault(payload[0], payload[1], payload[2], t)
+                elif kind == TICK:
+                    self._tick(payload[0], t)
+                else:
+                    self._sample(payload[0])
+                continue
+            if t_arr > horizon:
+                break
+            if head is not None and head.arrival_time <= t_arr:  # the stream's first at equal times
+                r = head
+                self.head = next(it, None)
+            else:
+                r = pop(again)[2]
+            self._arrive(r, t_arr)
+            n_iter += 1
+            if progress is not None and not n_iter & 4095:
+                progress(t_arr)
+
+    def _result(self, t0: float) -> SimResult:
+        horizon = self.horizon
+        left = []
+        for pool in self.pools:
+            for i, rep in enumerate(pool.reps):
+                if rep is None:
+                    continue
+                rep.run(horizon)  # the rest is each replica's own (to the horizon, or until idle)
+                left += [(pool.k, pool.gid[i], q) for q in (*rep.in_system(), *(e[3] for e in rep._arrivals))]
+            left += [(pool.k, -1, q) for q in pool.held]
+        left += [(self.decode.k, -1, p[0]) for t, kind, _, p in self.ev if kind == KV]
+        for _, _, q in left:
+            q.outcome = "unfinished"
+            q.finish_time = math.nan
+        rows = sorted([*self.done, *left], key=lambda x: x[2].seq)
+        reqs = [q for _, _, q in rows]
+        req = request_columns(reqs)
+        req["replica"] = np.asarray([i for _, i, _ in rows], dtype=np.int64)
+        if self.columns:
+            self._fleet_columns(req, rows)
+        steps, ts = [], []
+        for pool in self.pools:
+            for i, rep in pool.all_replicas():
+                s, x = rep.step_columns(), rep.timeseries_columns()
+                s["replica"][:] = pool.gid[i]
+                x["replica"][:] = pool.gid[i]
+                if self.columns:
+                    x["pool"] = np.full(len(x["t_s"]), pool.name, dtype=object)
+                steps.append(s)
+                ts.append(x)
+        fin = req["finish_s"]
+        ts_names = (*TS_FIELDS, "pool") if self.columns else TS_FIELDS
+        res = SimResult(requests=req, steps=_concat_steps(steps, STEP_FIELDS), timeseries=_concat_steps(ts, ts_names),
+                        horizon_s=horizon if horizon < math.inf else (float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0),
+                        wall_s=time.perf_counter() - t0,
+                        num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),
+                        capacity_tokens=self.spec.pools[0].config.capacity_tokens,
+                        reject_reasons={q.seq: q.reason for q in reqs if q.reason})
+        if self.columns:
+            res.pools = self._pool_columns()
+            res.fleet = self._facts()
+        return res
+
+    def _fleet_columns(self, req: dict, rows: list) -> None:
+        names = [p.name for p in self.pools]
+        models = [p.spec.model for p in self.pools]
+        n = len(rows)
+        req["pool"] = np.asarray([names[k] for k, _, _ in rows], dtype=object)
+        req["model"] = np.asarray([models[k] for k, _, _ in rows], dtype=object)
+        req["lane"] = np.asarray([self.lane_of.get(q.seq, "") for _, _, q in rows], dtype=object)
+        pre = np.full(n, -1, dtype=np.int64)
+        kv = np.full(n, np.nan)
+        if self.pd_info:
+            disp = req["dispatched_s"]
+            for j, (k, _, q) in enumerate(rows):
+                info = self.pd_info.get(q.seq)
+                if info is not None and self.pools[k] is self.decode:
+                    pre[j], kv[j], disp[j] = info
+        req["prefill_replica"] = pre
+        req["kv_transfer_s"] = kv
+
+    def _pool_columns(self) -> dict:
+        s = self.samples
+        return {"t_s": np.asarray([x[0] for x in s], dtype=np.float64),
+                "pool": np.asarray([x[1] for x in s], dtype=object),
+                "class": np.asarray([x[2] for x in s], dtype=object),
+                "replicas": np.asarray([x[3] for x in s], dtype=np.int64),
+                "provisioning": np.asarray([x[4] for x in s], dtype=np.int64),
+                "num_waiting": np.asarray([x[5] for x in s], dtype=np.int64),
+                "num_running": np.asarray([x[6] for x in s], dtype=np.int64)}
+
+    def _facts(self) -> dict:
+        """What the summary needs beyond the records: each pool's model, cost and quality, the
+        scaling events, fallbacks taken, the link's busy time."""
+        return {"pools": {p.name: {"model": p.spec.model, "role": p.spec.role, "replicas": p.spec.replicas,
+                                   "cost_per_replica_hour": p.spec.cost_per_replica_hour, "quality": p.spec.quality}
+                          for p in self.pools},
+                "scale_events": [list(e) for e in self.scale_events],
+                "fallbacks": self.gateway.fallbacks_taken if self.gateway else 0,
+                "kv_link_busy_s": self.link.busy_s if self.link else 0.0}

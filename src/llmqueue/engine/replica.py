@@ -32,6 +32,7 @@ are the reference's (see its module docstring).
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
 
@@ -40,6 +41,7 @@ import numpy as np
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
                                        reject_reason)
+from llmqueue.engine.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
 from llmqueue.engine.kv_cache_manager import cdiv
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.policies import victim_policy
@@ -220,7 +222,8 @@ class Replica:
         """Run up to ``until``: the steps that end by then are applied; a step that starts by then
         but ends later stays in progress (its schedule is visible in :meth:`state`, its tokens
         and completions come when a later call passes its end), as in the reference replica."""
-        self.clock = max(self.clock, until)
+        if until > self.clock:
+            self.clock = until
         if self._pending is not None:
             end, apply, args = self._pending
             if end > until:
@@ -228,8 +231,6 @@ class Replica:
             self._pending = None
             apply(*args)
             self.now = end
-        import gc
-
         enabled = gc.isenabled()
         gc.disable()
         try:
@@ -243,8 +244,6 @@ class Replica:
     def run(self, horizon: float = math.inf) -> None:
         """Run until every submitted request is done, or until ``horizon``: steps start only
         before it (a step in progress from :meth:`advance` ends first)."""
-        import gc
-
         if self._pending is not None:
             end, apply, args = self._pending
             self._pending = None
@@ -260,8 +259,6 @@ class Replica:
                 gc.enable()
 
     def _run(self, horizon: float, stop_idle_at) -> None:
-        from llmqueue.engine.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
-
         t = self.now
         progress = self.progress
         iters = 0
@@ -307,7 +304,7 @@ class Replica:
                                     fails = 0
                     if t2 is not None:
                         pass
-                    elif self._can_stretch():
+                    elif t != hold and self._can_stretch():  # at `hold` a stretch would be one step
                         t2 = self.stretch(t)
                     else:
                         t2 = self.step(t)

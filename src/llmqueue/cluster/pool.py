@@ -1,0 +1,120 @@
+"""``PoolRuntime``: one pool's replica slots while a fleet runs.
+
+A slot holds one replica at a time and is in one state: ``up`` (serving: the router may pick it),
+``provisioning`` (ordered by the autoscaler, serving after its cold start), ``draining`` (taking
+no new requests, leaving when empty), ``down`` (failed, back after its repair time) or ``gone``.
+The pool keeps per replica its outstanding count ``N_i`` (requests it holds) and per class the
+requests it holds, so that routers and the gateway read them in O(1), and the requests that have
+no first token yet in arrival order (the queue age a gateway can see).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+import numpy as np
+
+from llmqueue.cluster.routers import router as make_router
+from llmqueue.cluster.view import PoolView
+
+UP, PROVISIONING, DRAINING, DOWN, GONE = "up", "provisioning", "draining", "down", "gone"
+
+
+class PoolRuntime:
+    """The replicas of :class:`~llmqueue.cluster.spec.Pool` ``spec`` (index ``k`` in the fleet)."""
+
+    def __init__(self, spec, k: int, seed: int, make_replica, new_id):
+        self.spec = spec
+        self.k = k
+        self.name = spec.name
+        self.config = spec.config
+        c = spec.config
+        self.max_total = min(c.max_model_len or c.capacity_tokens, c.capacity_tokens)  # longest request it can run
+        self.seed = seed
+        self._make = make_replica          # (pool runtime, slot, incarnation) -> Replica
+        self._new_id = new_id              # () -> the next fleet-wide replica id
+        self.reps: list = []
+        self.state: list = []
+        self.outstanding: list = []
+        self.incarnation: list = []        # replicas made for the slot so far
+        self.gid: list = []                # the fleet-wide replica id of each slot (records' ``replica``)
+        self.routable: list = []
+        self.retired: list = []            # (slot, replica) of replicas that left (faults, scale-down)
+        self.key: list = []                # the time of each slot's scheduled event (inf: none)
+        self.by_class: Counter = Counter() # requests the pool's replicas hold, per class
+        self.held: deque = deque()         # requests the pool's gateway queue holds (central, or none routable)
+        self.no_token: dict = {}           # request -> arrival time, for requests without a first token yet
+        self.router = make_router(spec.router, seed + 7919 * k if k else seed)
+        self.central = getattr(self.router, "central", False)
+        self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config)
+        self.last_scale_down = -np.inf
+        for _ in range(spec.replicas):
+            self.add_slot(UP)
+
+    # -- slots -------------------------------------------------------------------------------------
+    def add_slot(self, state: str) -> int:
+        i = len(self.reps)
+        self.gid.append(self._new_id())
+        self.state.append(state)
+        self.outstanding.append(0)
+        self.incarnation.append(0)
+        self.key.append(np.inf)
+        self.reps.append(None)
+        if state == UP:
+            self.reps[i] = self._make(self, i, 0)
+            self.incarnation[i] = 1
+        if state == UP:
+            self.routable.append(i)
+        return i
+
+    def bring_up(self, i: int) -> None:
+        """Slot ``i`` starts serving with a fresh (empty) replica."""
+        if self.reps[i] is None:
+            self.reps[i] = self._make(self, i, self.incarnation[i])
+            self.incarnation[i] += 1
+        self.state[i] = UP
+        if i not in self.routable:
+            self.routable.append(i)
+            self.routable.sort()
+
+    def take_out(self, i: int, state: str) -> None:
+        """Slot ``i`` stops taking requests (``draining``, ``down`` or ``gone``)."""
+        self.state[i] = state
+        if i in self.routable:
+            self.routable.remove(i)
+
+    def retire(self, i: int) -> None:
+        """Slot ``i``'s replica leaves (its records are kept)."""
+        if self.reps[i] is not None:
+            self.retired.append((i, self.reps[i]))
+            self.reps[i] = None
+        self.key[i] = np.inf
+
+    # -- what the gateway and the autoscaler read --------------------------------------------------
+    def serving(self) -> int:
+        return len(self.routable)
+
+    def count(self, state: str) -> int:
+        return sum(1 for s in self.state if s == state)
+
+    def num_waiting(self) -> int:
+        """Requests waiting in the pool: the replicas' queues and the pool's gateway queue."""
+        v = self.view
+        return len(self.held) + sum(v.num_waiting(i) for i, r in enumerate(self.reps) if r is not None)
+
+    def num_waiting_class(self, c: str) -> int:
+        n = sum(1 for r in self.held if r.class_name == c)
+        for rep in self.reps:
+            if rep is not None:
+                n += rep.waiting.count(c) + sum(1 for e in rep._arrivals if e[3].class_name == c)
+        return n
+
+    def queue_age(self, t: float) -> float:
+        """Age at ``t`` of the oldest request the pool holds without a first token (0: none)."""
+        for a in self.no_token.values():
+            return t - a
+        return 0.0
+
+    def all_replicas(self) -> list:
+        """(slot, replica) of every replica this pool ran, live and retired."""
+        return [*self.retired, *((i, r) for i, r in enumerate(self.reps) if r is not None)]
