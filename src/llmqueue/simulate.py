@@ -370,14 +370,27 @@ def _progress_bar(total_s: float):
 
 
 def write_outcome(out: SimOutcome, directory) -> None:
-    """Write ``requests.parquet``, ``steps.parquet``, ``timeseries.parquet``, ``summary.json``."""
+    """Write ``requests.parquet``, ``steps.parquet``, ``timeseries.parquet``, ``summary.json`` and, for
+    a fleet with a pools series (``SimResult.pools``), ``pools.parquet``. A fleet's optional record
+    columns (``pool``, ``lane``, ``model``, ...; the time series' ``pool``) are written with them."""
     from llmqueue.records import StepRecords, TimeSeries, write_run
 
     write_run(directory, requests=out.records, steps=StepRecords.from_columns(out.result.steps),
               timeseries=TimeSeries.from_columns(out.result.timeseries),
-              summary={**out.summary, "theory": out.theory})
+              summary={**out.summary, "theory": out.theory}, pools=pool_series(out.result))
     if out.stream is not None:
         write_workload(out.stream, Path(directory) / "workload.parquet")
+
+
+def pool_series(res):
+    """The result's pools series as a :class:`~llmqueue.records.PoolSeries`, or None (no fleet, or no rows)."""
+    pools = getattr(res, "pools", None)
+    if pools is None:
+        return None
+    from llmqueue.records import PoolSeries
+
+    ps = pools if isinstance(pools, PoolSeries) else PoolSeries.from_columns(pools)
+    return ps if len(ps) else None
 
 
 def write_workload(requests, path) -> None:

@@ -32,6 +32,7 @@ class SimResult:
     reject_reasons: dict = field(default_factory=dict)
     capacity_tokens: int = 0
     stopped_early_s: float | None = None  # set when an early-stopping run stopped (its horizon then)
+    pools: dict | None = None  # a fleet's pools series (llmqueue.records.schema.POOL_COLUMNS), else None
 
 
 def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions | None = None,
