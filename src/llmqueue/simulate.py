@@ -335,10 +335,36 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
         # e.g. {"prompt+output 2100 exceeds the KV cache (2000 tokens)": 3}, grouped by kind
         kinds = Counter(r.split(" ")[0] if r[:1].isdigit() else _reason_kind(r) for r in res.reject_reasons.values())
         summary["reject_reasons"] = dict(kinds)
+    ps = pool_series(res)
+    if ps is not None or "pool" in recs:
+        from llmqueue.metrics.fleet import fleet_summary
+
+        summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
+                                         **fleet_accounts(spec))
     theory = theory_for(spec, requests, res.steps)
     if spec.notes:
         summary["notes"] = list(spec.notes)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
+
+
+def fleet_accounts(spec) -> dict:
+    """What :func:`llmqueue.metrics.fleet.fleet_summary` needs beyond the records, from the spec:
+    ``pool_costs`` and ``pool_quality`` from ``spec.fleet.pools`` (each pool's ``name``,
+    ``cost_per_replica_hour``, ``quality``), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
+    ``spec.fleet.spike``; whatever the spec lacks is left out."""
+    out: dict = {}
+    fleet = getattr(spec, "fleet", None)
+    pools = getattr(fleet, "pools", None) or []
+    if pools:
+        out["pool_costs"] = {p.name: float(p.cost_per_replica_hour) for p in pools
+                             if getattr(p, "cost_per_replica_hour", None) is not None}
+        out["pool_quality"] = {p.name: float(p.quality) for p in pools if getattr(p, "quality", None) is not None}
+    spike = getattr(spec, "spike", None)
+    if spike is None:
+        spike = getattr(fleet, "spike", None)
+    if spike is not None:
+        out["spike"] = (float(spike[0]), float(spike[1]))
+    return out
 
 
 def _simulate_fleet(spec: SimSpec, requests, opts):
