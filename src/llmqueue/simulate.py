@@ -335,10 +335,36 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
         # e.g. {"prompt+output 2100 exceeds the KV cache (2000 tokens)": 3}, grouped by kind
         kinds = Counter(r.split(" ")[0] if r[:1].isdigit() else _reason_kind(r) for r in res.reject_reasons.values())
         summary["reject_reasons"] = dict(kinds)
+    ps = pool_series(res)
+    if ps is not None or "pool" in recs:
+        from llmqueue.metrics.fleet import fleet_summary
+
+        summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
+                                         **fleet_accounts(spec))
     theory = theory_for(spec, requests, res.steps)
     if spec.notes:
         summary["notes"] = list(spec.notes)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
+
+
+def fleet_accounts(spec) -> dict:
+    """What :func:`llmqueue.metrics.fleet.fleet_summary` needs beyond the records, from the spec:
+    ``pool_costs`` and ``pool_quality`` from ``spec.fleet.pools`` (each pool's ``name``,
+    ``cost_per_replica_hour``, ``quality``), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
+    ``spec.fleet.spike``; whatever the spec lacks is left out."""
+    out: dict = {}
+    fleet = getattr(spec, "fleet", None)
+    pools = getattr(fleet, "pools", None) or []
+    if pools:
+        out["pool_costs"] = {p.name: float(p.cost_per_replica_hour) for p in pools
+                             if getattr(p, "cost_per_replica_hour", None) is not None}
+        out["pool_quality"] = {p.name: float(p.quality) for p in pools if getattr(p, "quality", None) is not None}
+    spike = getattr(spec, "spike", None)
+    if spike is None:
+        spike = getattr(fleet, "spike", None)
+    if spike is not None:
+        out["spike"] = (float(spike[0]), float(spike[1]))
+    return out
 
 
 def _simulate_fleet(spec: SimSpec, requests, opts):
@@ -370,14 +396,27 @@ def _progress_bar(total_s: float):
 
 
 def write_outcome(out: SimOutcome, directory) -> None:
-    """Write ``requests.parquet``, ``steps.parquet``, ``timeseries.parquet``, ``summary.json``."""
+    """Write ``requests.parquet``, ``steps.parquet``, ``timeseries.parquet``, ``summary.json`` and, for
+    a fleet with a pools series (``SimResult.pools``), ``pools.parquet``. A fleet's optional record
+    columns (``pool``, ``lane``, ``model``, ...; the time series' ``pool``) are written with them."""
     from llmqueue.records import StepRecords, TimeSeries, write_run
 
     write_run(directory, requests=out.records, steps=StepRecords.from_columns(out.result.steps),
               timeseries=TimeSeries.from_columns(out.result.timeseries),
-              summary={**out.summary, "theory": out.theory})
+              summary={**out.summary, "theory": out.theory}, pools=pool_series(out.result))
     if out.stream is not None:
         write_workload(out.stream, Path(directory) / "workload.parquet")
+
+
+def pool_series(res):
+    """The result's pools series as a :class:`~llmqueue.records.PoolSeries`, or None (no fleet, or no rows)."""
+    pools = getattr(res, "pools", None)
+    if pools is None:
+        return None
+    from llmqueue.records import PoolSeries
+
+    ps = pools if isinstance(pools, PoolSeries) else PoolSeries.from_columns(pools)
+    return ps if len(ps) else None
 
 
 def write_workload(requests, path) -> None:

@@ -22,8 +22,8 @@ class FieldError(Exception):
 
 
 # What a run directory holds (llmqueue simulate/bench --out): read by calibrate, validate, report.
-RUN_FILES = ("requests.parquet", "steps.parquet", "timeseries.parquet", "tokens.parquet", "workload.parquet",
-             "summary.json", "server.json")
+RUN_FILES = ("requests.parquet", "steps.parquet", "timeseries.parquet", "pools.parquet", "tokens.parquet",
+             "workload.parquet", "summary.json", "server.json")
 
 
 class InputPath(click.Path):

@@ -8,7 +8,7 @@ from llmqueue.cli.common import InputPath, OutputPath, command, json_option, pri
 
 
 @command("report")
-@click.argument("run_or_sweep_dir", required=False, type=InputPath("any"))
+@click.argument("run_or_sweep_dir", nargs=-1, type=InputPath("any"))
 @renamed_option("-o", "--out", "output", old=("--output",), default="report.html", show_default=True, type=OutputPath("file"),
               help="The HTML file to write (missing parent directories are created).")
 @click.option("--png-dir", type=OutputPath("dir"),
@@ -45,10 +45,17 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     when the sweep kept its runs (--keep-runs), queue length over time and latency CDFs per point.
     A figure without data is left out and named. The static figures are also written as PNG to
     --png-dir.
+
+    A fleet's run (pools.parquet) also gets replicas over time, queue depth per pool and class and
+    the recovery after a load spike. Several run directories (llmqueue report A B C) make one
+    comparison page: summaries side by side, and the queue and fleet figures with the runs overlaid,
+    labelled by directory name.
     """
     from llmqueue._validate import positive
     from llmqueue.errors import InputError
 
+    dirs = list(run_or_sweep_dir or ())
+    run_or_sweep_dir = dirs[0] if len(dirs) == 1 else (None if not dirs else tuple(dirs))
     seed004, seed002 = seed004 or seed004_old, seed002 or seed002_old
     seeds = [flag for flag, on in (("--kv-stability-figure", seed004), ("--batch-figure", seed002)) if on]
     if len(seeds) > 1:
@@ -56,7 +63,7 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
                          "write each to its own file with -o")
     if seeds and run_or_sweep_dir is not None:
         raise InputError("RUN_OR_SWEEP_DIR", f"{seeds[0]} makes its own data; it takes no directory",
-                         f"drop {run_or_sweep_dir} or {seeds[0]}")
+                         f"drop {' '.join(dirs)} or {seeds[0]}")
     if seeds and compare is not None:
         raise InputError("compare", f"{seeds[0]} takes no --compare")
     if seed004:
@@ -73,6 +80,15 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     elif run_or_sweep_dir is None:
         raise InputError("RUN_OR_SWEEP_DIR", "missing directory",
                          "give a run or sweep directory, or --kv-stability-figure / --batch-figure")
+    elif len(dirs) > 1:
+        if compare is not None:
+            raise InputError("compare", "several directories are already compared with each other",
+                             "drop --compare, or give one run directory")
+        from llmqueue.report.build import build_comparison
+
+        from llmqueue._progress import wanted
+
+        res = build_comparison(dirs, output, png_dir=png_dir, title=title, progress=wanted(progress))
     else:
         from llmqueue.report.build import build_report
 

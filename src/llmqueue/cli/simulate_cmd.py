@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import OutputPath, command, json_option, print_json, print_kv, run_outputs
+from llmqueue.cli.common import OutputPath, command, json_option, print_json, print_kv, print_table, run_outputs
 from llmqueue.cli.flags import given_flags, knob_options
 
 
@@ -113,9 +113,75 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
     slo_rows = slo_verdict_rows(s.get("slo"))
     if slo_rows:
         print_kv(slo_rows, title="\nSLOs (per class)")
+    if s.get("fleet"):
+        print_fleet(s["fleet"])
     if s.get("notes"):
         click.echo("\nCaveats")
         for n in s["notes"]:
             click.echo(f"- {n}")
     if out_dir:
         click.echo(f"\nrecords written to {out_dir}/ (requests, steps, timeseries .parquet; summary.json)")
+
+
+def _ms_pair(row: dict, a: str, b: str) -> str:
+    x, y = row.get(a), row.get(b)
+    return "-" if x is None and y is None else f"{'-' if x is None else f'{x:,.0f}'} / {'-' if y is None else f'{y:,.0f}'}"
+
+
+def recovery_text(r: dict) -> str:
+    """One line for a :func:`llmqueue.metrics.fleet.recovery_time` result."""
+    if r.get("recovered") is None:
+        return r.get("note") or "unknown"
+    if r.get("recovered"):
+        return f"{r['recovery_s']:.4g} s (peak {r.get('peak'):g} waiting, back within {r.get('threshold'):g})"
+    return r.get("note") or "not recovered by the end"
+
+
+def print_fleet(f: dict) -> None:
+    """The fleet's tables (``summary["fleet"]``, :func:`llmqueue.metrics.fleet.fleet_summary`): per pool
+    and per class, then retries, the model mix, cost and quality, and the recovery after the spike."""
+    reps = f.get("replicas") or {}
+    cost = (f.get("cost") or {}).get("pools") or {}
+    rows = []
+    for p, r in (f.get("pools") or {}).items():
+        rp = reps.get(p) or {}
+        rep = "-" if not rp else f"{rp['mean']:.3g} ({rp['min']:g}-{rp['max']:g})"
+        c = cost.get(p) or {}
+        rows.append([p, r["completed"], r["failed"], r["request_throughput"], r["output_throughput"],
+                     r.get("request_goodput"), _ms_pair(r, "p50_ttft_ms", "p99_ttft_ms"),
+                     _ms_pair(r, "p50_tpot_ms", "p99_tpot_ms"), _ms_pair(r, "mean_admission_wait_ms", "p99_admission_wait_ms"),
+                     _ms_pair(r, "mean_kv_transfer_ms", "p99_kv_transfer_ms") if r.get("kv_transfers") else "-",
+                     rep, c.get("replica_hours"), c.get("cost")])
+    click.echo("")
+    print_table(["pool", "completed", "failed", "req/s", "tok/s", "goodput", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+                 "admission wait mean/p99 ms", "KV transfer mean/p99 ms", "replicas mean (min-max)", "replica-h",
+                 "cost"], rows, title="Fleet: per pool")
+    crows = []
+    retries = (f.get("retries") or {}).get("by_class") or {}
+    for c, r in (f.get("classes") or {}).items():
+        crows.append([c, r["completed"], r["failed"], r["request_throughput"], r.get("request_goodput"),
+                      _ms_pair(r, "p50_ttft_ms", "p99_ttft_ms"), _ms_pair(r, "p50_tpot_ms", "p99_tpot_ms"),
+                      (retries.get(c) or {}).get("amplification")])
+    click.echo("")
+    print_table(["class", "completed", "failed", "req/s", "goodput", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+                 "attempts per request"], crows, title="Fleet: per class")
+    kv = [("attempts per user request (retries)", (f.get("retries") or {}).get("amplification"))]
+    mix = f.get("model_mix")
+    if mix:
+        kv.append(("served model mix", ", ".join(f"{m} {100 * v['share']:.3g}%" for m, v in mix.items())))
+    if f.get("cost"):
+        total = f["cost"].get("total_cost")
+        kv.append(("cost (replica-hours x price)" + ("" if f["cost"].get("complete") else ", pools without a price left out"),
+                   total))
+        if f["cost"].get("cost_per_request") is not None:
+            kv.append(("cost per completed request", f["cost"]["cost_per_request"]))
+    if f.get("quality") and f["quality"].get("quality_weighted_share") is not None:
+        kv.append(("quality-weighted share of served requests", f["quality"]["quality_weighted_share"]))
+    for p, qd in (f.get("queue_depth") or {}).items():
+        kv.append((f"waiting in {p}: mean / max", f"{qd['mean_waiting']:.3g} / {qd['max_waiting']:g}"))
+    if f.get("recovery"):
+        t0, t1 = f.get("spike_s") or (None, None)
+        for p, r in f["recovery"].items():
+            label = "whole fleet" if p == "all" else p
+            kv.append((f"recovery after the spike [{t0:g}, {t1:g}] s: {label}", recovery_text(r)))
+    print_kv(kv, title="")

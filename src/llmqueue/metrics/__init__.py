@@ -7,6 +7,8 @@ Submodules:
 - ``little``: :func:`little_check` (time-average number in system vs ``lam * W``).
 - ``stability``: :func:`stability_verdict` (trend of the number in system after warm-up).
 - ``slo``: :func:`request_goodput` (vLLM's definition), :func:`slo_attainment` (per class).
+- ``fleet``: :func:`fleet_summary` (a fleet's pools and classes, retries, replicas, queues, cost,
+  quality and the recovery after a spike), :func:`recovery_time`.
 
 Names are imported lazily so ``import llmqueue.metrics`` stays cheap.
 """
@@ -34,6 +36,8 @@ _EXPORTS = {
     "slo_attainment": "slo",
     "good_mask": "slo",
     "parse_targets": "slo",
+    "fleet_summary": "fleet",
+    "recovery_time": "fleet",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -5,6 +5,7 @@ A run directory holds::
     requests.parquet     one row per request attempt      (RequestRecords)
     steps.parquet        one row per engine iteration     (StepRecords, optional)
     timeseries.parquet   sampled engine state             (TimeSeries, optional)
+    pools.parquet        a fleet's pools over time        (PoolSeries, optional: fleets only)
     summary.json         llmqueue.metrics.summarize(...)  (optional)
 
 Each Parquet file loads into a data frame with one call and no llmqueue import:
@@ -43,11 +44,12 @@ from llmqueue.records.journal import (
     journal_path,
     read_journal,
 )
-from llmqueue.records.table import TABLES, RequestRecords, StepRecords, TimeSeries, _Table
+from llmqueue.records.table import TABLES, PoolSeries, RequestRecords, StepRecords, TimeSeries, _Table
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 TIMESERIES_FILE = "timeseries.parquet"
+POOLS_FILE = "pools.parquet"
 SUMMARY_FILE = "summary.json"
 
 _ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "str": pa.string()}
@@ -56,9 +58,10 @@ _COMPLETE_KEY = b"llmqueue.complete"
 
 
 def arrow_schema(kind: str, optional=()) -> pa.Schema:
-    """The Arrow schema of a record kind (``requests``, ``steps``, ``timeseries``).
+    """The Arrow schema of a record kind (``requests``, ``steps``, ``timeseries``, ``pools``).
 
-    ``optional`` names optional columns to include (e.g. ``["steps"]`` for step records).
+    ``optional`` names optional columns to include (e.g. ``["steps"]`` for step records,
+    ``["pool", "lane", "model"]`` for a fleet's request records).
     """
     cls = _table_class(kind)
     optional = list(optional)
@@ -79,7 +82,7 @@ def _table_class(kind) -> type[_Table]:
             if dict(kind) == cls.COLUMNS:
                 return cls
         raise InputError("schema", "column dict is not one of REQUEST_COLUMNS, STEP_COLUMNS, "
-                         "TIMESERIES_COLUMNS")
+                         "TIMESERIES_COLUMNS, POOL_COLUMNS")
     try:
         return TABLES[kind]
     except (KeyError, TypeError):
@@ -205,6 +208,12 @@ def read_timeseries(path) -> TimeSeries:
     return _read(path / TIMESERIES_FILE if path.is_dir() else path, TimeSeries)
 
 
+def read_pools(path) -> PoolSeries:
+    """Read and validate ``pools.parquet`` (or a run directory holding it)."""
+    path = Path(path)
+    return _read(path / POOLS_FILE if path.is_dir() else path, PoolSeries)
+
+
 def is_complete(path) -> bool | None:
     """Whether a file's writer closed normally (``None`` if the file does not say; ``False`` for a
     journal a killed writer left behind)."""
@@ -239,11 +248,17 @@ class Run:
     steps: StepRecords | None = None
     timeseries: TimeSeries | None = None
     summary: dict | None = None
+    pools: PoolSeries | None = None
 
 
 def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None = None,
-              timeseries: TimeSeries | None = None, summary: Mapping | None = None) -> Path:
-    """Write a run directory (see the module docstring for the layout)."""
+              timeseries: TimeSeries | None = None, summary: Mapping | None = None,
+              pools: PoolSeries | None = None) -> Path:
+    """Write a run directory (see the module docstring for the layout).
+
+    Optional columns a table carries (a fleet's ``pool``, ``lane``, ``model``... on requests,
+    ``pool`` on the time series) are written with it. ``pools`` (a fleet's pools series) is
+    written as ``pools.parquet`` when given with rows."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     write_records(d / REQUESTS_FILE, requests)
@@ -251,6 +266,8 @@ def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None 
         write_records(d / STEPS_FILE, steps)
     if timeseries is not None:
         write_records(d / TIMESERIES_FILE, timeseries)
+    if pools is not None and len(pools):
+        write_records(d / POOLS_FILE, pools)
     if summary is not None:
         dump_summary(d / SUMMARY_FILE, summary)
     return d
@@ -271,6 +288,7 @@ def read_run(directory) -> Run:
         steps=read_steps(d / STEPS_FILE) if exists(d / STEPS_FILE) else None,
         timeseries=read_timeseries(d / TIMESERIES_FILE) if exists(d / TIMESERIES_FILE) else None,
         summary=summary,
+        pools=read_pools(d / POOLS_FILE) if exists(d / POOLS_FILE) else None,
     )
 
 
@@ -285,15 +303,23 @@ class RunWriter:
 
     On an exception every opened file is closed (finished batches stay readable).
     ``journal=True``: each file is written through a journal (see :class:`RecordWriter`).
-    ``step_optional`` lists optional step columns (``["steps"]``) the simulator emits.
+    ``step_optional`` lists optional step columns (``["steps"]``) the simulator emits;
+    ``optional`` maps any kind to its optional columns (``{"requests": ["pool", "lane",
+    "model", "prefill_replica", "kv_transfer_s"], "timeseries": ["pool"]}`` for a fleet).
+    ``run.write("pools", batch)`` writes a fleet's pools series (``pools.parquet``).
     """
 
-    FILES = {"requests": REQUESTS_FILE, "steps": STEPS_FILE, "timeseries": TIMESERIES_FILE}
+    FILES = {"requests": REQUESTS_FILE, "steps": STEPS_FILE, "timeseries": TIMESERIES_FILE, "pools": POOLS_FILE}
 
-    def __init__(self, directory, *, step_optional=(), compression: str = "zstd", journal: bool = False):
+    def __init__(self, directory, *, step_optional=(), optional: Mapping | None = None, compression: str = "zstd",
+                 journal: bool = False):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._optional = {"steps": tuple(step_optional)}
+        for kind, cols in (optional or {}).items():
+            if kind not in self.FILES:
+                raise InputError("optional", f"unknown record kind {kind!r}", f"use one of {list(self.FILES)}")
+            self._optional[kind] = tuple(dict.fromkeys([*self._optional.get(kind, ()), *cols]))
         self._compression = compression
         self._journal = journal
         self.writers: dict[str, RecordWriter] = {}
@@ -308,6 +334,14 @@ class RunWriter:
         return self.writers[kind]
 
     def write(self, kind: str, batch) -> None:
+        """Append ``batch`` to ``kind``'s file; the file's optional columns are those declared
+        (``optional``) plus, when this batch opens the file, the optional columns it carries."""
+        if kind in self.FILES and kind not in self.writers:
+            cls = TABLES[kind]
+            names = batch.schema.names if isinstance(batch, (pa.Table, pa.RecordBatch)) else list(batch.to_dict()
+                                                                                                 if isinstance(batch, _Table) else batch)
+            carried = [c for c in cls.OPTIONAL if c in names]
+            self._optional[kind] = tuple(dict.fromkeys([*self._optional.get(kind, ()), *carried]))
         self.writer(kind).write(batch)
 
     def write_summary(self, summary: Mapping) -> Path:

@@ -1,4 +1,5 @@
-"""Columnar record tables: :class:`RequestRecords`, :class:`StepRecords`, :class:`TimeSeries`.
+"""Columnar record tables: :class:`RequestRecords`, :class:`StepRecords`, :class:`TimeSeries`,
+:class:`PoolSeries` (a fleet's pools over time).
 
 Each table is a dict of equal-length numpy arrays whose names and dtypes follow
 :mod:`llmqueue.records.schema` (string columns such as ``class`` and ``status`` are numpy
@@ -19,6 +20,7 @@ import numpy as np
 
 from llmqueue.errors import InputError
 from llmqueue.records.schema import (
+    POOL_COLUMNS,
     REQUEST_COLUMNS,
     REQUEST_OPTIONAL_COLUMNS,
     STATUSES,
@@ -333,8 +335,36 @@ class TimeSeries(_Table):
                 raise InputError(f"timeseries.{c}", "must be >= 0")
 
 
+class PoolSeries(_Table):
+    """A fleet's pools over time (:data:`~llmqueue.records.schema.POOL_COLUMNS`): one row per
+    (sample time, pool, class); ``replicas`` and ``provisioning`` repeat on a pool's class rows.
+
+    Each sample holds until the pool's next sample (sample-and-hold), like :class:`TimeSeries`.
+    Checks: finite ``t_s``, counts ``>= 0``.
+    """
+
+    KIND = "pools"
+    COLUMNS = POOL_COLUMNS
+
+    @classmethod
+    def _check(cls, cols):
+        t = cols["t_s"]
+        if not np.isfinite(t).all():
+            raise InputError("pools.t_s", "holds NaN")
+        for c in ("replicas", "provisioning", "num_waiting", "num_running"):
+            if (cols[c] < 0).any():
+                raise InputError(f"pools.{c}", "must be >= 0")
+
+    def pool_names(self) -> list[str]:
+        """The pools, in order of first appearance."""
+        p = self._cols["pool"]
+        _, first = np.unique(p, return_index=True)
+        return [str(p[i]) for i in sorted(first)]
+
+
 TABLES: dict[str, type[_Table]] = {
     "requests": RequestRecords,
     "steps": StepRecords,
     "timeseries": TimeSeries,
+    "pools": PoolSeries,
 }

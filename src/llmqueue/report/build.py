@@ -284,6 +284,9 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=N
             st.add(label, text)
         tables.append(st.html())
     body.append(H.section("Summary", f'<div class="cols">{"".join(tables)}</div>', anchor="summary"))
+    ft = fleet_table(summaries, labels)
+    if ft is not None:
+        body.append(H.section("Fleet", ft.html(), anchor="fleet"))
     if run.validate:
         vt = validate_table(run.validate)
         if vt is not None:
@@ -303,6 +306,124 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=N
     return write("run", out, png_dir, title or f"llmqueue report: {run.path.name}",
                  f"run directory {run.path} ({run.label})", body, panels, source=str(run.path), notes=notes,
                  bar=_png_total(bar, panels))
+
+
+def fleet_table(summaries: list, labels: list) -> H.Table | None:
+    """Per pool and per class, side by side: a fleet's account (``summary.json``'s ``fleet``,
+    :func:`llmqueue.metrics.fleet.fleet_summary`); None when no summary has one."""
+    fleets = [(s or {}).get("fleet") or {} for s in summaries]
+    if not any(fleets):
+        return None
+    from llmqueue.report.fleet_panels import recovery_words
+
+    t = H.Table(["", *labels])
+
+    def ms_pair(row, a, b):
+        if not row or (row.get(a) is None and row.get(b) is None):
+            return None
+        return H.Raw(H.esc(f"{H.num(row.get(a))} / {H.num(row.get(b))}"))
+
+    for kind, key in (("pool", "pools"), ("class", "classes")):
+        names = list(dict.fromkeys(n for f in fleets for n in (f.get(key) or {})))
+        for n in names:
+            rows = [(f.get(key) or {}).get(n) or {} for f in fleets]
+            t.group(f"{kind} {n}")
+            t.add("completed / failed", *[H.Raw(H.esc(f"{H.num(r.get('completed'))} / {H.num(r.get('failed'))}"))
+                                          if r else None for r in rows])
+            t.add("request throughput (req/s)", *[r.get("request_throughput") for r in rows])
+            t.add("output throughput (tok/s)", *[r.get("output_throughput") for r in rows])
+            if any(r.get("request_goodput") is not None for r in rows):
+                t.add("request goodput (req/s)", *[r.get("request_goodput") for r in rows])
+            t.add("TTFT p50 / p99 (ms)", *[ms_pair(r, "p50_ttft_ms", "p99_ttft_ms") for r in rows])
+            t.add("TPOT p50 / p99 (ms)", *[ms_pair(r, "p50_tpot_ms", "p99_tpot_ms") for r in rows])
+            if kind == "pool":
+                t.add("wait before admission mean / p99 (ms)",
+                      *[ms_pair(r, "mean_admission_wait_ms", "p99_admission_wait_ms") for r in rows])
+                if any(r.get("kv_transfers") for r in rows):
+                    t.add("KV transfer mean / p99 (ms)", *[ms_pair(r, "mean_kv_transfer_ms", "p99_kv_transfer_ms")
+                                                           for r in rows])
+                reps = [((f.get("replicas") or {}).get(n) or {}) for f in fleets]
+                if any(reps):
+                    t.add("replicas mean (min to max)", *[H.Raw(H.esc(f"{H.num(x.get('mean'))} ({H.num(x.get('min'))} "
+                                                                      f"to {H.num(x.get('max'))})")) if x else None
+                                                          for x in reps])
+                    t.add("replica-hours (serving + provisioning)",
+                          *[None if not x else x["serving_replica_hours"] + x["provisioning_replica_hours"] for x in reps])
+                qd = [((f.get("queue_depth") or {}).get(n) or {}) for f in fleets]
+                if any(qd):
+                    t.add("waiting mean / max", *[ms_pair(x, "mean_waiting", "max_waiting") for x in qd])
+    t.group("fleet")
+    t.add("attempts per user request", *[(f.get("retries") or {}).get("amplification") for f in fleets])
+    if any(f.get("model_mix") for f in fleets):
+        t.add("served model mix", *[", ".join(f"{m} {100 * v['share']:.3g}%" for m, v in (f.get("model_mix") or {}).items())
+                                    or "-" for f in fleets])
+    if any(f.get("cost") for f in fleets):
+        t.add("cost (replica-hours x price)", *[(f.get("cost") or {}).get("total_cost") for f in fleets])
+        t.add("cost per completed request", *[(f.get("cost") or {}).get("cost_per_request") for f in fleets])
+    if any(f.get("quality") for f in fleets):
+        t.add("quality-weighted share served", *[(f.get("quality") or {}).get("quality_weighted_share") for f in fleets])
+    recs = [f.get("recovery") or {} for f in fleets]
+    for n in dict.fromkeys(k for r in recs for k in r):
+        t.add(f"recovery after the spike ({'whole fleet' if n == 'all' else n})",
+              *[recovery_words(r[n]) if n in r else "-" for r in recs])
+    return t
+
+
+# -- several runs ----------------------------------------------------------------------------------
+
+def dir_labels(paths) -> list[str]:
+    """Legend labels of run directories: their names, with as many parent names as it takes to tell
+    them apart."""
+    parts = [Path(p).resolve().parts for p in paths]
+    for k in range(1, max(len(x) for x in parts) + 1):
+        labels = ["/".join(x[-k:]) for x in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{i}: {Path(p).name}" for i, p in enumerate(paths)]
+
+
+def build_comparison(dirs, out, *, png_dir=None, title: str | None = None, progress: bool = False) -> Report:
+    """Several run directories on one page (``llmqueue report DIR1 DIR2 ...``): their summaries and
+    fleet accounts side by side, the waiting queue of each over time, and, for the runs with a pools
+    series, the fleet's figures with the runs overlaid (:mod:`llmqueue.report.fleet_panels`), each run
+    labelled by its directory name."""
+    from llmqueue.report.fleet_panels import compare_queue_panel, fleet_panels
+
+    _check_output(out)
+    runs = []
+    for d in dirs:
+        if sources.kind_of(d) != "run":
+            raise InputError(sources.ARG, f"{d} is a sweep directory; several directories are compared as runs",
+                             "give run directories only, or one sweep directory")
+        runs.append(sources.load_run(d))
+    for r, lab in zip(runs, dir_labels(dirs)):
+        r.label = lab
+    labels = [r.label for r in runs]
+    summaries = [r.summary or {} for r in runs]
+    body = []
+    tables = [summary_table(summaries, labels).html()]
+    body.append(H.section("Summary", f'<div class="cols">{"".join(tables)}</div>', anchor="summary"))
+    ft = fleet_table(summaries, labels)
+    if ft is not None:
+        body.append(H.section("Fleet", ft.html(), anchor="fleet"))
+    with _bar(progress, "run") as bar:
+        panels = []
+        q = compare_queue_panel(runs)
+        if q is not None:
+            panels.append(q)
+        panels += fleet_panels(runs)
+        without = [r.label for r in runs if r.pools is None]
+        if without and len(without) < len(runs):
+            body.append(H.para("No pools series (not a fleet run), left out of the fleet figures: " + ", ".join(without)))
+        for p in panels:
+            body.append(H.section(p.title, fig(p.name), anchor=p.name))
+        files = H.Table(["run", "directory", "requests", "pools series rows"])
+        for r in runs:
+            files.add(r.label, str(r.path), len(r.requests), len(r.pools) if r.pools is not None else "absent")
+        body.append(H.section("Run directories", files.html(), anchor="files"))
+        return write("compare", out, png_dir, title or f"llmqueue report: {len(runs)} runs",
+                     "runs " + ", ".join(labels), body, panels, source=", ".join(str(r.path) for r in runs),
+                     bar=_png_total(bar, panels))
 
 
 # -- a sweep ---------------------------------------------------------------------------------------

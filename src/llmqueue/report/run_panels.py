@@ -11,6 +11,8 @@
 - ``ccdf``: their tails, ``P(X >= x)`` on log-log axes.
 - ``classes``: latency CDFs per request class.
 - ``decomposition``: queue, prefill and decode time per request (PNG: ``decomposition.png``).
+- a fleet's run (``pools.parquet``): replicas over time, queue depth per pool and class, and the
+  spike recovery (:mod:`llmqueue.report.fleet_panels`; none of them, and no note, for other runs).
 
 A twin (the simulated twin of a measured run) is drawn dashed where it has the same quantity.
 """
@@ -38,6 +40,9 @@ def run_panels(run, twin=None, *, step=None) -> tuple[list, list]:
         (left_out if isinstance(p, str) else panels).append(p)
         if step is not None:
             step()
+    from llmqueue.report.fleet_panels import fleet_panels
+
+    panels += fleet_panels([run] + ([twin] if twin is not None else []))  # a fleet's runs only
     return panels, left_out
 
 

@@ -2,7 +2,7 @@
 
 A **run directory** (``llmqueue simulate --out DIR``, ``llmqueue bench --out DIR``) holds
 ``requests.parquet`` and, optionally, ``steps.parquet``, ``timeseries.parquet``,
-``summary.json`` and ``workload.parquet`` (see :mod:`llmqueue.records.io`). It may also hold
+``summary.json``, ``workload.parquet`` and, for a fleet, ``pools.parquet`` (see :mod:`llmqueue.records.io`). It may also hold
 ``validate.json`` (the JSON object ``llmqueue validate --json`` prints): its rows become a
 predicted-versus-measured table, and when it names a simulated run directory under
 ``"sim_dir"`` (absolute, or relative to the run directory) that run is overlaid on the
@@ -87,6 +87,7 @@ class RunData:
     summary: dict = field(default_factory=dict)
     validate: dict | None = None
     label: str = "run"
+    pools: object = None  # llmqueue.records.PoolSeries: a fleet's pools series (pools.parquet), if any
 
 
 @dataclass
@@ -197,7 +198,7 @@ def load_run(path, *, label: str | None = None, arg: str = ARG) -> RunData:
     if label is None:
         label = "simulated" if _looks_simulated(summary) else "measured"
     return RunData(path=p, requests=run.requests, steps=run.steps, timeseries=run.timeseries,
-                   summary=summary, validate=val, label=label)
+                   summary=summary, validate=val, label=label, pools=run.pools)
 
 
 def _looks_simulated(summary: dict) -> bool:
