@@ -53,8 +53,10 @@ from llmqueue.engine.run import SimResult, _concat_steps, request_columns
 from llmqueue.engine.stream import RequestStream
 from llmqueue.errors import InputError
 
-# event kinds; at equal times the lower kind first (step ends before the rest)
-REP, KV, READY, REPAIR, FAULT, TICK, SAMPLE = range(7)
+# event kinds; at equal times the lower kind first (step ends before the rest), all before the
+# arrivals at that time, except WAKE (an idle replica given a request starts its step after every
+# arrival at that time has been routed, as a replica takes all arrivals up to a step's start)
+REP, KV, READY, REPAIR, FAULT, TICK, SAMPLE, WAKE = range(8)
 FINISHED = RequestStatus.FINISHED
 
 
@@ -233,7 +235,7 @@ class _Fleet:
             pool.no_token[r] = r.arrival_time
         if rep._pending is None and pool.key[i] > t:  # a step in progress takes it when it ends
             pool.key[i] = t
-            self._push(t, REP, pool, i)
+            self._push(t, WAKE, pool, i)
 
     def _dispatch_held(self, pool, t: float) -> None:
         held = pool.held
@@ -325,8 +327,9 @@ class _Fleet:
             for _ in range(want - current):
                 i = pool.add_slot(PROVISIONING)
                 self._push(t + a.provisioning_delay_s, READY, pool, i)
+            pool.last_scale = t
             self.scale_events.append((t, pool.name, current, want))
-        elif want < current and t - pool.last_scale_down >= a.cooldown_s:
+        elif want < current and t - pool.last_scale >= a.cooldown_s:
             n = current - want
             for i in reversed(range(len(pool.state))):  # the newest orders first
                 if n and pool.state[i] == PROVISIONING:
@@ -338,7 +341,7 @@ class _Fleet:
                     self._retire(pool, i, GONE)
                 else:
                     pool.take_out(i, DRAINING)
-            pool.last_scale_down = t
+            pool.last_scale = t
             self.scale_events.append((t, pool.name, current, want))
         if self._periodic_next(t + a.interval_s):
             self._push(t + a.interval_s, TICK, j)
@@ -408,11 +411,11 @@ class _Fleet:
             if again and again[0][0] < t_arr:
                 t_arr = again[0][0]
             t_ev = ev[0][0] if ev else math.inf
-            if t_ev <= t_arr:
+            if t_ev < t_arr or (t_ev == t_arr < math.inf and ev[0][1] != WAKE):
                 if t_ev > horizon or t_ev == math.inf:
                     break
                 t, kind, _, payload = pop(ev)
-                if kind == REP:
+                if kind == REP or kind == WAKE:
                     self._step(payload[0], payload[1], t)
                 elif kind == KV:
                     self._kv_arrives(payload[0], t)
@@ -433,7 +436,7 @@ class _Fleet:
                 else:
                     self._sample(payload[0])
                 continue
-            if t_arr > horizon:
+            if t_arr > horizon or t_arr == math.inf:
                 break
             if head is not None and head.arrival_time <= t_arr:  # the stream's first at equal times
                 r = head

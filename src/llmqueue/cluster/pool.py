@@ -47,7 +47,7 @@ class PoolRuntime:
         self.router = make_router(spec.router, seed + 7919 * k if k else seed)
         self.central = getattr(self.router, "central", False)
         self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config)
-        self.last_scale_down = -np.inf
+        self.last_scale = -np.inf        # the autoscaler's last change (scale-down waits a cooldown after it)
         for _ in range(spec.replicas):
             self.add_slot(UP)
 

@@ -173,8 +173,8 @@ class Autoscaler:
     ``metric`` over the pool's serving replicas (``waiting``: waiting requests per replica;
     ``kv``: KV usage 0..1; ``utilization``: running / max_num_seqs; ``queue_age``: seconds) and
     asks for ceil(c x metric / target) replicas (Kubernetes' HPA rule). New replicas serve after
-    ``provisioning_delay_s`` (cold start); it scales down at most once per ``cooldown_s``, and
-    a replica it removes stops taking requests and leaves when it has drained."""
+    ``provisioning_delay_s`` (cold start); it scales down only ``cooldown_s`` after its last change
+    (up or down), and a replica it removes stops taking requests and leaves when it has drained."""
 
     pool: str
     metric: str = "waiting"
