@@ -299,17 +299,19 @@ def fleet_spec(scenario):
         raise InputError(scenario_path(e.field), e.problem, e.fix) from None
 
 
-def fleet_summary(fleet) -> dict:
-    """A JSON-ready description of a FleetSpec (``llmqueue scenario check``)."""
+def fleet_summary(fleet, deployments) -> dict:
+    """A JSON-ready description of a FleetSpec and its pools' deployments (``llmqueue scenario check``)."""
     def num(x):
         return x if x is None or math.isfinite(x) else None
 
     out: dict = {"pools": [{"name": p.name, "role": p.role, "replicas": p.replicas,
                             "router": p.router if isinstance(p.router, str) else type(p.router).__name__,
-                            "model": p.model, "M": int(p.config.capacity_tokens),
+                            "model": p.model, "gpu": pd.gpu, "tensor_parallel_size": pd.tensor_parallel_size,
+                            "M": int(p.config.capacity_tokens),
                             "max_num_seqs": p.config.max_num_seqs, "step_time": getattr(p.step_time, "spec", None),
                             "cost_per_replica_hour": p.cost_per_replica_hour, "quality": p.quality,
-                            "kv_bytes_per_token": p.kv_bytes_per_token} for p in fleet.pools],
+                            "kv_bytes_per_token": p.kv_bytes_per_token}
+                           for p, pd in zip(fleet.pools, deployments)],
                    "lanes": [{"name": ln.name, "pool": ln.pool, "classes": list(ln.classes),
                               "prompt_min": ln.prompt_min, "prompt_max": ln.prompt_max} for ln in fleet.lanes]}
     if fleet.disaggregation is not None:

@@ -893,7 +893,7 @@ class Scenario(_Section):
                                   "kv_dtype": cap.kv_dtype, "weight_dtype": cap.weight_dtype}
         dep["total_gpus"] = d.tensor_parallel_size * d.replicas
         if self.fleet is not None:
-            dep["fleet"] = fleet_summary(self.fleet)
+            dep["fleet"] = fleet_summary(self.fleet, d.pool_deployments)
             dep["total_gpus"] = sum(p.replicas * pd.tensor_parallel_size
                                     for p, pd in zip(self.fleet.pools, d.pool_deployments))
         out["deployment"] = dep
