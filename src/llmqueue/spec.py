@@ -303,28 +303,32 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.slos = _with_thresholds(spec.slos, classes, thresholds)
 
 
-def scenario_spec(*, scenario: str, rate: float | None = None, **overrides):
+def scenario_spec(*, scenario: str, rate: float | None = None, sets=(), **overrides):
     """A :class:`~llmqueue.simulate.SimSpec` from a scenario with knob overrides (a spec factory).
 
     ``overrides``: knobs under their flag names (``max_num_seqs``, ``policy``, ``arrival``,
     ``duration``, ``seed``, ``warmup``, ...; None values are "not given"), applied as
     :func:`llmqueue.scenario.override.scenario_with` says; ``rate`` then rescales the total
-    arrival rate, keeping every process's shape.
+    arrival rate, keeping every process's shape. ``sets``: field assignments ``PATH=VALUE``
+    (``--set``, :func:`llmqueue.scenario.override.apply_sets`), applied first.
     """
     from llmqueue.scenario.override import scenario_with
     from llmqueue.simulate import spec_from_scenario
 
-    o = scenario_with(scenario, rate=rate, **overrides)
+    o = scenario_with(scenario, rate=rate, sets=sets, **overrides)
     spec = spec_from_scenario(o.scenario)
     apply_spec_knobs(spec, o.spec_knobs, classes=[c.name for c in o.scenario.mix.classes])
     spec.notes = [*spec.notes, *o.notes]
     return spec
 
 
-def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None):
+def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None, sets=()):
     """The spec a command's flags ask for: ``scenario`` with the ``given`` flags (names) overriding
-    its fields, or the flags alone. A flag's default never overrides a scenario."""
+    its fields, or the flags alone. A flag's default never overrides a scenario. ``sets``:
+    ``--set PATH=VALUE`` field assignments (a scenario's only)."""
     if scenario is None:
+        if sets:
+            raise InputError("set", "assigns a scenario's fields", "give --scenario too, or drop --set")
         return build_spec(**flags)
     names = flags if given is None else given
-    return scenario_spec(scenario=scenario, **{k: flags[k] for k in names})
+    return scenario_spec(scenario=scenario, sets=tuple(sets or ()), **{k: flags[k] for k in names})

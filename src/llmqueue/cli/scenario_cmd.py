@@ -19,8 +19,11 @@ def scenario():
 
 @command("check")
 @click.argument("file")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Assign a field by path first, the value read as YAML (repeatable), e.g. "
+                   "--set deployment.autoscalers[0].provisioning_delay_s=300 or --set deployment.autoscalers=[].")
 @json_option
-def check(file, as_json):
+def check(file, sets, as_json):
     """Validate FILE (a path or a shipped example's name) and print it resolved.
 
     Prints the classes with their arrival rates, lengths, priorities, clients and SLOs, the
@@ -28,11 +31,21 @@ def check(file, as_json):
     settings, and notes. A problem prints one line naming the field, e.g.
     `deployment.max_num_seqs: must be >= 1 (got 0)`, and exits with code 2.
 
-    Example: llmqueue scenario check chat
-    """
-    from llmqueue.scenario.load import load_scenario
+    A fleet (deployment.pools) prints its pools (role, replicas, router, model, GPU, M), lanes, P/D
+    link, gateway, autoscalers and faults.
 
-    sc = load_scenario(file)
+    Examples: llmqueue scenario check chat
+
+      llmqueue scenario check noon-spike --set deployment.autoscalers[0].provisioning_delay_s=300
+    """
+    if sets:
+        from llmqueue.scenario.override import scenario_with
+
+        sc = scenario_with(file, sets=sets).scenario
+    else:
+        from llmqueue.scenario.load import load_scenario
+
+        sc = load_scenario(file)
     s = sc.summary()
     if as_json:
         print_json(s)

@@ -180,8 +180,7 @@ def resolve_pools(dep, info: ValidationInfo) -> list:
     from llmqueue.scenario.load import _from_validation_error
     from llmqueue.scenario.model import DeploymentConfig
 
-    given = {k for k in dep.model_fields_set if dep.__dict__.get(k) is not None}
-    present = [k for k in FLEET_KEYS if k in given]
+    present = [k for k in FLEET_KEYS if dep.__dict__.get(k)]  # given and not empty
     if dep.pools is None:
         if present:
             raise _Problem((present[0],), "needs deployment.pools (the pools it names)",
