@@ -50,7 +50,10 @@ def test_scenario_fields_come_from_the_table():
 
     for model, section in ((DeploymentConfig, "deployment"), (RunConfig, "run")):
         knobs = scenario_fields(section)
-        assert list(model.model_fields) == [k.scenario_field[1] for k in knobs]
+        from llmqueue.scenario.fleet import FLEET_KEYS
+
+        fleet = list(FLEET_KEYS) if section == "deployment" else []  # the fleet's sections follow the knobs
+        assert list(model.model_fields) == [k.scenario_field[1] for k in knobs] + fleet
         for k in knobs:
             f = model.model_fields[k.scenario_field[1]]
             assert f.default == k.default and f.description.startswith(k.help), k.name

@@ -88,6 +88,38 @@ OVERRIDES = [
 ]
 # scenario-file knobs without a flag, through the library's keywords
 LIBRARY_ONLY = {"replicas", "preemption_mode", "lengths", "trace"}
+# knobs of a P/D fleet, given with --scenario pd (2 prefill + 4 decode, a 100 Gbit/s link, 0.05 ms)
+PD_OVERRIDES = [
+    ("kv_link_gbps", ["--kv-link-gbps", "25"], lambda s: s.fleet.disaggregation.link.gbps == 25),
+    ("kv_link_latency_ms", ["--kv-link-latency-ms", "2"], lambda s: s.fleet.disaggregation.link.latency_ms == 2),
+    ("router_pd", ["--router", "power-of-two"], lambda s: {p.router for p in s.fleet.pools} == {"power-of-two"}),
+]
+
+
+@pytest.mark.parametrize("name, args, ok", PD_OVERRIDES, ids=[o[0] for o in PD_OVERRIDES])
+def test_a_fleet_flag_given_with_a_pd_scenario_reaches_the_spec(name, args, ok):
+    assert ok(spec_of(*args, scenario="pd")), name
+    assert not ok(spec_of(scenario="pd")), name
+
+
+def test_disaggregate_builds_a_pd_fleet():
+    from llmqueue.hardware import kv_bytes_per_token
+
+    s = build_spec(model="llama-3.1-8b", gpu="h100-sxm", prompt="fixed:100", output="fixed:10", arrival="poisson:1",
+                   duration=10, disaggregate="2:3", router="least-outstanding", kv_link_gbps=100,
+                   kv_link_latency_ms=0.5)
+    f = s.fleet
+    assert [(p.name, p.role, p.replicas, p.router) for p in f.pools] == [
+        ("prefill", "prefill", 2, "least-outstanding"), ("decode", "decode", 3, "least-outstanding")]
+    assert f.pools[0].config is s.engine and f.pools[1].step_time is s.step_time
+    assert f.pools[0].kv_bytes_per_token == kv_bytes_per_token("llama-3.1-8b") > 0
+    assert (f.disaggregation.prefill, f.disaggregation.decode) == ("prefill", "decode")
+    assert (f.disaggregation.link.gbps, f.disaggregation.link.latency_ms) == (100, 0.5)
+    free = build_spec(capacity_tokens=1000, step_time=0.01, prompt="fixed:10", output="fixed:10",
+                      arrival="poisson:1", duration=10, disaggregate=" 1 : 1 ")
+    assert free.fleet.disaggregation.link.gbps == float("inf") and free.fleet.pools[0].kv_bytes_per_token == 0
+    assert build_spec(capacity_tokens=1000, step_time=0.01, prompt="fixed:10", output="fixed:10",
+                      arrival="poisson:1", duration=10, replicas=2).fleet is None
 
 
 @pytest.mark.parametrize("name, args, ok", OVERRIDES, ids=[o[0] for o in OVERRIDES])
@@ -97,7 +129,7 @@ def test_a_flag_given_with_a_scenario_reaches_the_spec(name, args, ok):
 
 
 def test_every_knob_that_applies_to_a_scenario_is_tested():
-    tested = {o[0] for o in OVERRIDES} | LIBRARY_ONLY
+    tested = {o[0] for o in OVERRIDES} | {o[0] for o in PD_OVERRIDES} | LIBRARY_ONLY
     assert {k.name for k in KNOBS if k.scenario} <= tested
 
 

@@ -89,6 +89,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
          "(JSQ), power-of-two, or central (the gateway holds the queue and dispatches to a free slot: M/M/c).",
          choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central"), scenario="spec"),
+    Knob("disaggregate", str, None, "Prefill/decode disaggregation: P:D (e.g. 2:3) replicas of the engine, P "
+         "computing prompts and first tokens and D decoding, the KV crossing a link (--kv-link-gbps, "
+         "--kv-link-latency-ms); --router routes within each pool. Not with --replicas > 1; a scenario "
+         "describes P/D in deployment.pools and deployment.disaggregation.", metavar="P:D"),
+    Knob("kv_link_gbps", float, None, "P/D: bandwidth of the link carrying each request's KV from prefill to "
+         "decode (transfers queue on it). Default: free (infinite). With --scenario it replaces "
+         "deployment.disaggregation.kv_link_gbps.", unit="Gbit/s", scenario="spec", gt=0, metavar="GBPS"),
+    Knob("kv_link_latency_ms", float, 0.0, "P/D: propagation latency of the KV link, added to every transfer. "
+         "With --scenario it replaces deployment.disaggregation.kv_link_latency_ms.", unit="ms", scenario="spec",
+         ge=0),
     # --- the scheduler ----------------------------------------------------------------------------
     Knob("max_num_seqs", int, 256, f"At most this many requests run (hold KV) at once ({_VLLM} on a large GPU).",
          scenario="deployment.max_num_seqs", ge=1),

@@ -25,7 +25,7 @@ import numpy as np
 from llmqueue.engine.options import SimOptions
 from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.run import SimResult, simulate
-from llmqueue.engine.step_time import StepTimeModel, parse_step_time
+from llmqueue.engine.step_time import StepTimeModel
 from llmqueue.errors import InputError
 
 UNLIMITED_KV_TOKENS = 1 << 40
@@ -55,6 +55,9 @@ class SimSpec:
     predictor_cv: float = 0.0  # srpt: predicted output = true output x lognormal noise (mean 1, this CV)
     replicas: int = 1          # a fleet of this many replicas of ``engine`` on one clock
     router: str = "random"     # how the fleet routes (llmqueue.cluster.routers)
+    # pools, lanes, P/D, gateway, autoscalers, faults (llmqueue.cluster.spec.FleetSpec): from a
+    # scenario's deployment.pools or --disaggregate; None: ``replicas`` x ``engine`` as above
+    fleet: object = None
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
@@ -64,8 +67,6 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     With ``deployment.replicas > 1`` the whole stream is served by that many replicas on one
     clock behind a uniform random router (:func:`llmqueue.cluster.simulate_fleet`).
     """
-    from llmqueue.engine.step_time import roofline_model
-
     run = scenario.run
     seed = run.seed if seed is None else seed
     if duration_s is not None and run.warmup_s >= duration_s:
@@ -80,16 +81,15 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     if d.replicas > 1:
         notes.append(f"{d.replicas} replicas on one clock behind a uniform random router (each request "
                      "routed as it arrives; retries routed afresh)")
-    st = d.step_time_model
-    if st is None:
-        st = roofline_model(d.model, d.gpu, tensor_parallel_size=d.tensor_parallel_size)
+    engine, step_time = scenario.engine()
     mix = scenario.mix
     slos = _slo_targets(mix.slos)
     ttft = {c.name: c.client.ttft_timeout_s for c in mix.classes if c.client.ttft_timeout_s is not None}
     opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), ttft_timeout_s=ttft, retry=mix.retry_function(seed, requests))
-    spec = SimSpec(engine=scenario.engine_config(), step_time=parse_step_time(st), requests=requests,
+    spec = SimSpec(engine=engine, step_time=step_time, requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
-                   duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas)
+                   duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas,
+                   fleet=scenario.fleet)
     spec.notes = notes
     return spec
 
@@ -302,7 +302,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
                             (float(requests.arrival_s[-1]) if len(requests) else 0.0))
         opts.progress = bar.update_to
     try:
-        if spec.replicas > 1:
+        if spec.fleet is not None:
+            res = _simulate_fleet_spec(spec, requests, opts)
+        elif spec.replicas > 1:
             res = _simulate_fleet(spec, requests, opts)
         else:
             res = simulate(spec.engine, spec.step_time, requests, options=opts)
@@ -375,6 +377,19 @@ def _simulate_fleet(spec: SimSpec, requests, opts):
         raise InputError("early_stop", "a fleet does not stop early yet", "drop --early-stop, or --replicas")
     return simulate_fleet(spec.engine, spec.step_time, requests, replicas=spec.replicas, router=spec.router,
                           options=opts)
+
+
+def _simulate_fleet_spec(spec: SimSpec, requests, opts):
+    """``spec.fleet`` (a :class:`~llmqueue.cluster.spec.FleetSpec`: pools, lanes, P/D, gateway,
+    autoscalers, faults) serving ``requests``."""
+    # PLACEHOLDER (fleet dispatch): replace this refusal with
+    #     from llmqueue.cluster import simulate_fleet
+    #     return simulate_fleet(spec.fleet, requests, options=opts)
+    # once simulate_fleet runs a FleetSpec.
+    what = "a P/D fleet" if spec.fleet.disaggregation is not None else "a fleet with pools"
+    raise InputError("deployment.pools", f"{what} is not simulated yet (the fleet simulator does not run "
+                     "a FleetSpec in this version)", "check it with `llmqueue scenario check`, or drop "
+                     "deployment.pools / --disaggregate to simulate one engine")
 
 
 def _reason_kind(reason: str) -> str:

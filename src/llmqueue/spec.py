@@ -15,6 +15,8 @@ level, so worker processes import them by name).
 
 from __future__ import annotations
 
+import math
+
 from llmqueue.errors import InputError
 from llmqueue.knobs import BY_NAME, check, flag_defaults
 
@@ -120,11 +122,57 @@ def build_spec(**flags):
     slos = {m: f[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if f[f"slo_{m}"] is not None} or None
     opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids, early_stop=f["early_stop"],
                       hash_block_tokens=f["prefix_block_tokens"])
+    fleet = pd_fleet(f, engine, st, model)
     return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
                    num_requests=None if requests is not None else f["num_requests"],
                    duration_s=f["duration"], seed=f["seed"], warmup_s=f["warmup"], slos=slos, options=opts,
                    kv_unlimited=unlimited, predictor_cv=f["srpt_predictor_cv"], replicas=f["replicas"],
-                   router=f["router"])
+                   router=f["router"], fleet=fleet)
+
+
+def parse_disaggregate(text) -> tuple[int, int]:
+    """``--disaggregate P:D``: ``(P, D)``, the prefill and decode replicas (each 1..4096)."""
+    t = str(text).strip()
+    p, sep, d = t.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        P, D = int(p.strip()), int(d.strip())
+    except ValueError:
+        raise InputError("disaggregate", f"{t!r} is not P:D", "give the prefill and decode replicas, e.g. 1:1 "
+                         "or 2:3") from None
+    for side, n in (("prefill", P), ("decode", D)):
+        if not 1 <= n <= 4096:
+            raise InputError("disaggregate", f"{t!r}: {n} {side} replicas", "each side needs 1 to 4096 replicas")
+    return P, D
+
+
+def pd_fleet(f: dict, engine, step_time, model):
+    """The P/D :class:`~llmqueue.cluster.spec.FleetSpec` of ``--disaggregate P:D`` (None without
+    it): pools ``prefill`` and ``decode`` of the one engine, both behind ``--router``, and the KV
+    link of ``--kv-link-gbps`` / ``--kv-link-latency-ms``."""
+    if f.get("disaggregate") is None:
+        for name in ("kv_link_gbps", "kv_link_latency_ms"):
+            if f.get(name) not in (None, BY_NAME[name].default):
+                raise InputError(name, "applies to a P/D fleet only", "give --disaggregate P:D too, or drop it")
+        return None
+    from llmqueue.cluster.spec import Disaggregation, FleetSpec, KVLink, Pool
+
+    P, D = parse_disaggregate(f["disaggregate"])
+    if f.get("replicas", 1) > 1:
+        raise InputError("disaggregate", f"give --disaggregate P:D or --replicas N, not both (got --replicas "
+                         f"{f['replicas']})", "--disaggregate sets the replicas of each side")
+    kv_tok = 0.0
+    if model is not None:
+        from llmqueue.hardware import kv_bytes_per_token, resolve_dtype
+
+        kv_tok = float(kv_bytes_per_token(model, resolve_dtype(f["kv_cache_dtype"], model, kv=True)))
+    name = model.name if model is not None else ""
+    gbps = f.get("kv_link_gbps")
+    link = KVLink(math.inf if gbps is None else gbps, f.get("kv_link_latency_ms") or 0.0)
+    pools = [Pool(role, engine, step_time, n, f["router"], model=name, role=role, kv_bytes_per_token=kv_tok)
+             for role, n in (("prefill", P), ("decode", D))]
+    return FleetSpec(pools=pools, disaggregation=Disaggregation("prefill", "decode", link))
 
 
 def rate_arrival(rate: float, arrival=None, workload=None, trace=None) -> str:
@@ -221,7 +269,8 @@ def _with_thresholds(slos: dict | None, classes, thresholds: dict) -> dict:
 
 def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
     """Knobs a scenario file does not hold, applied to its built spec (in place): ``preemption``,
-    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt``, ``router`` and SLO thresholds."""
+    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt``, ``router`` (every pool's, for a
+    scenario's fleet), the KV link of a scenario's P/D pair and SLO thresholds."""
     if knobs.get("preemption") is not None:
         spec.engine = spec.engine.with_(preemption=knobs["preemption"])
     if knobs.get("srpt_predictor_cv") is not None:
@@ -234,34 +283,52 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.options.early_stop = knobs["early_stop"]
     if knobs.get("router") is not None:
         spec.router = knobs["router"]
+        if spec.fleet is not None:  # every pool of a scenario's fleet
+            for p in spec.fleet.pools:
+                p.router = knobs["router"]
+    link = {k: knobs[k] for k in ("kv_link_gbps", "kv_link_latency_ms") if knobs.get(k) is not None}
+    if link:
+        dis = spec.fleet.disaggregation if spec.fleet is not None else None
+        if dis is None:
+            name = next(iter(link))
+            raise InputError(name, "the scenario has no deployment.disaggregation (a P/D pair) for it to apply to",
+                             "drop it, or describe P/D in the scenario")
+        from llmqueue.cluster.spec import KVLink
+
+        dis.link = KVLink(link.get("kv_link_gbps", dis.link.gbps), link.get("kv_link_latency_ms", dis.link.latency_ms))
+        dis.link.check("disaggregation.link")
 
     thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
     if thresholds:
         spec.slos = _with_thresholds(spec.slos, classes, thresholds)
 
 
-def scenario_spec(*, scenario: str, rate: float | None = None, **overrides):
+def scenario_spec(*, scenario: str, rate: float | None = None, sets=(), **overrides):
     """A :class:`~llmqueue.simulate.SimSpec` from a scenario with knob overrides (a spec factory).
 
     ``overrides``: knobs under their flag names (``max_num_seqs``, ``policy``, ``arrival``,
     ``duration``, ``seed``, ``warmup``, ...; None values are "not given"), applied as
     :func:`llmqueue.scenario.override.scenario_with` says; ``rate`` then rescales the total
-    arrival rate, keeping every process's shape.
+    arrival rate, keeping every process's shape. ``sets``: field assignments ``PATH=VALUE``
+    (``--set``, :func:`llmqueue.scenario.override.apply_sets`), applied first.
     """
     from llmqueue.scenario.override import scenario_with
     from llmqueue.simulate import spec_from_scenario
 
-    o = scenario_with(scenario, rate=rate, **overrides)
+    o = scenario_with(scenario, rate=rate, sets=sets, **overrides)
     spec = spec_from_scenario(o.scenario)
     apply_spec_knobs(spec, o.spec_knobs, classes=[c.name for c in o.scenario.mix.classes])
     spec.notes = [*spec.notes, *o.notes]
     return spec
 
 
-def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None):
+def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None, sets=()):
     """The spec a command's flags ask for: ``scenario`` with the ``given`` flags (names) overriding
-    its fields, or the flags alone. A flag's default never overrides a scenario."""
+    its fields, or the flags alone. A flag's default never overrides a scenario. ``sets``:
+    ``--set PATH=VALUE`` field assignments (a scenario's only)."""
     if scenario is None:
+        if sets:
+            raise InputError("set", "assigns a scenario's fields", "give --scenario too, or drop --set")
         return build_spec(**flags)
     names = flags if given is None else given
-    return scenario_spec(scenario=scenario, **{k: flags[k] for k in names})
+    return scenario_spec(scenario=scenario, sets=tuple(sets or ()), **{k: flags[k] for k in names})

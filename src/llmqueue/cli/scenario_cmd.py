@@ -19,8 +19,11 @@ def scenario():
 
 @command("check")
 @click.argument("file")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Assign a field by path first, the value read as YAML (repeatable), e.g. "
+                   "--set deployment.autoscalers[0].provisioning_delay_s=300 or --set deployment.autoscalers=[].")
 @json_option
-def check(file, as_json):
+def check(file, sets, as_json):
     """Validate FILE (a path or a shipped example's name) and print it resolved.
 
     Prints the classes with their arrival rates, lengths, priorities, clients and SLOs, the
@@ -28,11 +31,21 @@ def check(file, as_json):
     settings, and notes. A problem prints one line naming the field, e.g.
     `deployment.max_num_seqs: must be >= 1 (got 0)`, and exits with code 2.
 
-    Example: llmqueue scenario check chat
-    """
-    from llmqueue.scenario.load import load_scenario
+    A fleet (deployment.pools) prints its pools (role, replicas, router, model, GPU, M), lanes, P/D
+    link, gateway, autoscalers and faults.
 
-    sc = load_scenario(file)
+    Examples: llmqueue scenario check chat
+
+      llmqueue scenario check noon-spike --set deployment.autoscalers[0].provisioning_delay_s=300
+    """
+    if sets:
+        from llmqueue.scenario.override import scenario_with
+
+        sc = scenario_with(file, sets=sets).scenario
+    else:
+        from llmqueue.scenario.load import load_scenario
+
+        sc = load_scenario(file)
     s = sc.summary()
     if as_json:
         print_json(s)
@@ -120,8 +133,12 @@ def _print(s: dict) -> None:
     click.echo()
 
     d = s["deployment"]
-    gpus = f"{d['tensor_parallel_size']} x {d['replicas']} = {d['total_gpus']} GPU(s)"
-    pairs = [("model", d["model"] or "-"), ("gpu", d["gpu"] or "-"), ("tensor_parallel_size x replicas", gpus)]
+    if d.get("fleet"):
+        gpus = ("tensor_parallel_size, pools", f"{d['tensor_parallel_size']} (top level); {d['total_gpus']} GPU(s) in "
+                f"{len(d['fleet']['pools'])} pool(s), below")
+    else:
+        gpus = ("tensor_parallel_size x replicas", f"{d['tensor_parallel_size']} x {d['replicas']} = {d['total_gpus']} GPU(s)")
+    pairs = [("model", d["model"] or "-"), ("gpu", d["gpu"] or "-"), gpus]
     kv = d.get("kv_capacity")
     if d["M_source"] == "capacity_tokens":
         m_txt = f"{d['M']:,} tokens (capacity_tokens)"
@@ -138,6 +155,9 @@ def _print(s: dict) -> None:
         pairs.append((k, d[k]))
     print_kv(pairs, title="deployment")
     click.echo()
+    if d.get("fleet"):
+        _print_fleet(d["fleet"])
+
 
     r = s["run"]
     how = f"{fmt(r['duration_s'])} s" if r.get("duration_s") is not None else f"{r['num_requests']:,} requests"
@@ -146,3 +166,46 @@ def _print(s: dict) -> None:
         click.echo("\nnotes")
         for n in s["notes"]:
             click.echo(f"  - {n}")
+
+
+def _print_fleet(f: dict) -> None:
+    """Pools (name, role, replicas, model, gpu, M), lanes, P/D link, gateway, autoscalers, faults."""
+    rows = [[p["name"], p["role"], p["replicas"], p["router"], p["model"] or "-", p.get("gpu") or "-",
+             f"{p['M']:,}", p["max_num_seqs"], fmt(p["cost_per_replica_hour"]), fmt(p["quality"])]
+            for p in f["pools"]]
+    print_table(["pool", "role", "replicas", "router", "model", "gpu", "M (tokens)", "max_num_seqs", "$/replica-h",
+                 "quality"], rows, title="pools")
+    click.echo()
+    if f["lanes"]:
+        rows = [[ln["name"], ln["pool"], ", ".join(ln["classes"]) or "any",
+                 f"{ln['prompt_min']}..{ln['prompt_max'] if ln['prompt_max'] is not None else ''}"]
+                for ln in f["lanes"]]
+        print_table(["lane", "pool", "classes", "prompt tokens"], rows, title="lanes (first match; else the entry pool)")
+        click.echo()
+    pairs = []
+    if f.get("disaggregation"):
+        x = f["disaggregation"]
+        bw = "free" if x["kv_link_gbps"] is None else f"{fmt(x['kv_link_gbps'])} Gbit/s"
+        pairs.append(("P/D", f"prefill {x['prefill']} -> KV link ({bw}, {fmt(x['kv_link_latency_ms'])} ms) -> "
+                             f"decode {x['decode']}"))
+    g = f.get("gateway")
+    if g:
+        for k, v in g["rate_limits"].items():
+            pairs.append((f"rate limit {k}", f"{fmt(v['rate'])} req/s, burst {fmt(v['burst'])}"))
+        for k in ("max_queue_depth", "max_queue_age_s"):
+            if g[k] is not None:
+                pairs.append((k, g[k]))
+        for s in g["shed"]:
+            pairs.append(("shed", f"priority >= {s['min_priority']} while queue age > {fmt(s['queue_age_s'])} s"))
+        for fb in g["fallbacks"]:
+            pairs.append(("fallback", f"{fb['pool']} -> {fb['to']} while queue age > {fmt(fb['queue_age_s'])} s"))
+    for a in f["autoscalers"]:
+        pairs.append((f"autoscaler {a['pool']}", f"{a['metric']} target {fmt(a['target'])} every {fmt(a['interval_s'])} s, "
+                      f"{a['min_replicas']}..{a['max_replicas']} replicas, provisioning {fmt(a['provisioning_delay_s'])} s, "
+                      f"cooldown {fmt(a['cooldown_s'])} s"))
+    for x in f["faults"]:
+        rep = "never repaired" if x["repair_s"] is None else f"repaired after {fmt(x['repair_s'])} s"
+        pairs.append((f"fault {x['pool']}[{x['replica']}]", f"at {fmt(x['at_s'])} s, {rep}, in flight: {x['inflight']}"))
+    if pairs:
+        print_kv(pairs, title="fleet")
+        click.echo()

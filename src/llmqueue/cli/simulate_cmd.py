@@ -12,13 +12,16 @@ from llmqueue.cli.flags import given_flags, knob_options
 @click.option("--scenario", help="A scenario file or a shipped example name (see `llmqueue scenario list`); "
               "the flags given with it override its fields.")
 @knob_options()
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="With --scenario: assign one of its fields by path, the value read as YAML (repeatable), "
+                   "e.g. --set deployment.autoscalers[0].provisioning_delay_s=300 or --set deployment.autoscalers=[].")
 @click.option("--out", "out_dir", type=OutputPath("dir", also=run_outputs),
               help="Write requests/steps/timeseries Parquet and summary.json here (created with any missing "
                    "parents; checked before the simulation runs).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
-def simulate(ctx, scenario, out_dir, progress, as_json, **flags):
+def simulate(ctx, scenario, sets, out_dir, progress, as_json, **flags):
     """Simulate one serving replica step by step with vLLM v1's scheduling semantics.
 
     Prints vLLM bench serve's metrics (TTFT, TPOT, ITL, E2EL percentiles with confidence
@@ -40,7 +43,7 @@ def simulate(ctx, scenario, out_dir, progress, as_json, **flags):
     from llmqueue.simulate import run_simulation, write_outcome
     from llmqueue.spec import spec_from_flags
 
-    spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags))
+    spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
     if progress is None:
         progress = sys.stderr.isatty()
     out = run_simulation(spec, progress=progress)

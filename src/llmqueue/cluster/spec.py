@@ -245,9 +245,25 @@ class FleetSpec:
             ref("disaggregation.decode", d.decode)
             if d.prefill == d.decode:
                 raise InputError("disaggregation.decode", "the decode pool must differ from the prefill pool")
+            for side, name in (("prefill", d.prefill), ("decode", d.decode)):
+                if roles[name] != side:
+                    raise InputError(f"disaggregation.{side}", f"pool {name!r} has role {roles[name]}",
+                                     f"give pool {name!r} role: {side}")
+            for i, p in enumerate(self.pools):
+                if p.role != "mixed" and p.name not in (d.prefill, d.decode):
+                    raise InputError(f"pools[{i}].role", f"pool {p.name!r} has role {p.role} but is not the "
+                                     f"disaggregation's {p.role} pool ({getattr(d, p.role)!r})",
+                                     "one P/D pair per fleet: make it role: mixed, or name it in disaggregation")
+            for i, ln in enumerate(self.lanes):
+                if ln.pool == d.decode:
+                    raise InputError(f"lanes[{i}].pool", f"{ln.pool!r} is the decode pool: requests enter a P/D "
+                                     "pair at its prefill pool", f"name {d.prefill!r}")
             d.link.check("disaggregation.link")
         elif any(r != "mixed" for r in roles.values()):
-            has = sorted(r for r in roles.values() if r != "mixed")
+            has = {r for r in roles.values() if r != "mixed"}
+            if has == {"prefill", "decode"}:
+                raise InputError("disaggregation", "is missing: the fleet has prefill and decode pools",
+                                 "add a disaggregation section naming them (prefill: P, decode: D)")
             missing = "decode" if "decode" not in has else "prefill"
             raise InputError("pools", f"a P/D fleet without a {missing} pool",
                              f"add a pool with role: {missing} and a disaggregation section")
@@ -266,10 +282,18 @@ class FleetSpec:
             for i, fb in enumerate(g.fallbacks):
                 ref(f"gateway.fallbacks[{i}].pool", fb.pool)
                 ref(f"gateway.fallbacks[{i}].to", fb.to)
+                if fb.to == fb.pool:
+                    raise InputError(f"gateway.fallbacks[{i}].to", f"falls back to its own pool {fb.pool!r}",
+                                     "name another pool")
                 _num(f"gateway.fallbacks[{i}].queue_age_s", fb.queue_age_s)
+        scaled: dict = {}
         for i, a in enumerate(self.autoscalers):
             w = f"autoscalers[{i}]"
             ref(f"{w}.pool", a.pool)
+            if a.pool in scaled:
+                raise InputError(f"{w}.pool", f"pool {a.pool!r} already has an autoscaler ({scaled[a.pool]})",
+                                 "one autoscaler per pool")
+            scaled[a.pool] = w
             if a.metric not in METRICS:
                 raise InputError(f"{w}.metric", f"unknown metric {a.metric!r}", f"choose one of: {', '.join(METRICS)}")
             _num(f"{w}.target", a.target, strict=True)
@@ -283,8 +307,11 @@ class FleetSpec:
             w = f"faults[{i}]"
             ref(f"{w}.pool", f.pool)
             n = self.pool(f.pool).replicas
-            if _int(f"{w}.replica", f.replica) >= max(n, 1):
-                raise InputError(f"{w}.replica", f"pool {f.pool!r} has replicas 0..{n - 1} (got {f.replica})")
+            top = max([n] + [a.max_replicas for a in self.autoscalers if a.pool == f.pool])
+            if _int(f"{w}.replica", f.replica) >= top:
+                has = f"replicas 0..{top - 1}" if top else "no replicas"
+                scaled_too = " (its autoscaler's max_replicas included)" if top > n else ""
+                raise InputError(f"{w}.replica", f"pool {f.pool!r} has {has}{scaled_too} (got {f.replica})")
             _num(f"{w}.at_s", f.at_s)
             _num(f"{w}.repair_s", f.repair_s, strict=True, inf_ok=True)
             if f.inflight not in INFLIGHT:

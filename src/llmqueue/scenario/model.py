@@ -44,62 +44,14 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from llmqueue.errors import InputError, LlmqueueError
-
-
-class _Problem(ValueError):
-    """A validation problem at ``where`` (a location relative to the model that raised it)."""
-
-    def __init__(self, where: tuple = (), problem: str = "", fix: str | None = None):
-        self.where, self.problem, self.fix = tuple(where), problem, fix
-        super().__init__(problem + (f"; {fix}" if fix else ""))
-
-    @classmethod
-    def of(cls, err: LlmqueueError, where: tuple = ()) -> "_Problem":
-        if isinstance(err, InputError):
-            return cls(where, err.problem, err.fix)
-        return cls(where, str(err))
-
-
-def _base(info: ValidationInfo) -> Path | None:
-    ctx = info.context or {}
-    b = ctx.get("base_dir")
-    return Path(b) if b is not None else None
-
-
-def _no_bool(what: str):
-    def check(v):
-        if isinstance(v, bool):
-            raise _Problem((), f"must be {what} (got {str(v).lower()})")
-        return v
-    return check
-
-
-Int = Annotated[int, BeforeValidator(_no_bool("a whole number"))]
-Float = Annotated[float, BeforeValidator(_no_bool("a number"))]
-
-
-class _Section(BaseModel):
-    """Base of every section: unknown keys are errors, NaN and infinities are refused."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data):
-        if isinstance(data, dict):
-            known = list(cls.model_fields)
-            for k in data:
-                if not isinstance(k, str) or k not in cls.model_fields:
-                    near = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
-                    fix = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(known)}"
-                    raise _Problem((str(k),), "unknown key", fix)
-        return data
+from llmqueue.scenario._base import Float, Int, _base, _no_bool, _Problem, _Section  # noqa: F401
+from llmqueue.scenario.fleet import (AutoscalerConfig, DisaggregationConfig, FaultConfig, GatewayConfig, LaneConfig,
+                                     PoolConfig)
 
 
 # --- spec fields ---------------------------------------------------------------------------------
@@ -408,7 +360,17 @@ class DeploymentConfig(_knob_fields("deployment")):
     ``capacity_tokens`` (overrides the KV capacity ``M``), ``max_waiting`` and
     ``max_queue_time_s`` (admission control: 0 = off). ``kv_cache_dtype`` and ``dtype``
     (weights) enter ``M``.
+
+    A fleet (:mod:`llmqueue.scenario.fleet`): ``pools`` (each with the engine knobs that differ
+    from these), ``lanes``, ``disaggregation``, ``gateway``, ``autoscalers``, ``faults``.
     """
+
+    pools: list[PoolConfig] | None = None
+    lanes: list[LaneConfig] | None = None
+    disaggregation: DisaggregationConfig | None = None
+    gateway: GatewayConfig | None = None
+    autoscalers: list[AutoscalerConfig] | None = None
+    faults: list[FaultConfig] | None = None
 
     _model: Any = PrivateAttr(default=None)
     _gpu: Any = PrivateAttr(default=None)
@@ -416,6 +378,7 @@ class DeploymentConfig(_knob_fields("deployment")):
     _step_time: Any = PrivateAttr(default=None)
     _max_model_len: int | None = PrivateAttr(default=None)
     _notes: list = PrivateAttr(default_factory=list)
+    _pool_deployments: list = PrivateAttr(default_factory=list)
 
     @field_validator("model")
     @classmethod
@@ -546,6 +509,13 @@ class DeploymentConfig(_knob_fields("deployment")):
         self._step_time = self._parse_step_time(st, _base(info))
         return self
 
+    @model_validator(mode="after")
+    def _pools(self, info: ValidationInfo):
+        from llmqueue.scenario.fleet import resolve_pools
+
+        self._pool_deployments = resolve_pools(self, info)
+        return self
+
     def _parse_step_time(self, st, base: Path | None):
         from llmqueue.engine.step_time import parse_step_time, roofline_model
 
@@ -584,6 +554,11 @@ class DeploymentConfig(_knob_fields("deployment")):
     @property
     def step_time_model(self):
         return self._step_time
+
+    @property
+    def pool_deployments(self) -> list:
+        """Each pool's deployment (this one's knobs with the pool's own), in ``pools`` order."""
+        return list(self._pool_deployments)
 
 
 # --- SLOs ----------------------------------------------------------------------------------------
@@ -680,6 +655,7 @@ class Scenario(_Section):
     _mix: Any = PrivateAttr(default=None)
     _notes: list = PrivateAttr(default_factory=list)
     _source: Any = PrivateAttr(default=None)
+    _fleet: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo):
@@ -737,6 +713,12 @@ class Scenario(_Section):
             notes.append("enable_prefix_caching: the simulator models prefix reuse only for requests that carry "
                          "prefix hash ids (`llmqueue simulate --trace MOONCAKE.jsonl --enable-prefix-caching`); "
                          "scenario workloads carry none yet, so they see no hits (a real vLLM server would)")
+        from llmqueue.scenario.fleet import fleet_spec
+
+        try:
+            self._fleet = fleet_spec(self)
+        except InputError as e:
+            raise _Problem((e.field,), e.problem, e.fix) from None
         return self
 
     def _class_slos(self, names: list[str]) -> dict[str, tuple]:
@@ -766,6 +748,12 @@ class Scenario(_Section):
     def M(self) -> int:
         """KV capacity ``M`` of one replica in tokens."""
         return self.deployment.M
+
+    @property
+    def fleet(self):
+        """The :class:`~llmqueue.cluster.spec.FleetSpec` of ``deployment.pools`` (and lanes, P/D,
+        gateway, autoscalers, faults), or None for one engine with ``deployment.replicas``."""
+        return self._fleet
 
     @property
     def notes(self) -> list[str]:
@@ -820,11 +808,20 @@ class Scenario(_Section):
                                output_tokens=tr.output_tokens, duration=dur)
         return _head(reqs, n) if n is not None else reqs
 
-    def engine_config(self):
-        """One replica's :class:`~llmqueue.engine.config.EngineConfig` (vLLM semantics)."""
+    def engine(self, d=None):
+        """``(EngineConfig, StepTimeModel)`` of one replica of deployment ``d`` (default: the
+        top level; a pool's: ``deployment.pool_deployments[i]``)."""
+        from llmqueue.engine.step_time import parse_step_time
+
+        d = self.deployment if d is None else d
+        return self.engine_config(d), parse_step_time(d.step_time_model)
+
+    def engine_config(self, d=None):
+        """One replica's :class:`~llmqueue.engine.config.EngineConfig` (vLLM semantics) of
+        deployment ``d`` (default: the top level)."""
         from llmqueue.engine.config import EngineConfig
 
-        d = self.deployment
+        d = self.deployment if d is None else d
         policy = d.scheduling_policy
         return EngineConfig.from_capacity(
             d.M, block_size=d.block_size, max_num_batched_tokens=d.max_num_batched_tokens,
@@ -879,7 +876,9 @@ class Scenario(_Section):
             row["slos"] = [str(s) for s in c.slos]
             classes.append(row)
         out["classes"] = classes
-        dep = d.model_dump(exclude={"step_time"})
+        from llmqueue.scenario.fleet import FLEET_KEYS, fleet_summary
+
+        dep = d.model_dump(exclude={"step_time", *FLEET_KEYS})
         dep["model"] = d._model.name if d._model is not None else None
         dep["step_time"] = d.step_time_model.spec if d.step_time_model is not None else None
         dep["max_model_len"] = d.effective_max_model_len
@@ -893,6 +892,10 @@ class Scenario(_Section):
                                   "kv_bytes_per_gpu": cap.kv_bytes_per_gpu,
                                   "kv_dtype": cap.kv_dtype, "weight_dtype": cap.weight_dtype}
         dep["total_gpus"] = d.tensor_parallel_size * d.replicas
+        if self.fleet is not None:
+            dep["fleet"] = fleet_summary(self.fleet, d.pool_deployments)
+            dep["total_gpus"] = sum(p.replicas * pd.tensor_parallel_size
+                                    for p, pd in zip(self.fleet.pools, d.pool_deployments))
         out["deployment"] = dep
         out["slos"] = {c.name: [s.to_dict() for s in c.slos] for c in mix}
         out["run"] = self.run.model_dump()

@@ -18,6 +18,10 @@ Where each knob goes (the knob's ``scenario``):
   ``prefix_block_tokens``, ``sample_dt``): not in the file; returned for the built spec;
 - a knob without a place (``trace``): an error naming it.
 
+Any field, fleet sections included, can also be assigned by path (``--set
+deployment.autoscalers[0].provisioning_delay_s=300``, ``--set deployment.autoscalers=[]``):
+:func:`apply_sets`, applied before the knobs.
+
 Errors name the knob (the CLI turns ``max_num_seqs`` into ``--max-num-seqs``), also for a
 problem the file's validation finds in an overridden field.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,6 +275,63 @@ def apply_overrides(data: dict, overrides: dict) -> tuple[dict, list]:
     return spec_knobs, notes
 
 
+_SET_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*|\[\d+\]")
+
+
+def _set_path(path: str) -> list:
+    """``deployment.autoscalers[0].provisioning_delay_s`` -> ``["deployment", "autoscalers", 0, ...]``."""
+    out: list = []
+    for part in path.split("."):
+        toks = _SET_PATH.findall(part)
+        if not part or "".join(toks) != part or toks[0].startswith("["):
+            raise InputError("set", f"{path!r} is not a field path",
+                             "write KEY.KEY[INDEX].KEY=VALUE, e.g. deployment.autoscalers[0].provisioning_delay_s=300")
+        out += [int(t[1:-1]) if t.startswith("[") else t for t in toks]
+    return out
+
+
+def apply_sets(data: dict, sets) -> None:
+    """``--set PATH=VALUE`` assignments applied to scenario ``data`` in place, in order. ``PATH``
+    names a field (``deployment.autoscalers[0].provisioning_delay_s``; missing mappings on the
+    way are created, a list index must exist or be the list's length, which appends); ``VALUE``
+    is read as YAML (``300``, ``true``, ``[]``, ``{pool: chat}``). ``deployment.autoscalers=[]``
+    removes every autoscaler. The scenario is validated afterwards as if the file said so."""
+    from llmqueue.scenario.load import read_yaml
+
+    for item in sets or ():
+        text = str(item)
+        path, eq, raw = text.partition("=")
+        path = path.strip()
+        if not eq or not path:
+            raise InputError("set", f"{text!r} is not PATH=VALUE", "e.g. --set deployment.autoscalers[0].target=4")
+        keys = _set_path(path)
+        value = read_yaml(raw, "set") if raw.strip() else None
+        node, where = data, ""
+        for i, k in enumerate(keys):
+            last = i == len(keys) - 1
+            here = f"{where}[{k}]" if isinstance(k, int) else (f"{where}.{k}" if where else k)
+            if isinstance(k, int):
+                if not isinstance(node, list):
+                    raise InputError("set", f"{where} is not a list (in {path!r})")
+                if k > len(node):
+                    raise InputError("set", f"{here}: {where} has {len(node)} entries (in {path!r})",
+                                     f"use an index up to {len(node)} ({len(node)} appends)")
+                if k == len(node):
+                    node.append(value if last else ({} if not isinstance(keys[i + 1], int) else []))
+                elif last:
+                    node[k] = value
+            else:
+                if not isinstance(node, dict):
+                    raise InputError("set", f"{where} is not a mapping (in {path!r})")
+                if last:
+                    node[k] = value
+                elif node.get(k) is None:
+                    node[k] = [] if isinstance(keys[i + 1], int) else {}
+            if not last:
+                node = node[k]
+            where = here
+
+
 def _named(err: InputError, given: dict) -> InputError:
     """A validation error in an overridden field, renamed to the knob that set it."""
     from llmqueue.knobs import knob
@@ -284,9 +346,10 @@ def _named(err: InputError, given: dict) -> InputError:
     return err
 
 
-def scenario_with(scenario, *, rate: float | None = None, **overrides) -> Overridden:
-    """A validated scenario with knob ``overrides`` (flag names) and a new total ``rate``
-    (:func:`scale_rate`, applied after an ``arrival`` override)."""
+def scenario_with(scenario, *, rate: float | None = None, sets=(), **overrides) -> Overridden:
+    """A validated scenario with field assignments ``sets`` (``PATH=VALUE``, :func:`apply_sets`),
+    then knob ``overrides`` (flag names), and a new total ``rate`` (:func:`scale_rate`, applied
+    after an ``arrival`` override)."""
     from llmqueue.scenario.load import validate_scenario
 
     data, _, path = scenario_data(scenario)
@@ -294,6 +357,7 @@ def scenario_with(scenario, *, rate: float | None = None, **overrides) -> Overri
     spec_knobs, notes = {}, []
     given = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(data, dict):
+        apply_sets(data, sets)
         spec_knobs, notes = apply_overrides(data, given)
         if rate is not None:
             scale_rate(data, rate)
