@@ -364,6 +364,12 @@ def fleet_accounts(spec) -> dict:
     spike = getattr(spec, "spike", None)
     if spike is None:
         spike = getattr(fleet, "spike", None)
+    if spike is None:  # a workload whose arrivals burst once (spike:RATE:k=K:at=T:for=D, K > 1)
+        from llmqueue.workload.nonstationary import Spike
+
+        arr = getattr(getattr(spec, "workload", None), "arrival", None)
+        if isinstance(arr, Spike) and arr.k > 1 and arr.period is None:
+            spike = (arr.at, arr.at + arr.duration)
     if spike is not None:
         out["spike"] = (float(spike[0]), float(spike[1]))
     return out
@@ -382,14 +388,11 @@ def _simulate_fleet(spec: SimSpec, requests, opts):
 def _simulate_fleet_spec(spec: SimSpec, requests, opts):
     """``spec.fleet`` (a :class:`~llmqueue.cluster.spec.FleetSpec`: pools, lanes, P/D, gateway,
     autoscalers, faults) serving ``requests``."""
-    # PLACEHOLDER (fleet dispatch): replace this refusal with
-    #     from llmqueue.cluster import simulate_fleet
-    #     return simulate_fleet(spec.fleet, requests, options=opts)
-    # once simulate_fleet runs a FleetSpec.
-    what = "a P/D fleet" if spec.fleet.disaggregation is not None else "a fleet with pools"
-    raise InputError("deployment.pools", f"{what} is not simulated yet (the fleet simulator does not run "
-                     "a FleetSpec in this version)", "check it with `llmqueue scenario check`, or drop "
-                     "deployment.pools / --disaggregate to simulate one engine")
+    from llmqueue.cluster import simulate_fleet
+
+    if opts.early_stop:
+        raise InputError("early_stop", "a fleet does not stop early yet", "drop --early-stop")
+    return simulate_fleet(spec.fleet, requests, options=opts)
 
 
 def _reason_kind(reason: str) -> str:

@@ -294,9 +294,9 @@ class _Fleet:
     def _fault(self, pool, i: int, fault, t: float) -> None:
         """Slot ``i`` fails at ``t``: what it holds ends as ``error`` (sent again at once with
         ``inflight: retry``), it is down until its repair."""
-        rep = pool.reps[i]
+        rep = pool.reps[i] if i < len(pool.reps) else None
         if rep is None or pool.state[i] not in (UP, DRAINING):
-            return
+            return  # not serving (never started, provisioning, down or gone): nothing fails
         rep.advance(t)
         victims = [*rep.in_system(), *(e[3] for e in rep._arrivals)]
         rep._arrivals.clear()
