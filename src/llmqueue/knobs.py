@@ -87,8 +87,11 @@ KNOBS: tuple[Knob, ...] = (
          "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
-         "(JSQ), power-of-two, or central (the gateway holds the queue and dispatches to a free slot: M/M/c).",
-         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central"), scenario="spec"),
+         "(JSQ), power-of-two, central (the gateway holds the queue and dispatches to a free slot: M/M/c), "
+         "least-kv (most free KV blocks), prefix-affinity (consistent hashing of the prompt's leading prefix "
+         "with bounded loads) or session (a conversation sticks to its first turn's replica).",
+         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central", "least-kv",
+                  "prefix-affinity", "session"), scenario="spec"),
     # --- the scheduler ----------------------------------------------------------------------------
     Knob("max_num_seqs", int, 256, f"At most this many requests run (hold KV) at once ({_VLLM} on a large GPU).",
          scenario="deployment.max_num_seqs", ge=1),
