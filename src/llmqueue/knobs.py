@@ -87,8 +87,11 @@ KNOBS: tuple[Knob, ...] = (
          "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
-         "(JSQ), power-of-two, or central (the gateway holds the queue and dispatches to a free slot: M/M/c).",
-         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central"), scenario="spec"),
+         "(JSQ), power-of-two, central (the gateway holds the queue and dispatches to a free slot: M/M/c), "
+         "least-kv (most free KV blocks), prefix-affinity (consistent hashing of the prompt's leading prefix "
+         "with bounded loads) or session (a conversation sticks to its first turn's replica).",
+         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central", "least-kv",
+                  "prefix-affinity", "session"), scenario="spec"),
     Knob("disaggregate", str, None, "Prefill/decode disaggregation: P:D (e.g. 2:3) replicas of the engine, P "
          "computing prompts and first tokens and D decoding, the KV crossing a link (--kv-link-gbps, "
          "--kv-link-latency-ms); --router routes within each pool. Not with --replicas > 1; a scenario "

@@ -11,14 +11,23 @@ routable replica, or None to hold the request at the gateway (only the central r
 - :class:`Central`: one queue at the gateway, a request dispatched only to a replica with a free
   sequence slot: exactly M/M/c (Erlang C) with ``max_num_seqs = 1``.
 
-Mean response times order central <= JSQ <= power of two <= random. To add one: a class with
-``name`` and ``route(request, views)``, registered in :data:`ROUTERS`.
+Mean response times order central <= JSQ <= power of two <= random. Three more route on the
+state that makes an LLM replica unlike an M/M/1 server, its KV cache (:mod:`llmqueue.cluster.affinity`):
+
+- :class:`~llmqueue.cluster.affinity.LeastKV`: join the replica with the most free KV blocks;
+- :class:`~llmqueue.cluster.affinity.PrefixAffinity`: consistent hashing of the prompt's leading
+  prefix with bounded loads (a prefix's requests meet its cached KV; service is shorter there);
+- :class:`~llmqueue.cluster.affinity.Session`: sticky sessions (a conversation's turns stay on the
+  replica of its first turn, under the same load bound).
+
+To add one: a class with ``name``, ``central`` and ``route(request, view)``, registered in :data:`ROUTERS`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from llmqueue.cluster.affinity import LeastKV, PrefixAffinity, Session
 from llmqueue.errors import InputError
 
 
@@ -90,7 +99,8 @@ class Central:
         return min(free, key=out.__getitem__) if free else None
 
 
-ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, PowerOfTwo, Central)}
+ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, PowerOfTwo, Central, LeastKV, PrefixAffinity,
+                                Session)}
 ROUTERS["jsq"] = LeastOutstanding
 
 

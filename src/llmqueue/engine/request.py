@@ -58,6 +58,7 @@ class Request:
     finish_time: float = NAN
     outcome: str = ""
     reason: str | None = None
+    session_id: int | None = None  # the conversation it belongs to, when the stream has one (session routing)
 
     @property
     def num_tokens(self) -> int:

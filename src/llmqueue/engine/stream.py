@@ -18,7 +18,9 @@ CHUNK = 8192
 
 class RequestStream:
     """Columns of a request stream (``RequestArrays``-like) with the engine's per-request extras:
-    class priorities (``class_priority``), SRPT predictions (``predicted_output``), prefix hash ids."""
+    class priorities (``class_priority``), SRPT predictions (``predicted_output``), prefix hash ids, and
+    the session (conversation) id of each request when the columns have a ``session_id`` column
+    (one int per request; negative: none)."""
 
     def __init__(self, requests, *, class_priority: dict | None = None, predicted_output=None, hash_ids=None):
         n = len(requests)
@@ -41,6 +43,10 @@ class RequestStream:
         if hash_ids is not None and len(hash_ids) != n:
             raise InputError("hash_ids", f"{len(hash_ids)} hash lists for {n} requests")
         self.hash_ids = hash_ids
+        sess = getattr(requests, "session_id", None)
+        self.session = None if sess is None else np.asarray(sess, dtype=np.int64)
+        if self.session is not None and self.session.shape != (n,):
+            raise InputError("session_id", f"{self.session.size} session ids for {n} requests")
         self._cached_c = -1
         self._cached: tuple = ()
 
@@ -53,19 +59,24 @@ class RequestStream:
             return self._cached
         lo, hi = c * CHUNK, min(self.n, (c + 1) * CHUNK)
         pred = self.predicted[lo:hi].tolist() if self.predicted is not None else [None] * (hi - lo)
+        sess = self.session[lo:hi].tolist() if self.session is not None else None
         self._cached = (lo, self.arrival_s[lo:hi].tolist(), self.request_id[lo:hi].tolist(),
-                        self.prompt[lo:hi].tolist(), self.output[lo:hi].tolist(), self.class_index[lo:hi].tolist(), pred)
+                        self.prompt[lo:hi].tolist(), self.output[lo:hi].tolist(), self.class_index[lo:hi].tolist(), pred,
+                        sess)
         self._cached_c = c
         return self._cached
 
     def _make(self, lists: tuple, j: int) -> Request:
-        lo, times, ids, ps, os_, ci, pred = lists
+        lo, times, ids, ps, os_, ci, pred, sess = lists
         k = ci[j]
         h = None
         if self.hash_ids is not None:
             h = self.hash_ids[lo + j]
             h = tuple(int(x) for x in h) if h is not None and len(h) else None
-        return Request(ids[j], times[j], ps[j], os_[j], self.classes[k], self.class_prio[k], 1, h, pred[j], lo + j)
+        r = Request(ids[j], times[j], ps[j], os_[j], self.classes[k], self.class_prio[k], 1, h, pred[j], lo + j)
+        if sess is not None and sess[j] >= 0:
+            r.session_id = sess[j]
+        return r
 
     def chunk(self, c: int):
         """Chunk ``c`` (positions ``c * CHUNK`` on): its arrival times, and ``make(j)`` that makes
