@@ -124,7 +124,7 @@ class _Fleet:
         self.track_age = uses_queue_age(spec.gateway, spec.autoscalers)
         self.pools = []
         for k, p in enumerate(spec.pools):
-            self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id))
+            self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens))
         self.by_name = {p.name: p for p in self.pools}
         self.gateway = GatewayRuntime(spec.gateway) if spec.gateway is not None else None
         d = spec.disaggregation
@@ -155,9 +155,8 @@ class _Fleet:
         else:
             rs = int(np.random.SeedSequence(seed, spawn_key=(31, i, pool.k, incarnation)).generate_state(1)[0])
         opt = self.opt
-        first = (lambda r, pool=pool: pool.no_token.pop(r, None)) if self.track_age else None
         return Replica(pool.config, pool.spec.step_time, seed=rs, on_finish=lambda r, pool=pool, i=i: self._left(pool, i, r),
-                       on_first_token=first, sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
+                       on_first_token=lambda r, pool=pool, i=i: self._first(pool, i, r), sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
                        timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s)
 
     def _push(self, t: float, kind: int, *payload) -> None:
@@ -165,12 +164,20 @@ class _Fleet:
         heapq.heappush(self.ev, (t, kind, self.n_ev, payload))
 
     # -- requests leaving ------------------------------------------------------------------------------
+    def _first(self, pool, i: int, r) -> None:
+        """``r``'s first token came (``on_first_token``)."""
+        pool.pending_prefill[i] -= r.num_prompt_tokens
+        if self.track_age:
+            pool.no_token.pop(r, None)
+
     def _left(self, pool, i: int, r) -> None:
         """``r`` left slot ``i``'s replica (``on_finish``)."""
         pool.outstanding[i] -= 1
         pool.by_class[r.class_name] -= 1
-        if self.track_age:
-            pool.no_token.pop(r, None)
+        if r.first_token_time != r.first_token_time:  # it left without a first token
+            pool.pending_prefill[i] -= r.num_prompt_tokens
+            if self.track_age:
+                pool.no_token.pop(r, None)
         self._record(pool, i, r)
 
     def _record(self, pool, i: int, r) -> None:
@@ -181,7 +188,7 @@ class _Fleet:
         if out is not None and r.outcome == "ok":
             d = Request(r.request_id, r.arrival_time, r.num_prompt_tokens, out, class_name=r.class_name,
                         priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,
-                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq)
+                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq, session_id=r.session_id)
             d.num_computed_tokens, d.num_output_tokens = r.num_prompt_tokens, 1
             d.first_scheduled_time, d.first_token_time = r.first_scheduled_time, t_end
             d.num_cached_tokens, d.num_preemptions = r.num_cached_tokens, r.num_preemptions
@@ -201,7 +208,7 @@ class _Fleet:
     def _again(self, r, t: float, out=None) -> None:
         a = Request(r.request_id, t, r.num_prompt_tokens, out or r.max_tokens, class_name=r.class_name,
                     priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
-                    predicted_output_tokens=r.predicted_output_tokens, seq=self.n_seq)
+                    predicted_output_tokens=r.predicted_output_tokens, seq=self.n_seq, session_id=r.session_id)
         self.n_seq += 1
         heapq.heappush(self.again, (t, a.seq, a))
 
@@ -231,8 +238,10 @@ class _Fleet:
         rep.submit(r, at)
         pool.outstanding[i] += 1
         pool.by_class[r.class_name] += 1
-        if self.track_age and r.num_output_tokens == 0:
-            pool.no_token[r] = r.arrival_time
+        if r.first_token_time != r.first_token_time:  # no first token yet (a P/D decode side has one)
+            pool.pending_prefill[i] += s
+            if self.track_age:
+                pool.no_token[r] = r.arrival_time
         if rep._pending is None and pool.key[i] > t:  # a step in progress takes it when it ends
             pool.key[i] = t
             self._push(t, WAKE, pool, i)
@@ -261,7 +270,7 @@ class _Fleet:
         if pool is self.prefill and r.max_tokens > 1:
             p = Request(r.request_id, r.arrival_time, r.num_prompt_tokens, 1, class_name=r.class_name,
                         priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,
-                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq)
+                        predicted_output_tokens=r.predicted_output_tokens, seq=r.seq, session_id=r.session_id)
             self.pd_out[p] = r.max_tokens
             r = p
         self._place(pool, r, t)
@@ -302,6 +311,7 @@ class _Fleet:
         rep._arrivals.clear()
         self._retire(pool, i, DOWN)
         pool.outstanding[i] = 0
+        pool.pending_prefill[i] = 0
         for r in victims:
             pool.by_class[r.class_name] -= 1
             if self.track_age:

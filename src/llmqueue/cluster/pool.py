@@ -23,7 +23,7 @@ UP, PROVISIONING, DRAINING, DOWN, GONE = "up", "provisioning", "draining", "down
 class PoolRuntime:
     """The replicas of :class:`~llmqueue.cluster.spec.Pool` ``spec`` (index ``k`` in the fleet)."""
 
-    def __init__(self, spec, k: int, seed: int, make_replica, new_id):
+    def __init__(self, spec, k: int, seed: int, make_replica, new_id, hash_block_tokens: int = 512):
         self.spec = spec
         self.k = k
         self.name = spec.name
@@ -36,6 +36,7 @@ class PoolRuntime:
         self.reps: list = []
         self.state: list = []
         self.outstanding: list = []
+        self.pending_prefill: list = []    # per slot: prompt tokens of the requests it holds without a first token
         self.incarnation: list = []        # replicas made for the slot so far
         self.gid: list = []                # the fleet-wide replica id of each slot (records' ``replica``)
         self.routable: list = []
@@ -46,7 +47,8 @@ class PoolRuntime:
         self.no_token: dict = {}           # request -> arrival time, for requests without a first token yet
         self.router = make_router(spec.router, seed + 7919 * k if k else seed)
         self.central = getattr(self.router, "central", False)
-        self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config)
+        self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config, hash_block_tokens,
+                             self.pending_prefill)
         self.last_scale = -np.inf        # the autoscaler's last change (scale-down waits a cooldown after it)
         for _ in range(spec.replicas):
             self.add_slot(UP)
@@ -57,6 +59,7 @@ class PoolRuntime:
         self.gid.append(self._new_id())
         self.state.append(state)
         self.outstanding.append(0)
+        self.pending_prefill.append(0)
         self.incarnation.append(0)
         self.key.append(np.inf)
         self.reps.append(None)

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 class PoolView:
     """Replica slots ``0..n-1`` of one pool. ``outstanding[i]``: requests replica ``i`` holds;
+    ``pending_prefill[i]``: prompt tokens of those without a first token yet (its prefill backlog);
     ``routable``: the slots that take requests now (ascending); ``max_num_seqs``: sequence slots
     per replica; ``kv_blocks_total``: KV blocks per replica."""
 
     __slots__ = ("name", "reps", "outstanding", "routable", "max_num_seqs", "kv_blocks_total", "block_size",
-                 "hash_block_tokens")
+                 "hash_block_tokens", "pending_prefill")
 
-    def __init__(self, name: str, reps: list, outstanding: list, routable: list, config, hash_block_tokens: int = 512):
+    def __init__(self, name: str, reps: list, outstanding: list, routable: list, config, hash_block_tokens: int = 512,
+                 pending_prefill: list | None = None):
         self.name = name
+        self.pending_prefill = pending_prefill if pending_prefill is not None else [0] * len(outstanding)
         self.reps = reps
         self.outstanding = outstanding
         self.routable = routable
