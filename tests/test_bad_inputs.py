@@ -465,7 +465,6 @@ CASES: list[tuple[str, str, str]] = [
      "deployment.pools[0].max_num_seq"),
     ("fleet-replicas-and-pools", "simulate --scenario pd --no-progress --replicas 3", "--replicas"),
     ("fleet-lanes-without-pools", "scenario check chat --set 'deployment.lanes=[{pool: a}]'", "deployment.lanes"),
-    ("fleet-not-simulated-yet", "simulate --scenario pd --no-progress", "deployment.pools"),
     ("fleet-set-bad-path", "scenario check pd --set deployment..x=1", "--set"),
     ("fleet-set-no-value", "scenario check pd --set deployment.pools", "--set"),
     ("fleet-set-index", "scenario check pd --set deployment.pools[5].replicas=1", "--set"),
@@ -483,7 +482,6 @@ CASES: list[tuple[str, str, str]] = [
     ("simulate-kv-latency-negative", f"{SIM} --disaggregate 1:1 --kv-link-latency-ms -1", "--kv-link-latency-ms"),
     ("simulate-kv-link-no-pd-scenario", "simulate --scenario chat --no-progress --kv-link-gbps 10",
      "--kv-link-gbps"),
-    ("simulate-disaggregate-not-simulated-yet", f"{SIM} --disaggregate 1:2", "deployment.pools"),
     # --- sweep / capacity -----------------------------------------------------------------------
     ("sweep-rates-text", f"sweep {M} {WL} --backend serial --no-progress --rates a,b", "--rates"),
     ("sweep-param-bad", f"{SWEEP} --param max_num_seqs", "--param"),

@@ -337,6 +337,40 @@ def test_bad_disaggregate_values(capsys, value):
     _one_line(code, err, "--disaggregate")
 
 
-def test_a_fleet_is_refused_in_one_line_until_the_simulator_runs_it(capsys):
-    code, _, err = run(capsys, "simulate", "--scenario", "pd", "--no-progress")
-    _one_line(code, err, "not simulated yet")
+def test_the_command_line_pd_fleet_is_a_jackson_tandem(capsys, tmp_path):
+    """The issue's check: --disaggregate 1:1, prompt 1, output 2, exponential steps of mean 0.1 s
+    in each pool, a free link, Poisson 5 req/s: two M/M/1 queues in series, mean E2EL 0.4 s."""
+    import numpy as np
+
+    from llmqueue.metrics.ci import batch_means_ci
+    from llmqueue.records import read_records
+
+    code, out, err = run(capsys, "simulate", "--max-num-seqs", "1", "--prompt-len", "fixed:1", "--output-len",
+                         "fixed:2", "--step-time", "exp:0.1", "--arrival", "poisson:5", "--num-requests", "40000",
+                         "--disaggregate", "1:1", "--no-progress", "--json", "--out", str(tmp_path))
+    assert code == 0, err
+    q = read_records(tmp_path / "requests.parquet")
+    assert set(q["pool"]) == {"decode"} and (q["status"] == "ok").all()
+    keep = q["arrival_s"] > 100
+    ci = batch_means_ci(q["finish_s"][keep] - q["arrival_s"][keep])
+    assert ci.lo <= 0.4 <= ci.hi, ci
+    ci = batch_means_ci(q["first_token_s"][keep] - q["arrival_s"][keep])
+    assert ci.lo <= 0.2 <= ci.hi, ci  # the first token leaves the prefill queue
+    assert np.isfinite(q["kv_transfer_s"]).all() and (q["kv_transfer_s"] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["pd", "lanes"])
+def test_shipped_fleet_scenarios_run(capsys, tmp_path, name):
+    code, out, err = run(capsys, "simulate", "--scenario", name, "--no-progress", "--json", "--duration", "90",
+                         "--warmup", "10", "--out", str(tmp_path))
+    assert code == 0, err
+    import json
+
+    d = json.loads(out)
+    s = d.get("summary", d)
+    pools = s["fleet"]["pools"]
+    assert len(pools) >= 2, pools
+    # a P/D request's record is its decode side's (the prefill pool's rows are requests still in prefill)
+    served = ["decode"] if name == "pd" else list(pools)
+    assert all(pools[p]["completed"] > 0 for p in served), pools
+    assert (tmp_path / "pools.parquet").exists()

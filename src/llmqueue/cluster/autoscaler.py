@@ -1,10 +1,13 @@
-"""``AutoscalerRuntime``: a pool's replica count as a control loop (Kubernetes' HPA rule).
+"""A pool's replica count as a control loop: Kubernetes' Horizontal Pod Autoscaler rule.
 
-Every ``interval_s`` it reads the metric over the serving replicas and asks for
-``c' = ceil(c x metric / target)`` replicas, c counting those serving and those starting; it
-does nothing while the ratio is within 10 % of 1 (HPA's tolerance). New replicas serve after
-the provisioning delay (a cold start: the queue keeps growing meanwhile, and carries what it
-gathered after they arrive); scale-down happens at most once per cooldown.
+Every ``interval_s`` the autoscaler reads its metric and asks for
+``c' = ceil(c x m / target)`` replicas, ``c`` counting the replicas serving and those starting,
+and ``m`` the metric averaged over all ``c`` with the starting ones counted as idle (HPA's rule
+for pods not yet ready, so a scale-up in progress is not ordered again): for the per-replica
+metrics ``c' = ceil(sum over serving replicas / target)``. It does nothing while ``m / target``
+is within 10 % of 1 (HPA's tolerance). New replicas serve after the provisioning delay (a cold
+start: the queue keeps growing meanwhile, and what it gathered stays on the replicas it was
+routed to); scale-down waits a cooldown after the last change.
 """
 
 from __future__ import annotations
@@ -14,27 +17,37 @@ import math
 TOLERANCE = 0.1
 
 
-def metric_value(a, pool, t: float) -> float:
-    """The pool's ``a.metric`` now (see :class:`~llmqueue.cluster.spec.Autoscaler`)."""
+def metric_total(metric: str, pool, t: float) -> float:
+    """The pool's ``metric`` summed over its serving replicas (``waiting``: requests waiting,
+    the pool's gateway queue included; ``kv``: KV usage 0..1 each; ``utilization``: running /
+    max_num_seqs each), or for ``queue_age`` the age in seconds of the oldest request without a
+    first token."""
     v = pool.view
     up = pool.routable
-    if a.metric == "queue_age":
+    if metric == "queue_age":
         return pool.queue_age(t)
-    if not up:
-        return math.inf if (pool.held or a.metric == "waiting" and pool.num_waiting()) else 0.0
-    if a.metric == "waiting":
-        return pool.num_waiting() / len(up)
-    if a.metric == "kv":
-        return sum(v.kv_usage(i) for i in up) / len(up)
-    return sum(v.num_running(i) for i in up) / (len(up) * v.max_num_seqs)  # utilization
+    if metric == "waiting":
+        return float(pool.num_waiting())
+    if metric == "kv":
+        return float(sum(v.kv_usage(i) for i in up))
+    return sum(v.num_running(i) for i in up) / v.max_num_seqs  # utilization
 
 
-def desired_replicas(a, current: int, value: float) -> int:
-    """HPA's rule, clamped to ``[min_replicas, max_replicas]``; ``current`` when within tolerance."""
-    if current == 0:
-        want = a.min_replicas if value == 0 else max(1, a.min_replicas)
-    else:
-        ratio = value / a.target
-        want = current if abs(ratio - 1.0) <= TOLERANCE else (
-            a.max_replicas if math.isinf(ratio) else math.ceil(current * ratio))
+def desired_replicas(a, current: int, totals: dict) -> int:
+    """HPA's rule (see the module docstring) for each of the autoscaler's metrics (``a.metric``
+    and ``a.also``; ``totals``: metric -> its total from :func:`metric_total`), the largest count
+    any asks for, clamped to ``[min_replicas, max_replicas]``; ``current``: replicas serving and
+    starting."""
+    want = 0
+    for metric, target in ((a.metric, a.target), *a.also.items()):
+        total = totals[metric]
+        base = max(current, 1)
+        ratio = total / target if metric == "queue_age" else total / (base * target)  # starting replicas idle
+        if current and abs(ratio - 1.0) <= TOLERANCE:
+            n = current
+        elif current == 0 and total == 0:
+            n = 0
+        else:
+            n = math.ceil(base * ratio)
+        want = max(want, n)
     return max(a.min_replicas, min(a.max_replicas, want))

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from llmqueue.cluster.autoscaler import desired_replicas, metric_value
+from llmqueue.cluster.autoscaler import desired_replicas, metric_total
 from llmqueue.cluster.gateway import GatewayRuntime, uses_queue_age
 from llmqueue.cluster.link import KVLinkQueue
 from llmqueue.cluster.pool import DOWN, DRAINING, GONE, PROVISIONING, UP, PoolRuntime
@@ -332,7 +332,7 @@ class _Fleet:
         a = self.spec.autoscalers[j]
         pool = self.by_name[a.pool]
         current = pool.serving() + pool.count(PROVISIONING)
-        want = desired_replicas(a, current, metric_value(a, pool, t))
+        want = desired_replicas(a, current, {m: metric_total(m, pool, t) for m in (a.metric, *a.also)})
         if want > current:
             for _ in range(want - current):
                 i = pool.add_slot(PROVISIONING)
@@ -340,6 +340,7 @@ class _Fleet:
             pool.last_scale = t
             self.scale_events.append((t, pool.name, current, want))
         elif want < current and t - pool.last_scale >= a.cooldown_s:
+            want = max(want, current - a.scale_down_step)
             n = current - want
             for i in reversed(range(len(pool.state))):  # the newest orders first
                 if n and pool.state[i] == PROVISIONING:

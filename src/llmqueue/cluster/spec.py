@@ -170,11 +170,14 @@ class Gateway:
 @dataclass
 class Autoscaler:
     """Scales ``pool`` between ``min_replicas`` and ``max_replicas``: every ``interval_s`` it reads
-    ``metric`` over the pool's serving replicas (``waiting``: waiting requests per replica;
-    ``kv``: KV usage 0..1; ``utilization``: running / max_num_seqs; ``queue_age``: seconds) and
-    asks for ceil(c x metric / target) replicas (Kubernetes' HPA rule). New replicas serve after
-    ``provisioning_delay_s`` (cold start); it scales down only ``cooldown_s`` after its last change
-    (up or down), and a replica it removes stops taking requests and leaves when it has drained."""
+    ``metric`` (``waiting``: waiting requests per replica; ``kv``: KV usage 0..1; ``utilization``:
+    running / max_num_seqs; ``queue_age``: seconds) and asks for ceil(c x metric / target) replicas
+    (Kubernetes' HPA rule; replicas still starting count as idle, see
+    :mod:`llmqueue.cluster.autoscaler`); ``also``: more ``{metric: target}``, and it asks for the
+    largest count any of them gives (HPA with several metrics). New replicas serve after ``provisioning_delay_s`` (cold
+    start); it scales down only ``cooldown_s`` after its last change (up or down), by at most
+    ``scale_down_step`` replicas at a time (HPA's scale-down policy), and a replica it removes stops
+    taking requests and leaves when it has drained."""
 
     pool: str
     metric: str = "waiting"
@@ -184,6 +187,8 @@ class Autoscaler:
     cooldown_s: float = 300.0
     min_replicas: int = 1
     max_replicas: int = 64
+    also: dict = field(default_factory=dict)  # more metric -> target pairs: the largest count any asks for
+    scale_down_step: int = 1                  # replicas removed at most per scale-down
 
 
 @dataclass
@@ -297,9 +302,14 @@ class FleetSpec:
             if a.metric not in METRICS:
                 raise InputError(f"{w}.metric", f"unknown metric {a.metric!r}", f"choose one of: {', '.join(METRICS)}")
             _num(f"{w}.target", a.target, strict=True)
+            for m, tg in a.also.items():
+                if m not in METRICS:
+                    raise InputError(f"{w}.also.{m}", f"unknown metric {m!r}", f"choose from: {', '.join(METRICS)}")
+                _num(f"{w}.also.{m}", tg, strict=True)
             _num(f"{w}.interval_s", a.interval_s, strict=True)
             _num(f"{w}.provisioning_delay_s", a.provisioning_delay_s)
             _num(f"{w}.cooldown_s", a.cooldown_s)
+            _int(f"{w}.scale_down_step", a.scale_down_step, lo=1)
             _int(f"{w}.min_replicas", a.min_replicas, lo=0)
             if _int(f"{w}.max_replicas", a.max_replicas, lo=1) < a.min_replicas or a.max_replicas > 4096:
                 raise InputError(f"{w}.max_replicas", f"must be between min_replicas and 4096 (got {a.max_replicas})")

@@ -157,6 +157,8 @@ class AutoscalerConfig(_Section):
     cooldown_s: Float = 300.0
     min_replicas: Int = 1
     max_replicas: Int = 64
+    also: dict[str, Float] = {}
+    scale_down_step: Int = 1
 
 
 class FaultConfig(_Section):
