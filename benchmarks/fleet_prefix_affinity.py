@@ -22,8 +22,15 @@ traffic: higher load, and less time between a conversation's turns); ``--n`` tak
 requests only. The trace is read with the project's own reader (``load_trace``) from the path
 given; it is never copied.
 
+Routers: the project's by name, and three local to this benchmark: ``least-prefill`` (join the
+least prefill backlog: prefix affinity's load signal without the affinity),
+``prefix-affinity-hash`` (``PrefixAffinity(new_keys="hash")``: stateless consistent hashing, bound
+on the prefill backlog) and ``prefix-affinity-requests`` (``load="requests", new_keys="hash"``:
+consistent hashing with the bound on the request count, the router before the prefill backlog).
+
 Usage: python benchmarks/fleet_prefix_affinity.py --trace ../shared/traces/mooncake_fast25/conversation_trace.jsonl
-       [--replicas 8] [--model qwen2.5-7b] [--gpu h100-sxm] [--time-scale 0.25] [--n 0] [--routers round-robin,least-outstanding,prefix-affinity,session]
+       [--replicas 8] [--model qwen2.5-7b] [--gpu h100-sxm] [--time-scale 0.25] [--n 0]
+       [--routers round-robin,least-outstanding,least-prefill,prefix-affinity,session]
        [--bound 1.25] [--json]
 """
 
@@ -36,7 +43,22 @@ import time
 
 import numpy as np
 
-ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity", "session")
+ROUTERS = ("round-robin", "least-outstanding", "least-prefill", "prefix-affinity", "session")
+EXTRA = ("prefix-affinity-hash", "prefix-affinity-requests")  # by --routers only
+
+
+class LeastPrefill:
+    """The reference for prefix affinity's load signal without the affinity: join the replica with
+    the least prefill backlog (``view.pending_prefill``: prompt tokens of the requests it holds
+    without a first token; ties to the fewest outstanding, then the lowest index). Local to this
+    benchmark."""
+
+    name = "least-prefill"
+    central = False
+
+    def route(self, request, view) -> int:
+        pf, out = view.pending_prefill, view.outstanding
+        return min(view.routable, key=lambda i: (pf[i], out[i], i))
 
 
 def load(path: str, *, n: int, time_scale: float):
@@ -151,9 +173,15 @@ def main() -> int:
     later = later_turns(hashes)
     from llmqueue.cluster.affinity import PrefixAffinity, Session
 
-    custom = {"prefix-affinity": lambda: PrefixAffinity(a.seed, bound=a.bound), "session": lambda: Session(a.seed, bound=a.bound)}
-    rows = [one(spec, reqs, hashes, custom[name]() if name in custom else name, a.replicas, a.seed, later)
-            for name in a.routers.split(",")]
+    custom = {"prefix-affinity": lambda: PrefixAffinity(a.seed, bound=a.bound), "session": lambda: Session(a.seed, bound=a.bound),
+              "least-prefill": LeastPrefill,
+              "prefix-affinity-hash": lambda: PrefixAffinity(a.seed, bound=a.bound, new_keys="hash"),
+              "prefix-affinity-requests": lambda: PrefixAffinity(a.seed, bound=a.bound, load="requests", new_keys="hash")}
+    rows = []
+    for name in a.routers.split(","):
+        row = one(spec, reqs, hashes, custom[name]() if name in custom else name, a.replicas, a.seed, later)
+        row["router"] = name
+        rows.append(row)
     cfg = spec.engine
     result = {"trace": a.trace, "requests": len(reqs), "time_scale": a.time_scale, "replicas": a.replicas,
               "bound": a.bound,
@@ -169,11 +197,11 @@ def main() -> int:
     print(f"arrival rate {lam:.2f} req/s; one replica saturates at {mu:.2f} req/s: "
           f"load rho = {result['rho']:.2f}")
     print(f"{later.mean():.0%} of the requests continue a conversation seen before (later turns)")
-    print(f"{'router':<18} {'hit rate':>8} {'TTFT p50':>10} {'TTFT p99':>10} {'p50 first':>10} {'p50 later':>10} "
+    print(f"{'router':<24} {'hit rate':>8} {'TTFT p50':>10} {'TTFT p99':>10} {'p50 first':>10} {'p50 later':>10} "
           f"{'imbalance':>9} {'mean N':>7} "
           f"{'busy':>5} {'preempt':>7} {'wall':>6}")
     for r in rows:
-        print(f"{r['router']:<18} {r['hit_rate']:>8.1%} {r['ttft_p50_ms']:>8.0f}ms {r['ttft_p99_ms']:>8.0f}ms "
+        print(f"{r['router']:<24} {r['hit_rate']:>8.1%} {r['ttft_p50_ms']:>8.0f}ms {r['ttft_p99_ms']:>8.0f}ms "
               f"{r['ttft_p50_first_turns_ms']:>8.0f}ms {r['ttft_p50_later_turns_ms']:>8.0f}ms "
               f"{r['imbalance']:>9.2f} {r['mean_outstanding']:>7.2f} {r['busy']:>5.2f} {r['preemptions']:>7} "
               f"{r['wall_s']:>5.0f}s")

@@ -16,17 +16,19 @@ from llmqueue.errors import InputError
 from llmqueue.workload.generate import RequestArrays
 
 
-def pool(outstanding, free=None, routable=None, total=100):
-    """A PoolView over stand-in replicas: ``outstanding`` per replica, ``free`` KV blocks each."""
+def pool(outstanding, free=None, routable=None, total=100, pending=None):
+    """A PoolView over stand-in replicas: ``outstanding`` per replica, ``free`` KV blocks each,
+    ``pending`` prefill tokens each (0 unless given)."""
     n = len(outstanding)
     free = [total] * n if free is None else free
     reps = [SimpleNamespace(free=f, waiting=[], _arrivals=[]) for f in free]
     cfg = SimpleNamespace(max_num_seqs=8, num_kv_blocks=total, block_size=16)
-    return PoolView("p", reps, list(outstanding), list(range(n)) if routable is None else list(routable), cfg)
+    return PoolView("p", reps, list(outstanding), list(range(n)) if routable is None else list(routable), cfg,
+                    pending_prefill=None if pending is None else list(pending))
 
 
-def req(hash_ids=None, session_id=None, rid=0):
-    r = Request(rid, 0.0, 100, 10, hash_ids=None if hash_ids is None else tuple(hash_ids))
+def req(hash_ids=None, session_id=None, rid=0, prompt=100):
+    r = Request(rid, 0.0, prompt, 10, hash_ids=None if hash_ids is None else tuple(hash_ids))
     r.session_id = session_id
     return r
 
@@ -55,8 +57,13 @@ def test_least_kv_takes_the_most_free_blocks_then_fewest_outstanding_then_lowest
     assert lk.route(req(), pool([0, 0, 0], free=[90, 40, 60], routable=[1, 2])) == 2
 
 
-def test_prefix_affinity_is_deterministic_and_spreads_keys():
-    a, b = router("prefix-affinity", 1), router("prefix-affinity", 99)  # the seed does not move keys
+def hashing(**kw):
+    """Prefix affinity as stateless consistent hashing (``new_keys="hash"``)."""
+    return PrefixAffinity(new_keys="hash", **kw)
+
+
+def test_prefix_affinity_hashing_is_deterministic_and_spreads_keys():
+    a, b = PrefixAffinity(1, new_keys="hash"), PrefixAffinity(99, new_keys="hash")  # the seed does not move keys
     v = pool([0] * 4)
     picks = [a.route(req((0, k, k + 1)), v) for k in range(4000)]
     assert picks == [b.route(req((0, k, k + 1)), v) for k in range(4000)]
@@ -66,8 +73,8 @@ def test_prefix_affinity_is_deterministic_and_spreads_keys():
     assert len({a.route(req((0, 42, x)), v) for x in range(50)}) == 1
 
 
-def test_prefix_affinity_spills_to_the_keys_second_choice_over_the_bound():
-    pa = PrefixAffinity(bound=1.25)
+def test_prefix_affinity_hashing_on_requests_spills_to_the_keys_second_choice_over_the_bound():
+    pa = hashing(bound=1.25, load="requests")
     r = req((0, 5))
     key = prefix_key(r.hash_ids, 2)
     first, second, third = pa.order(key, [0, 1, 2, 3])[:3]
@@ -85,11 +92,27 @@ def test_prefix_affinity_spills_to_the_keys_second_choice_over_the_bound():
     out[first], out[second] = 12, 12  # mean 6: cap 8.75
     assert pa.route(r, pool(out)) == third
     # no bound: consistent hashing alone
-    assert PrefixAffinity(bound=float("inf")).route(r, pool(out)) == first
+    assert hashing(bound=float("inf"), load="requests").route(r, pool(out)) == first
+    # the same view with the prefill backlog all 0: every replica is under the bound
+    assert hashing(bound=1.25).route(r, pool(out)) == first
+
+
+def test_prefix_affinity_hashing_bounds_the_prefill_backlog():
+    pa = hashing(bound=1.25)
+    r = req((0, 5), prompt=1000)
+    first, second = pa.order(prefix_key(r.hash_ids, 2), [0, 1, 2, 3])[:2]
+    pend = [2000, 2000, 2000, 2000]  # mean 2000: cap 1.25 * (2000 + 1000) = 3750
+    assert pa.cap(pool([0] * 4, pending=pend), pend, 1000) == pytest.approx(3750)
+    pend[first] = 3800  # mean 2450: cap 4312.5, under
+    assert pa.route(r, pool([9, 0, 0, 0], pending=pend)) == first
+    pend[first] = 6000  # mean 3000: cap 5000, over: its second choice, whatever the request counts
+    out = [0, 0, 0, 0]
+    out[second] = 50
+    assert pa.route(r, pool(out, pending=pend)) == second
 
 
 def test_a_replica_leaving_moves_only_its_keys():
-    pa = router("prefix-affinity")
+    pa = hashing()
     keys = [(0, k) for k in range(3000)]
     before = [pa.route(req(h), pool([0] * 5)) for h in keys]
     after = [pa.route(req(h), pool([0] * 5, routable=[0, 1, 3, 4])) for h in keys]
@@ -100,12 +123,43 @@ def test_a_replica_leaving_moves_only_its_keys():
     assert len({after[i] for i in moved}) == 4
 
 
-def test_requests_without_prefix_ids_go_to_the_least_outstanding_replica():
+def test_requests_without_prefix_ids_go_to_the_least_loaded_replica():
     v = pool([3, 1, 2, 1])
     for name in ("prefix-affinity", "session"):
         rt = router(name)
         assert rt.route(req(None), v) == 1 and rt.route(req(()), v) == 1
         assert rt.route(req(None), pool([3, 1, 2, 0], routable=[0, 1, 2])) == 1
+    # prefix affinity's load is the prefill backlog (ties: fewest outstanding); session counts requests
+    v = pool([3, 1, 2, 1], pending=[0, 900, 0, 50])
+    assert router("prefix-affinity").route(req(None), v) == 2
+    assert router("session").route(req(None), v) == 1
+    assert PrefixAffinity(load="requests").route(req(None), v) == 1
+
+
+def test_a_new_key_goes_to_the_least_prefill_backlog_and_its_later_requests_follow():
+    pa = router("prefix-affinity")
+    r = req((0, 7, 8), prompt=1000)
+    v = pool([1, 5, 0, 2], pending=[3000, 0, 4000, 500])  # replica 1: most requests, least backlog
+    assert pa.route(r, v) == 1
+    # later requests of the key (a longer prompt, same two leading units) stay while under the bound
+    later = req((0, 7, 8, 9, 10), prompt=2500)
+    assert pa.route(later, pool([1, 5, 0, 2], pending=[0, 4000, 0, 0])) == 1  # cap 1.25 * (1000 + 2500)
+    # over the bound (mean 1275: cap 4718.75): spill to the least backlog, and the key moves there
+    assert pa.route(later, pool([1, 5, 0, 2], pending=[100, 5000, 0, 0])) == 2
+    assert pa.homes[prefix_key(later.hash_ids, 2)] == 2
+    assert pa.route(later, pool([0, 0, 0, 0], pending=[0, 0, 3000, 0])) == 2  # cap 1.25 * (750 + 2500)
+    # the key's replica is not routable: placed as a new key
+    assert pa.route(later, pool([0, 0, 0, 0], pending=[900, 0, 0, 800], routable=[0, 3])) == 3
+    # a different key is new: least backlog, ties to fewest outstanding, then lowest index
+    assert pa.route(req((0, 70)), pool([2, 1, 1, 3], pending=[0, 0, 0, 0])) == 1
+
+
+def test_prefix_affinity_forgets_the_least_recently_routed_key_first():
+    pa = PrefixAffinity(max_keys=2)
+    v = pool([0, 0, 0])
+    for k in (1, 2, 1, 3):  # key 1 routed again before key 3 arrives: key 2 is the oldest
+        pa.route(req((0, k)), v)
+    assert list(pa.homes) == [prefix_key((0, 1), 2), prefix_key((0, 3), 2)]
 
 
 def test_a_session_sticks_to_its_first_turns_replica_under_the_bound():
@@ -132,6 +186,12 @@ def test_session_pins_are_bounded():
 def test_bad_router_arguments_are_one_line():
     with pytest.raises(InputError, match="load bound"):
         PrefixAffinity(bound=0.5)
+    with pytest.raises(InputError, match="load must be"):
+        PrefixAffinity(load="tokens")
+    with pytest.raises(InputError, match="new_keys"):
+        PrefixAffinity(new_keys="random")
+    with pytest.raises(InputError, match="max_keys"):
+        PrefixAffinity(max_keys=0)
     with pytest.raises(InputError, match="prefix_units"):
         Session(prefix_units=0)
 

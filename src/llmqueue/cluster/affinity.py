@@ -7,11 +7,13 @@ blocks admits fewer requests (a smaller effective number of servers) and preempt
 routers trade load balance (what JSQ optimizes) for that locality:
 
 - :class:`LeastKV`: the replica with the most free KV blocks;
-- :class:`PrefixAffinity`: consistent hashing of the prompt's leading prefix units with bounded
-  loads (Mirrokni, Thorup and Zadimoghaddam, "Consistent hashing with bounded loads", 2018);
+- :class:`PrefixAffinity`: the prompt's leading prefix units map to a replica, spilling to the
+  least loaded over a bound on the prefill backlog (consistent hashing with bounded loads: Mirrokni,
+  Thorup and Zadimoghaddam, 2018, with the load in prefill tokens and new keys placed on load);
 - :class:`Session`: sticky sessions, a conversation pinned to the replica of its first turn.
 
-The load bound of both affinity routers: a replica takes the request while its outstanding
+The load bound of :class:`Session` (and of :class:`PrefixAffinity` with ``load="requests"``;
+by default it bounds prefill tokens the same way): a replica takes the request while its outstanding
 count is at most ``bound * (mean outstanding over the routable replicas + 1)``. The least loaded
 replica always qualifies (its count is at most the mean), so a request always finds one, and no
 replica holds more than about ``bound`` times the mean: the bound caps the imbalance (and so the
@@ -86,34 +88,68 @@ class LeastKV:
 
 
 class PrefixAffinity:
-    """Consistent hashing of the prompt's leading prefix with bounded loads.
+    """Prefix affinity: the prompt's leading prefix units, hashed, map to a replica; a request
+    spills to the least loaded replica when that one is over a load bound, and the load is the
+    replica's prefill backlog (prompt tokens of the requests it holds without a first token).
 
-    The key is the request's first ``prefix_units`` prefix ids (``hash_ids``: units of
-    ``hash_block_tokens`` tokens). Rendezvous (highest random weight) hashing ranks the routable
-    replicas by ``mix(key, replica)`` and the request goes to the first one in that order under
-    the load bound (:func:`load_cap`); a replica leaving the routable set moves only the keys it
-    held (the others keep their first choice), and a spilled request goes to the key's second
-    choice, the same for every request of that prefix. A request without prefix ids goes to the
-    least outstanding replica.
+    What it models. With prefix caching a request is served faster on the replica that holds its
+    prefix; its time to first token is, to first order, the prefill work ahead of it on its replica
+    (the backlog: chunked prefill shares each step's token budget among the prompts in prefill)
+    plus its own uncached prompt. So the router (i) keeps a key's requests on one replica, where
+    its prefix is cached, and (ii) counts load in prefill tokens, not requests: a just-routed
+    12,000-token prompt delays the next first token far more than a decoding request does (JSQ on
+    requests is blind to that). This is consistent hashing with bounded loads (Mirrokni, Thorup
+    and Zadimoghaddam, 2018) with the load measured in the work that sets TTFT, as in SGLang's
+    cache-aware router and llm-d's prefix-cache plus load scorers.
 
-    In queueing terms: without the bound each replica is fed the requests of a fixed share of the
-    prefixes (a thinned, but bursty, stream: a popular prefix lands on one replica), and each
-    request of a prefix after the first finds its KV cached, so its service is shorter; the bound
-    gives back JSQ's balance when the affinity would overload a replica.
+    The key (:func:`prefix_key`): the request's first ``prefix_units`` prefix ids (``hash_ids``:
+    units of ``hash_block_tokens`` tokens). Its replica, the key's home:
 
-    ``prefix_units`` (default 2): how many leading units make the key. Mooncake's traces begin
-    every request with the same unit (a shared system prompt: id 0 in the conversation trace), so
-    one unit would send everything to one replica; a conversation shows at the second unit (every
-    later turn repeats the earlier turns' units). ``bound`` (default 1.25, Mirrokni et al.'s
-    ``1 + eps``; ``math.inf``: no bound)."""
+    - ``new_keys="least"`` (default): a key seen for the first time goes to the replica with the
+      least prefill backlog (no replica holds its prefix yet, so nothing is lost by choosing on load
+      alone, whereas a hash places it as a random router would, and long prefills collide) and the
+      router remembers key -> replica in a table of at most ``max_keys`` keys (the least recently
+      routed is forgotten first; a forgotten key is placed as a new one). Later requests of the key
+      go to that replica while it is routable and under the bound; otherwise they spill to the least
+      loaded replica and the key is re-homed there (that replica now holds the longest copy of the
+      prefix: the spilled request's whole prompt).
+    - ``new_keys="hash"``: stateless consistent hashing: rendezvous (highest random weight) hashing
+      ranks the routable replicas by ``mix(key, replica)``; the request goes to the first one in that
+      order under the bound (a spilled key's requests go to its second choice, the same for every
+      request of that prefix). Every gateway routing the same requests agrees without sharing
+      state, and a replica leaving the routable set moves only the keys it held.
+
+    The bound: with load ``L_i`` (``load="prefill"``: ``view.pending_prefill[i]``; ``"requests"``:
+    ``view.outstanding[i]``) and ``w`` the request's own weight (its prompt tokens; 1 request), a
+    replica takes the request while ``L_i <= bound * (mean_i L_i + w)`` over the routable replicas.
+    The least loaded replica always qualifies, so the bound caps the imbalance (the queueing delay)
+    that affinity may cost at about ``bound`` times the mean backlog. A request without prefix ids
+    goes to the least loaded replica (ties: fewest outstanding, then lowest index).
+
+    ``prefix_units`` (default 2): Mooncake's traces begin every request with the same unit (a shared
+    system prompt), so one unit would send everything to one replica; a conversation shows at the
+    second unit. ``bound`` (default 1.25, Mirrokni et al.'s ``1 + eps``; ``math.inf``: no bound).
+    ``load="requests", new_keys="hash"`` is the plain consistent hashing with bounded loads on the
+    request count (this router before the prefill backlog)."""
 
     name = "prefix-affinity"
     central = False
 
-    def __init__(self, seed: int = 0, *, prefix_units: int = 2, bound: float = 1.25):
+    def __init__(self, seed: int = 0, *, prefix_units: int = 2, bound: float = 1.25, load: str = "prefill",
+                 new_keys: str = "least", max_keys: int = 1 << 16):
         _check(bound, prefix_units)
+        if load not in ("prefill", "requests"):
+            raise InputError("router", f"load must be 'prefill' or 'requests' (got {load!r})")
+        if new_keys not in ("least", "hash"):
+            raise InputError("router", f"new_keys must be 'least' or 'hash' (got {new_keys!r})")
+        if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
+            raise InputError("router", f"max_keys must be a whole number >= 1 (got {max_keys!r})")
         self.prefix_units = prefix_units
         self.bound = bound
+        self.load = load
+        self.new_keys = new_keys
+        self.max_keys = max_keys
+        self.homes: dict = {}  # key -> replica (new_keys="least"), oldest routed first
         self._salt: list = []  # mix64 of each replica index, grown as needed
 
     def order(self, key: int, routable) -> list:
@@ -123,16 +159,37 @@ class PrefixAffinity:
             salt.append(mix64(len(salt) * 0x9E3779B97F4A7C15 + 1))
         return sorted(routable, key=lambda i: (-mix64(key ^ salt[i]), i))
 
+    def loads(self, request, view):
+        """The load per replica slot and the request's own weight in the same unit."""
+        if self.load == "prefill":
+            return view.pending_prefill, request.num_prompt_tokens
+        return view.outstanding, 1
+
+    def cap(self, view, loads, w) -> float:
+        """The most load a replica may hold and still take a request of weight ``w``."""
+        r = view.routable
+        return self.bound * (sum(loads[i] for i in r) / len(r) + w)
+
     def route(self, request, view) -> int:
+        loads, w = self.loads(request, view)
+        out = view.outstanding
         key = prefix_key(request.hash_ids, self.prefix_units)
         if key is None:
-            return view.least_outstanding()
-        order = self.order(key, view.routable)
-        if math.isinf(self.bound):
-            return order[0]
-        cap = load_cap(view, self.bound)
-        out = view.outstanding
-        return next(i for i in order if out[i] <= cap)
+            return min(view.routable, key=lambda i: (loads[i], out[i], i))
+        if self.new_keys == "hash":
+            order = self.order(key, view.routable)
+            if math.isinf(self.bound):
+                return order[0]
+            cap = self.cap(view, loads, w)
+            return next(i for i in order if loads[i] <= cap)
+        homes = self.homes
+        i = homes.pop(key, None)  # re-inserted below: now the most recently routed
+        if i is None or i not in view.routable or loads[i] > self.cap(view, loads, w):
+            i = min(view.routable, key=lambda j: (loads[j], out[j], j))
+            if len(homes) >= self.max_keys:
+                del homes[next(iter(homes))]
+        homes[key] = i
+        return i
 
 
 class Session:

@@ -15,8 +15,9 @@ Mean response times order central <= JSQ <= power of two <= random. Three more r
 state that makes an LLM replica unlike an M/M/1 server, its KV cache (:mod:`llmqueue.cluster.affinity`):
 
 - :class:`~llmqueue.cluster.affinity.LeastKV`: join the replica with the most free KV blocks;
-- :class:`~llmqueue.cluster.affinity.PrefixAffinity`: consistent hashing of the prompt's leading
-  prefix with bounded loads (a prefix's requests meet its cached KV; service is shorter there);
+- :class:`~llmqueue.cluster.affinity.PrefixAffinity`: the prompt's leading prefix sticks to a
+  replica (a prefix's requests meet its cached KV; service is shorter there), spilling to the least
+  prefill backlog over a bound (consistent hashing with bounded loads, the load in prefill tokens);
 - :class:`~llmqueue.cluster.affinity.Session`: sticky sessions (a conversation's turns stay on the
   replica of its first turn, under the same load bound).
 
