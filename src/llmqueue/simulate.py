@@ -153,12 +153,20 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     run's own mean step, ``b_mean_simulated``, depends on its load), or, where no fixed point is
     found, the mean duration of the simulated steps.
     """
-    from llmqueue.engine.step_time import constant_step
+    from llmqueue.engine.step_time import constant_step, parse_step_time
     from llmqueue.theory.replica import replica_capacity, saturated_capacity
 
     cfg = spec.engine
     model = spec.step_time
     out: dict = {}
+    fleet = spec.fleet
+    replicas = spec.replicas
+    if fleet is not None:
+        pools = fleet.pools
+        if len(pools) > 1 or fleet.disaggregation is not None:
+            return {"note": "a fleet of several pools: the closed forms are per replica of one engine (see the "
+                            "per-pool table)"}
+        cfg, model, replicas = pools[0].config, parse_step_time(pools[0].step_time), max(pools[0].replicas, 1)
     b = constant_step(model)
     if b is not None:
         out["b_source"] = "step-time model"  # noise factors have mean one
@@ -171,9 +179,10 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     wl = spec.workload
     dists = _length_dists(wl)
     lam = _arrival_rate(wl, requests)
-    if lam is not None and spec.replicas > 1:
-        lam = lam / spec.replicas  # each replica's share (every router spreads the load evenly)
-        out["per_replica"] = f"lam / {spec.replicas} replicas"
+    if lam is not None and replicas > 1:
+        lam = lam / replicas  # each replica's share (every router spreads the load evenly)
+        out["per_replica"] = f"lam / {replicas} replicas" + (
+            " (the pool's starting count)" if fleet is not None and (fleet.autoscalers or fleet.faults) else "")
     if dists is None:
         s = np.asarray(requests.prompt_tokens, dtype=np.float64)
         o = np.asarray(requests.output_tokens, dtype=np.float64)
@@ -198,7 +207,8 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     out.update(mu_seqs=cap.mu_seqs, mu_tokens=cap.mu_tokens, mu=cap.mu, binding=cap.binding)
     if lam is not None:
         out.update(rho=cap.rho, verdict=cap.verdict)
-    mg1 = _mg1_prediction(spec, lam, b) if spec.replicas == 1 else _mmc_prediction(spec, lam, b)
+    mg1 = None if fleet is not None else (
+        _mg1_prediction(spec, lam, b) if spec.replicas == 1 else _mmc_prediction(spec, lam, b))
     if mg1 is not None:
         out["mg1"] = mg1
     return out

@@ -49,7 +49,7 @@ from llmqueue.engine.limits import check_run_size
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.replica import Replica
 from llmqueue.engine.request import Request, RequestStatus
-from llmqueue.engine.run import SimResult, _concat_steps, request_columns
+from llmqueue.engine.run import RECORD_BATCH, SimResult, _concat_steps, request_columns
 from llmqueue.engine.stream import RequestStream
 from llmqueue.errors import InputError
 
@@ -118,7 +118,9 @@ class _Fleet:
                                  "drop the waiting-room limit or the retries (one replica models both)")
         self.ev: list = []
         self.n_ev = 0
-        self.done: list = []          # (pool index, slot or -1, request)
+        self.done: list = []          # (pool index, replica id or -1, request) not yet made columns
+        self.chunks: list = []        # record columns of finished requests (with ``seq``), a batch at a time
+        self.reasons: dict = {}       # seq -> why a request was rejected
         self.again: list = []         # retried attempts not yet arrived: (time, seq, request)
         self.n_ids = 0
         self.track_age = uses_queue_age(spec.gateway, spec.autoscalers)
@@ -198,12 +200,21 @@ class _Fleet:
             self.in_transfer += 1
             self._push(arrive, KV, d)
             return
-        self.done.append((pool.k, pool.gid[i] if i >= 0 else -1, r))
+        self._keep(pool.k, pool.gid[i] if i >= 0 else -1, r)
         retry = self.opt.retry
         if r.outcome != "ok" and retry is not None:
             t_next = retry(r.request_id, r.attempt, r.outcome, r.finish_time)
             if t_next is not None:
                 self._again(r, float(t_next), out)
+
+    def _keep(self, k: int, gid: int, r) -> None:
+        """Keep ``r``'s record; finished requests become columns a batch at a time, so memory
+        stays with what is in flight."""
+        done = self.done
+        done.append((k, gid, r))
+        if len(done) >= RECORD_BATCH:
+            self.chunks.append(self._columns(done))
+            self.done = []
 
     def _again(self, r, t: float, out=None) -> None:
         a = Request(r.request_id, t, r.num_prompt_tokens, out or r.max_tokens, class_name=r.class_name,
@@ -321,7 +332,7 @@ class _Fleet:
             out = self.pd_out.get(r)
             if fault.inflight == "retry":
                 self.pd_out.pop(r, None)
-                self.done.append((pool.k, pool.gid[i], r))
+                self._keep(pool.k, pool.gid[i], r)
                 self._again(r, t, out)
             else:
                 self._record(pool, i, r)
@@ -473,12 +484,10 @@ class _Fleet:
         for _, _, q in left:
             q.outcome = "unfinished"
             q.finish_time = math.nan
-        rows = sorted([*self.done, *left], key=lambda x: x[2].seq)
-        reqs = [q for _, _, q in rows]
-        req = request_columns(reqs)
-        req["replica"] = np.asarray([i for _, i, _ in rows], dtype=np.int64)
-        if self.columns:
-            self._fleet_columns(req, rows)
+        parts = [*self.chunks, self._columns([*self.done, *left])]
+        seq = np.concatenate([p.pop("seq") for p in parts])
+        order = np.argsort(seq, kind="stable")
+        req = {name: np.concatenate([p[name] for p in parts])[order] for name in parts[0]}
         steps, ts = [], []
         for pool in self.pools:
             for i, rep in pool.all_replicas():
@@ -496,11 +505,24 @@ class _Fleet:
                         wall_s=time.perf_counter() - t0,
                         num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),
                         capacity_tokens=self.spec.pools[0].config.capacity_tokens,
-                        reject_reasons={q.seq: q.reason for q in reqs if q.reason})
+                        reject_reasons=self.reasons)
         if self.columns:
             res.pools = self._pool_columns()
             res.fleet = self._facts()
         return res
+
+    def _columns(self, rows: list) -> dict:
+        """Record columns (and ``seq``) of ``rows``: (pool index, replica id, request)."""
+        reqs = [q for _, _, q in rows]
+        req = request_columns(reqs)
+        req["replica"] = np.fromiter((i for _, i, _ in rows), np.int64, len(rows))
+        req["seq"] = np.fromiter((q.seq for q in reqs), np.int64, len(rows))
+        for q in reqs:
+            if q.reason:
+                self.reasons[q.seq] = q.reason
+        if self.columns:
+            self._fleet_columns(req, rows)
+        return req
 
     def _fleet_columns(self, req: dict, rows: list) -> None:
         names = [p.name for p in self.pools]
@@ -508,15 +530,17 @@ class _Fleet:
         n = len(rows)
         req["pool"] = np.asarray([names[k] for k, _, _ in rows], dtype=object)
         req["model"] = np.asarray([models[k] for k, _, _ in rows], dtype=object)
-        req["lane"] = np.asarray([self.lane_of.get(q.seq, "") for _, _, q in rows], dtype=object)
+        lanes = self.lane_of
+        req["lane"] = np.asarray([lanes.pop(q.seq, "") for _, _, q in rows], dtype=object)
         pre = np.full(n, -1, dtype=np.int64)
         kv = np.full(n, np.nan)
         if self.pd_info:
             disp = req["dispatched_s"]
             for j, (k, _, q) in enumerate(rows):
-                info = self.pd_info.get(q.seq)
-                if info is not None and self.pools[k] is self.decode:
-                    pre[j], kv[j], disp[j] = info
+                if self.pools[k] is self.decode:
+                    info = self.pd_info.pop(q.seq, None)
+                    if info is not None:
+                        pre[j], kv[j], disp[j] = info
         req["prefill_replica"] = pre
         req["kv_transfer_s"] = kv
 
