@@ -22,8 +22,8 @@ traffic: higher load, and less time between a conversation's turns); ``--n`` tak
 requests only. The trace is read with the project's own reader (``load_trace``) from the path
 given; it is never copied.
 
-Routers: the project's by name, and three local to this benchmark: ``least-prefill`` (join the
-least prefill backlog: prefix affinity's load signal without the affinity),
+Routers: the project's by name (``least-prefill``: join the least prefill backlog, prefix
+affinity's load signal without the affinity), and two local to this benchmark:
 ``prefix-affinity-hash`` (``PrefixAffinity(new_keys="hash")``: stateless consistent hashing, bound
 on the prefill backlog) and ``prefix-affinity-requests`` (``load="requests", new_keys="hash"``:
 consistent hashing with the bound on the request count, the router before the prefill backlog).
@@ -45,20 +45,6 @@ import numpy as np
 
 ROUTERS = ("round-robin", "least-outstanding", "least-prefill", "prefix-affinity", "session")
 EXTRA = ("prefix-affinity-hash", "prefix-affinity-requests")  # by --routers only
-
-
-class LeastPrefill:
-    """The reference for prefix affinity's load signal without the affinity: join the replica with
-    the least prefill backlog (``view.pending_prefill``: prompt tokens of the requests it holds
-    without a first token; ties to the fewest outstanding, then the lowest index). Local to this
-    benchmark."""
-
-    name = "least-prefill"
-    central = False
-
-    def route(self, request, view) -> int:
-        pf, out = view.pending_prefill, view.outstanding
-        return min(view.routable, key=lambda i: (pf[i], out[i], i))
 
 
 def load(path: str, *, n: int, time_scale: float):
@@ -174,7 +160,6 @@ def main() -> int:
     from llmqueue.cluster.affinity import PrefixAffinity, Session
 
     custom = {"prefix-affinity": lambda: PrefixAffinity(a.seed, bound=a.bound), "session": lambda: Session(a.seed, bound=a.bound),
-              "least-prefill": LeastPrefill,
               "prefix-affinity-hash": lambda: PrefixAffinity(a.seed, bound=a.bound, new_keys="hash"),
               "prefix-affinity-requests": lambda: PrefixAffinity(a.seed, bound=a.bound, load="requests", new_keys="hash")}
     rows = []

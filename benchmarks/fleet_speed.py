@@ -9,7 +9,8 @@ records and a 1 s time series kept. Cases:
 
 - ``h100``: on H100-SXM (M = 456,496 tokens, max_num_seqs 1024, mu = 57.3 req/s): large
   batches, ~0.7 engine steps per request. ``--duration`` simulated seconds (one hour of 64
-  replicas is 10.6 million requests, above the 3-million stream limit: the default is 600 s).
+  replicas is 10.6 million requests, above the 3-million stream limit: the default is 600 s, cut
+  to 2.5 million requests where more replicas would bring more).
 - ``l4``: on L4 (M = 35,120 tokens, mu = 4.41 req/s): small, KV-bound batches, many more steps
   per request; 64 replicas for one hour is 0.81 million requests.
 
@@ -50,7 +51,9 @@ def run_case(gpu: str, n: int, router: str, duration: float) -> dict:
     cfg = EngineConfig.from_capacity(M, max_num_batched_tokens=8192, max_num_seqs=1024)
     p, o = parse_length(PROMPT), parse_length(OUTPUT)
     mu = min(kv_stability(M=M, b=0.03, chunk=8192, prompt=p, output=o).mu, 1024 / (0.03 * o.mean()))
-    reqs = Workload(f"poisson:{0.8 * mu * n}", prompt=p, output=o).generate(seed=1, duration=duration)
+    rate = 0.8 * mu * n
+    duration = min(duration, 2.5e6 / rate)  # a stream holds at most 3 million requests
+    reqs = Workload(f"poisson:{rate}", prompt=p, output=o).generate(seed=1, duration=duration)
     t = time.perf_counter()
     r = simulate_fleet(cfg, LINEAR, reqs, replicas=n, router=router, seed=1,
                        options=SimOptions(horizon_s=duration, sample_dt=1.0))

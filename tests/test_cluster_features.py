@@ -42,6 +42,12 @@ def test_pd_is_a_tandem_of_two_mm1_queues():
     ttft = q["first_token_s"][keep] - q["arrival_s"][keep]
     ci = batch_means_ci(ttft)
     assert ci.lo <= 0.2 <= ci.hi, (ci.estimate, ci.lo, ci.hi)
+    # the two sojourns are independent exponentials of rate mu - lam = 5 (Reich): E2EL is Erlang-2,
+    # P(E2EL > t) = exp(-5t) (1 + 5t); at t = 0.6 that is 0.199
+    t = 0.6
+    tail = math.exp(-5 * t) * (1 + 5 * t)
+    ci = batch_means_ci((e2el > t).astype(float))
+    assert ci.lo <= tail <= ci.hi, (ci.estimate, tail)
 
 
 def test_the_kv_link_is_a_fifo_queue():

@@ -268,3 +268,12 @@ def test_session_ids_from_the_stream_pin_conversations():
     assert all(len(set(rep[conv == c].tolist())) == 1 for c in np.unique(conv))
     rr = run(reqs, None, "round-robin")["replica"][np.argsort(q["request_id"])]
     assert not all(len(set(rr[conv == c].tolist())) == 1 for c in np.unique(conv))
+
+
+def test_least_prefill_joins_the_smallest_prefill_backlog():
+    """JSQ in prefill tokens: the replica with 2 requests but no prompt to prefill beats the one
+    with 1 request prefilling 8,000 tokens; ties go to fewer requests, then the lower index."""
+    lp = router("least-prefill")
+    assert lp.route(req(), pool([1, 2, 3], pending=[8000, 0, 0])) == 1
+    assert lp.route(req(), pool([3, 2, 2], pending=[0, 0, 0])) == 1
+    assert lp.route(req(), pool([1, 1, 1], pending=[500, 500, 500], routable=[1, 2])) == 1

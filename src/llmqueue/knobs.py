@@ -87,10 +87,12 @@ KNOBS: tuple[Knob, ...] = (
          "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
     Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
-         "(JSQ), power-of-two, central (the gateway holds the queue and dispatches to a free slot: M/M/c), "
+         "(JSQ), least-prefill (the least prefill backlog in tokens), power-of-two, central (the gateway holds "
+         "the queue and dispatches to a free slot: M/M/c), "
          "least-kv (most free KV blocks), prefix-affinity (the prompt's leading prefix sticks to a replica, "
          "spilling to the least prefill backlog over a bound) or session (a conversation sticks to its first turn's replica).",
-         choices=("random", "round-robin", "least-outstanding", "jsq", "power-of-two", "central", "least-kv",
+         choices=("random", "round-robin", "least-outstanding", "jsq", "least-prefill", "power-of-two", "central",
+                  "least-kv",
                   "prefix-affinity", "session"), scenario="spec"),
     Knob("disaggregate", str, None, "Prefill/decode disaggregation: P:D (e.g. 2:3) replicas of the engine, P "
          "computing prompts and first tokens and D decoding, the KV crossing a link (--kv-link-gbps, "

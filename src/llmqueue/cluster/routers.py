@@ -7,6 +7,7 @@ routable replica, or None to hold the request at the gateway (only the central r
 - :class:`Random`: each replica an independent M/M/1 fed a thinned Poisson stream (``lam / c``);
 - :class:`RoundRobin`: each an E_c/M/1 (every c-th arrival);
 - :class:`LeastOutstanding`: join the shortest queue (JSQ; ties to the lowest index);
+- :class:`LeastPrefill`: join the least prefill backlog (JSQ in prompt tokens awaiting a first token);
 - :class:`PowerOfTwo`: the shorter of two replicas drawn at random (the power of two choices);
 - :class:`Central`: one queue at the gateway, a request dispatched only to a replica with a free
   sequence slot: exactly M/M/c (Erlang C) with ``max_num_seqs = 1``.
@@ -83,6 +84,24 @@ class LeastOutstanding:
         return view.least_outstanding()
 
 
+class LeastPrefill:
+    """Join the replica with the least prefill backlog (``view.pending_prefill``: prompt tokens of
+    the requests it holds without a first token; ties to the fewest outstanding, then the lowest
+    index). JSQ on the work that delays a new request's first token: a replica's TTFT is its
+    prefill queue's sojourn, and requests differ in prefill work by orders of magnitude, so
+    counting requests (JSQ) balances the wrong quantity."""
+
+    name = "least-prefill"
+    central = False
+
+    def __init__(self, seed: int = 0):
+        pass
+
+    def route(self, request, view) -> int:
+        pf, out = view.pending_prefill, view.outstanding
+        return min(view.routable, key=lambda i: (pf[i], out[i], i))
+
+
 class PowerOfTwo:
     name = "power-of-two"
     central = False
@@ -117,8 +136,8 @@ class Central:
         return min(free, key=out.__getitem__) if free else None
 
 
-ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, PowerOfTwo, Central, LeastKV, PrefixAffinity,
-                                Session)}
+ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, LeastPrefill, PowerOfTwo, Central, LeastKV,
+                                PrefixAffinity, Session)}
 ROUTERS["jsq"] = LeastOutstanding
 
 
