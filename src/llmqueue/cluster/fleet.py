@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from functools import partial
 
 import numpy as np
 
@@ -157,13 +158,14 @@ class _Fleet:
         else:
             rs = int(np.random.SeedSequence(seed, spawn_key=(31, i, pool.k, incarnation)).generate_state(1)[0])
         opt = self.opt
-        return Replica(pool.config, pool.spec.step_time, seed=rs, on_finish=lambda r, pool=pool, i=i: self._left(pool, i, r),
-                       on_first_token=lambda r, pool=pool, i=i: self._first(pool, i, r), sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
+        return Replica(pool.config, pool.spec.step_time, seed=rs, on_finish=partial(self._left, pool, i),
+                       on_first_token=partial(self._first, pool, i), sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
                        timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s)
 
-    def _push(self, t: float, kind: int, *payload) -> None:
+    def _push(self, t: float, kind: int, a=None, b=None) -> None:
+        """An event at ``t``: (time, kind, sequence number, two payload fields)."""
         self.n_ev += 1
-        heapq.heappush(self.ev, (t, kind, self.n_ev, payload))
+        heapq.heappush(self.ev, (t, kind, self.n_ev, a, b))
 
     # -- requests leaving ------------------------------------------------------------------------------
     def _first(self, pool, i: int, r) -> None:
@@ -180,7 +182,13 @@ class _Fleet:
             pool.pending_prefill[i] -= r.num_prompt_tokens
             if self.track_age:
                 pool.no_token.pop(r, None)
-        self._record(pool, i, r)
+        if self.pd_out or r.outcome != "ok":
+            return self._record(pool, i, r)
+        done = self.done  # _record's common case, inline: an ok request's record is kept
+        done.append((pool.k, pool.gid[i], r))
+        if len(done) >= RECORD_BATCH:
+            self.chunks.append(self._columns(done))
+            self.done = []
 
     def _record(self, pool, i: int, r) -> None:
         """``r``'s attempt ended (``i``: -1 when no replica held it): hand a finished prefill to the
@@ -287,22 +295,6 @@ class _Fleet:
         self._place(pool, r, t)
 
     # -- the other events ------------------------------------------------------------------------------------
-    def _step(self, pool, i: int, t: float) -> None:
-        if pool.key[i] != t:
-            return  # superseded
-        rep = pool.reps[i]
-        rep.advance(t)
-        nk = rep.next_event_time()
-        if nk <= t:
-            raise RuntimeError(f"replica {pool.gid[i]} of pool {pool.name} made no progress at t={t}")
-        pool.key[i] = nk
-        if nk < math.inf:
-            self._push(nk, REP, pool, i)
-        if pool.state[i] == DRAINING and pool.outstanding[i] == 0:
-            self._retire(pool, i, GONE)
-        if pool.held:
-            self._dispatch_held(pool, t)
-
     def _retire(self, pool, i: int, state: str) -> None:
         pool.take_out(i, state)
         pool.retire(i)
@@ -407,7 +399,7 @@ class _Fleet:
             self._push(a.interval_s, TICK, j)
         for f in spec.faults:
             pool = self.by_name[f.pool]
-            self._push(f.at_s, FAULT, pool, f.replica, f)
+            self._push(f.at_s, FAULT, pool, (f.replica, f))
         if self.columns and self.sample_dt > 0:
             self._push(0.0, SAMPLE, 0)
         import gc
@@ -424,51 +416,91 @@ class _Fleet:
     def _loop(self, it) -> None:
         opt = self.opt
         ev, again, horizon = self.ev, self.again, self.horizon
-        pop = heapq.heappop
+        pop, push = heapq.heappop, heapq.heappush
         progress = opt.progress
+        inf = math.inf
         n_iter = 0
+        # the common fleet (one entry pool, no lanes, gateway or P/D): arrivals routed inline
+        entry = self.entry
+        simple = not self.spec.lanes and self.gateway is None and self.prefill is None
+        route, view = entry.router.route, entry.view
+        reps, key, outstanding, by_class, pending = (entry.reps, entry.key, entry.outstanding, entry.by_class,
+                                                     entry.pending_prefill)
+        max_total = entry.max_total
+        track = self.track_age
         while True:
             head = self.head
-            t_arr = head.arrival_time if head is not None else math.inf
+            t_arr = head.arrival_time if head is not None else inf
             if again and again[0][0] < t_arr:
                 t_arr = again[0][0]
-            t_ev = ev[0][0] if ev else math.inf
-            if t_ev < t_arr or (t_ev == t_arr < math.inf and ev[0][1] != WAKE):
-                if t_ev > horizon or t_ev == math.inf:
-                    break
-                t, kind, _, payload = pop(ev)
-                if kind == REP or kind == WAKE:
-                    self._step(payload[0], payload[1], t)
-                elif kind == KV:
-                    self._kv_arrives(payload[0], t)
-                elif kind == READY:
-                    pool, i = payload
-                    if pool.state[i] == PROVISIONING:
-                        pool.bring_up(i)
-                        self._dispatch_held(pool, t)
-                elif kind == REPAIR:
-                    pool, i = payload
-                    if pool.state[i] == DOWN:
-                        pool.bring_up(i)
-                        self._dispatch_held(pool, t)
-                elif kind == FAULT:
-                    self._fault(payload[0], payload[1], payload[2], t)
-                elif kind == TICK:
-                    self._tick(payload[0], t)
-                else:
-                    self._sample(payload[0])
-                continue
-            if t_arr > horizon or t_arr == math.inf:
+            if ev:
+                e = ev[0]
+                t_ev = e[0]
+                if t_ev < t_arr or (t_ev == t_arr < inf and e[1] != WAKE):
+                    if t_ev > horizon:
+                        break
+                    t, kind, _, a, b = pop(ev)
+                    if kind == REP or kind == WAKE:  # a replica's step ends (or an idle one is handed work)
+                        pool = a
+                        if pool.key[b] != t:
+                            continue  # superseded
+                        nk = pool.reps[b].step_at(t)
+                        if nk <= t:
+                            raise RuntimeError(f"replica {pool.gid[b]} of pool {pool.name} made no progress at t={t}")
+                        pool.key[b] = nk
+                        if nk < inf:
+                            self.n_ev += 1
+                            push(ev, (nk, REP, self.n_ev, pool, b))
+                        if pool.state[b] == DRAINING and pool.outstanding[b] == 0:
+                            self._retire(pool, b, GONE)
+                        if pool.held:
+                            self._dispatch_held(pool, t)
+                    else:
+                        self._event(kind, a, b, t)
+                    continue
+            if t_arr > horizon or t_arr == inf:
                 break
             if head is not None and head.arrival_time <= t_arr:  # the stream's first at equal times
                 r = head
                 self.head = next(it, None)
             else:
                 r = pop(again)[2]
-            self._arrive(r, t_arr)
             n_iter += 1
             if progress is not None and not n_iter & 4095:
                 progress(t_arr)
+            if not simple or entry.central or entry.held or track or not entry.routable:
+                self._arrive(r, t_arr)
+                continue
+            # _arrive, _place and _submit for the common fleet, inline
+            i = route(r, view)
+            sp, o = r.num_prompt_tokens, r.max_tokens
+            if sp < 1 or o < 1 or sp + o > max_total:
+                self._submit(entry, i, r, t_arr, None)  # refused there, with its reason
+                continue
+            rep = reps[i]
+            rep.submit(r)
+            outstanding[i] += 1
+            by_class[r.class_name] += 1
+            pending[i] += sp
+            if rep._pending is None and key[i] > t_arr:  # a step in progress takes it when it ends
+                key[i] = t_arr
+                self.n_ev += 1
+                push(ev, (t_arr, WAKE, self.n_ev, entry, i))
+
+    def _event(self, kind: int, a, b, t: float) -> None:
+        """The fleet's events other than a replica's step end."""
+        if kind == KV:
+            self._kv_arrives(a, t)
+        elif kind == READY or kind == REPAIR:
+            if a.state[b] == (PROVISIONING if kind == READY else DOWN):
+                a.bring_up(b)
+                self._dispatch_held(a, t)
+        elif kind == FAULT:
+            self._fault(a, b[0], b[1], t)
+        elif kind == TICK:
+            self._tick(a, t)
+        else:
+            self._sample(a)
 
     def _result(self, t0: float) -> SimResult:
         horizon = self.horizon
@@ -480,7 +512,7 @@ class _Fleet:
                 rep.run(horizon)  # the rest is each replica's own (to the horizon, or until idle)
                 left += [(pool.k, pool.gid[i], q) for q in (*rep.in_system(), *(e[3] for e in rep._arrivals))]
             left += [(pool.k, -1, q) for q in pool.held]
-        left += [(self.decode.k, -1, p[0]) for t, kind, _, p in self.ev if kind == KV]
+        left += [(self.decode.k, -1, e[3]) for e in self.ev if e[1] == KV]
         for _, _, q in left:
             q.outcome = "unfinished"
             q.finish_time = math.nan

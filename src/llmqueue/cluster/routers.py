@@ -81,7 +81,11 @@ class LeastOutstanding:
         pass
 
     def route(self, request, view) -> int:
-        return view.least_outstanding()
+        out = view.outstanding
+        r = view.routable
+        if len(r) == len(out):  # every replica serves: the first holding the fewest
+            return out.index(min(out))
+        return min(r, key=out.__getitem__)
 
 
 class LeastPrefill:

@@ -241,6 +241,29 @@ class Replica:
             if enabled:
                 gc.enable()
 
+    def step_at(self, t: float) -> float:
+        """:meth:`advance` to ``t`` for a driver that holds the garbage collector off (the fleet at
+        this replica's own event: its step in progress ends at ``t``, or it was idle and handed a
+        request); returns :meth:`next_event_time`."""
+        if t > self.clock:
+            self.clock = t
+        p = self._pending
+        if p is not None:
+            if p[0] > t:
+                return p[0]
+            self._pending = None
+            p[1](*p[2])
+            self.now = p[0]
+        self._hold = t
+        self._run(t, t)
+        self._hold = None
+        p = self._pending
+        if p is not None:
+            return p[0]
+        if self.order or self.waiting:
+            return self.now
+        return self._next_external()
+
     def run(self, horizon: float = math.inf) -> None:
         """Run until every submitted request is done, or until ``horizon``: steps start only
         before it (a step in progress from :meth:`advance` ends first)."""
