@@ -176,3 +176,59 @@ def test_bad_fleet_descriptions_name_the_field():
         FleetSpec(pools=[Pool("a", cfg, 0.1)], autoscalers=[Autoscaler("a", provisioning_delay_s=-1)])
     with pytest.raises(InputError, match=r"pools\[0\]\.router"):
         FleetSpec(pools=[Pool("a", cfg, 0.1, router="nearest")])
+
+
+def test_the_fleet_counts_return_to_zero_when_every_request_has_left():
+    """Outstanding requests, the prefill backlog and the per-class counts the routers and the
+    gateway read are kept incrementally; after a run that ends with every request gone (timeouts,
+    retries, a fault, a P/D hand-over) they are all zero again."""
+    from llmqueue.cluster.fleet import _Fleet
+
+    cfg = EngineConfig.from_capacity(1 << 16, max_num_seqs=8)
+    reqs = Workload("poisson:80", prompt="uniform:10:400", output="uniform:1:40").generate(seed=4, n=3000)
+    spec = FleetSpec(pools=[Pool("p", cfg, "exp:0.02", 2, "least-prefill", role="prefill"),
+                            Pool("d", cfg, "exp:0.02", 2, "least-outstanding", role="decode"),
+                            Pool("m", cfg, "exp:0.02", 2, "power-of-two")],
+                     lanes=[Lane("short", "m", prompt_max=100), Lane("long", "p")],
+                     disaggregation=Disaggregation("p", "d"),
+                     faults=[Fault("m", 0, at_s=20.0, repair_s=5.0, inflight="retry")])
+
+    def retry(request_id, attempt, status, t_end):
+        return t_end + 0.5 if attempt < 3 else None
+
+    opts = SimOptions(sample_dt=0, timeout_s={"default": 2.0}, ttft_timeout_s={"default": 0.5}, retry=retry)
+    f = _Fleet(spec, opts, seed=1, horizon_s=None, sample_dt=0.0, columns=True)
+    res = f.run(reqs)
+    st = res.requests["status"]
+    assert (st == "timeout").any() and (st == "error").any() and (st == "ok").any()
+    assert not (st == "unfinished").any()
+    for pool in f.pools:
+        assert all(x == 0 for x in pool.outstanding), (pool.name, pool.outstanding)
+        assert all(x == 0 for x in pool.pending_prefill), (pool.name, pool.pending_prefill)
+        assert all(v == 0 for v in pool.by_class.values()), (pool.name, pool.by_class)
+
+
+def test_a_batch_window_sends_a_lane_together():
+    """A static window of 2 s: every request of the batch lane is held at most 2 s and the batch
+    leaves together; with batch_size 5 (dynamic) none waits for more than five to gather."""
+    cfg = EngineConfig.from_capacity(1 << 20, max_num_seqs=64)
+    rng = np.random.default_rng(3)
+    n = 600
+    reqs = RequestArrays(np.arange(n), np.cumsum(rng.exponential(0.1, n)), np.full(n, 50), np.full(n, 5),
+                         rng.choice(["chat", "batch"], n))
+    for size in (0, 5):
+        spec = FleetSpec(pools=[Pool("p", cfg, 0.01, 2)],
+                         lanes=[Lane("offline", "p", classes=("batch",), batch_window_s=2.0, batch_size=size),
+                                Lane("online", "p")])
+        r = simulate_fleet(spec, reqs, options=SimOptions(sample_dt=0)).requests
+        b = r["class"] == "batch"
+        hold = r["dispatched_s"][b] - r["arrival_s"][b]
+        assert (hold >= -1e-12).all() and hold.max() <= 2.0 + 1e-9
+        assert np.allclose(r["dispatched_s"][~b], r["arrival_s"][~b])  # the online lane is not held
+        groups = np.unique(np.round(r["dispatched_s"][b], 9), return_counts=True)[1]
+        if size == 0:
+            assert hold.max() > 1.9 and groups.mean() > 5  # about 1 + 2 s x 5 req/s per batch
+        else:
+            assert groups.max() <= 5 and (groups == 5).mean() > 0.5
+    with pytest.raises(InputError, match=r"lanes\[0\]\.batch_size"):
+        FleetSpec(pools=[Pool("p", cfg, 0.01)], lanes=[Lane("x", "p", batch_size=4)])

@@ -57,7 +57,7 @@ from llmqueue.errors import InputError
 # event kinds; at equal times the lower kind first (step ends before the rest), all before the
 # arrivals at that time, except WAKE (an idle replica given a request starts its step after every
 # arrival at that time has been routed, as a replica takes all arrivals up to a step's start)
-REP, KV, READY, REPAIR, FAULT, TICK, SAMPLE, WAKE = range(8)
+REP, KV, READY, REPAIR, FAULT, TICK, SAMPLE, WINDOW, WAKE = range(9)
 FINISHED = RequestStatus.FINISHED
 
 
@@ -138,6 +138,8 @@ class _Fleet:
         self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch time)
         self.in_transfer = 0
         self.lane_of: dict = {}       # seq -> lane name (only with lanes)
+        self.batches: dict = {}       # lane name -> requests its batch window holds
+        self.windows: dict = {}       # lane name -> the number of its open window (stale events differ)
         self.scale_events: list = []  # (t, pool, replicas before, after)
         self.samples: list = []       # pools series rows
         self.entry = next((p for p in self.pools if p.spec.role != "decode"), self.pools[0])
@@ -273,15 +275,17 @@ class _Fleet:
                 return
             self._submit(pool, i, held.popleft(), t, t)
 
-    def _arrive(self, r, t: float) -> None:
-        """An attempt arrives at the gateway."""
+    def _arrive(self, r, t: float, held: bool = False) -> None:
+        """An attempt arrives at the gateway (``held``: released by its lane's batch window)."""
         spec = self.spec
         pool = self.entry
         if spec.lanes:
-            lane, name = spec.lane_of(r.class_name, r.num_prompt_tokens)
-            pool = self.by_name[name]
-            if lane:
-                self.lane_of[r.seq] = lane
+            ln = spec.lane(r.class_name, r.num_prompt_tokens)
+            if ln is not None:
+                pool = self.by_name[ln.pool]
+                self.lane_of[r.seq] = ln.name
+                if ln.batch_window_s > 0 and not held:
+                    return self._hold(ln, r, t)
         if self.gateway is not None:
             pool, why = self.gateway.decide(r, pool, self.by_name, t)
             if why is not None:
@@ -292,7 +296,25 @@ class _Fleet:
                         predicted_output_tokens=r.predicted_output_tokens, seq=r.seq, session_id=r.session_id)
             self.pd_out[p] = r.max_tokens
             r = p
-        self._place(pool, r, t)
+        self._place(pool, r, t, t if held else None)
+
+    def _hold(self, ln, r, t: float) -> None:
+        """A batching lane holds ``r``: the first held opens the window; the batch leaves when it
+        closes, or at once when ``batch_size`` are held."""
+        batch = self.batches.setdefault(ln.name, [])
+        if not batch:
+            self.windows[ln.name] = self.windows.get(ln.name, 0) + 1
+            self._push(t + ln.batch_window_s, WINDOW, ln.name, self.windows[ln.name])
+        batch.append(r)
+        if ln.batch_size and len(batch) >= ln.batch_size:
+            self._release(ln.name, t)
+
+    def _release(self, name: str, t: float) -> None:
+        """The lane's held batch goes on (in arrival order) at ``t``; its window is closed."""
+        batch = self.batches.pop(name, [])
+        self.windows[name] = self.windows.get(name, 0) + 1  # the open window's event is stale
+        for r in batch:
+            self._arrive(r, t, held=True)
 
     # -- the other events ------------------------------------------------------------------------------------
     def _retire(self, pool, i: int, state: str) -> None:
@@ -499,6 +521,9 @@ class _Fleet:
             self._fault(a, b[0], b[1], t)
         elif kind == TICK:
             self._tick(a, t)
+        elif kind == WINDOW:
+            if self.windows.get(a) == b:  # the window still open
+                self._release(a, t)
         else:
             self._sample(a)
 

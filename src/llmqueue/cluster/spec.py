@@ -86,13 +86,18 @@ class Pool:
 class Lane:
     """Sends the requests it matches to ``pool``: by class (``classes``; empty = any class) and
     prompt length (``prompt_min <= prompt tokens < prompt_max``). The first lane that matches
-    takes a request; one that matches no lane goes to the first pool."""
+    takes a request; one that matches no lane goes to the first pool. ``batch_window_s`` > 0: the
+    gateway holds the lane's requests and sends them to the pool together when the window the
+    first of them opened closes (static batching: a batch-service queue whose server takes
+    whatever gathered), or as soon as ``batch_size`` (> 0) are held (dynamic batching)."""
 
     name: str
     pool: str
     classes: tuple = ()
     prompt_min: int = 0
     prompt_max: int | None = None
+    batch_window_s: float = 0.0
+    batch_size: int = 0
 
     def matches(self, class_name: str, prompt_tokens: int) -> bool:
         if self.classes and class_name not in self.classes:
@@ -243,6 +248,11 @@ class FleetSpec:
             _int(f"lanes[{i}].prompt_min", ln.prompt_min)
             if ln.prompt_max is not None and _int(f"lanes[{i}].prompt_max", ln.prompt_max, lo=1) <= ln.prompt_min:
                 raise InputError(f"lanes[{i}].prompt_max", f"must be above prompt_min {ln.prompt_min} (got {ln.prompt_max})")
+            _num(f"lanes[{i}].batch_window_s", ln.batch_window_s)
+            _int(f"lanes[{i}].batch_size", ln.batch_size)
+            if ln.batch_size and not ln.batch_window_s:
+                raise InputError(f"lanes[{i}].batch_size", "needs a batch_window_s (the longest a request is held)",
+                                 "give batch_window_s, or drop batch_size")
         d = self.disaggregation
         roles = {p.name: p.role for p in self.pools}
         if d is not None:
@@ -329,8 +339,15 @@ class FleetSpec:
 
     def lane_of(self, class_name: str, prompt_tokens: int) -> tuple[str, str]:
         """(lane name, pool name) for a request; unmatched requests go to the first pool."""
-        for ln in self.lanes:
-            if ln.matches(class_name, prompt_tokens):
-                return ln.name, ln.pool
+        ln = self.lane(class_name, prompt_tokens)
+        if ln is not None:
+            return ln.name, ln.pool
         entry = self.disaggregation.prefill if self.disaggregation else self.pools[0].name
         return "", entry
+
+    def lane(self, class_name: str, prompt_tokens: int):
+        """The first lane matching a request, or None."""
+        for ln in self.lanes:
+            if ln.matches(class_name, prompt_tokens):
+                return ln
+        return None

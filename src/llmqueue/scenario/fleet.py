@@ -98,13 +98,18 @@ class PoolConfig(_pool_base()):
 
 class LaneConfig(_Section):
     """One entry of ``deployment.lanes``: requests of ``classes`` (any class when left out) with
-    ``prompt_min <= prompt tokens < prompt_max`` go to ``pool``. ``name`` defaults to the pool's."""
+    ``prompt_min <= prompt tokens < prompt_max`` go to ``pool``. ``name`` defaults to the pool's.
+    ``batch_window_s`` (> 0): the gateway holds the lane's requests and sends them together when
+    the window that the first opened closes (static batching), or as soon as ``batch_size`` are
+    held (dynamic batching)."""
 
     name: str | None = None
     pool: str
     classes: list[str] | None = None
     prompt_min: Int = 0
     prompt_max: Int | None = None
+    batch_window_s: Float = 0.0
+    batch_size: Int = 0
 
 
 class DisaggregationConfig(_Section):
@@ -276,7 +281,8 @@ def fleet_spec(scenario):
                           model=pd._model.name if pd._model is not None else "", role=pc.role,
                           cost_per_replica_hour=_cost(pc, pd), quality=pc.quality,
                           kv_bytes_per_token=_kv_bytes_per_token(pd)))
-    lanes = [Lane(ln.name or ln.pool, ln.pool, tuple(ln.classes or ()), ln.prompt_min, ln.prompt_max)
+    lanes = [Lane(ln.name or ln.pool, ln.pool, tuple(ln.classes or ()), ln.prompt_min, ln.prompt_max,
+                  ln.batch_window_s, ln.batch_size)
              for ln in d.lanes or ()]
     dis = None
     if d.disaggregation is not None:
