@@ -240,6 +240,10 @@ class Replica:
             self._hold = None
             if enabled:
                 gc.enable()
+        if len(self._step_buf) > 8192:  # a driver advancing step by step: _run's own flush never comes
+            self._flush_steps()
+        if len(self._ts_buf) > 8192:
+            self._flush_samples()
 
     def step_at(self, t: float) -> float:
         """:meth:`advance` to ``t`` for a driver that holds the garbage collector off (the fleet at
@@ -255,8 +259,29 @@ class Replica:
             p[1](*p[2])
             self.now = p[0]
         self._hold = t
-        self._run(t, t)
+        if self.now == t:
+            # the common case: a step ended at t; take what arrived and expired, begin the next
+            # step (it stays in progress), as one turn of _run's loop with horizon = hold = t
+            if self._st_next <= t or (self._arrivals and self._arrivals[0][0] <= t):
+                self._take_arrivals(t)
+            if self.deadlines and self.deadlines[0][0] <= t:
+                self._expire(t)
+            if self.order or self.waiting:
+                saved = self.horizon
+                self.horizon = t
+                self.step(t)
+                self.horizon = saved
+                if self._pending is None:  # not begun (nothing to schedule) or ended by t: the general loop
+                    self._run(t, t)
+            else:
+                self._run(t, t)
+        else:
+            self._run(t, t)
         self._hold = None
+        if len(self._step_buf) > 8192:  # _run flushes every 1,024 of its iterations: here one a call
+            self._flush_steps()
+        if len(self._ts_buf) > 8192:
+            self._flush_samples()
         p = self._pending
         if p is not None:
             return p[0]
