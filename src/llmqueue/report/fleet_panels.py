@@ -74,6 +74,12 @@ def fleet_panels(runs, *, png: bool = True) -> list:
     return out
 
 
+def _hue(keys: list, key, run: int) -> int:
+    """A line's colour: one per pool (or pool and class) when there are several, else one per run
+    (the runs of a comparison then differ in colour as well as in dash)."""
+    return (keys.index(key) if len(keys) > 1 else run) % len(F.CYCLE)
+
+
 def replicas_panel(runs, *, png: bool = True):
     """Serving (solid) and provisioning (dotted) replicas per pool over time: the number of servers
     of each station, as the autoscaler changed it."""
@@ -83,7 +89,7 @@ def replicas_panel(runs, *, png: bool = True):
     for k, r in enumerate(runs):
         dash = DASHES[k % len(DASHES)]
         for p, tr in tracks(r).items():
-            c = F.CYCLE[pools.index(p) % len(F.CYCLE)]
+            c = F.CYCLE[_hue(pools, p, k)]
             end = _end(r, tr["t_s"])
             t = np.append(tr["t_s"], end) / scale
             fig.add_trace(_line(t, np.append(tr["replicas"], tr["replicas"][-1]), name=f"{p} serving{_who(runs, r)}",
@@ -116,7 +122,7 @@ def pool_queue_panel(runs):
         dash = DASHES[k % len(DASHES)]
         for p, tr in tracks(r).items():
             for c, d in tr["classes"].items():
-                color = F.CYCLE[keys.index((p, c)) % len(F.CYCLE)]
+                color = F.CYCLE[_hue(keys, (p, c), k)]
                 fig.add_trace(_line(tr["t_s"] / scale, d["num_waiting"], name=f"{p} / {c}{_who(runs, r)}",
                                     color=color, dash=dash, group=f"{p}/{c}"))
     fig.update_layout(title=dict(text=TITLES["pool_queues"], x=0))
@@ -187,7 +193,7 @@ def recovery_panel(runs, *, png: bool = True):
     for k, (r, recs) in enumerate(have):
         dash = DASHES[k % len(DASHES)]
         for p, rec in recs:
-            color = F.CYCLE[pools.index(p) % len(F.CYCLE)]
+            color = F.CYCLE[_hue(pools, p, k)]
             t, w = _waiting(r, p)
             who = f"{p}{_who(have, r)}"
             fig.add_trace(_line(t / scale, w, name=f"waiting, {who}", color=color, dash=dash, group=who))
@@ -251,7 +257,7 @@ def replicas_figure(runs):
     for k, r in enumerate(runs):
         ls = MPL_DASHES[k % len(MPL_DASHES)]
         for p, tr in tracks(r).items():
-            c = F.CYCLE[pools.index(p) % len(F.CYCLE)]
+            c = F.CYCLE[_hue(pools, p, k)]
             t = np.append(tr["t_s"], _end(r, tr["t_s"])) / scale
             ax.step(t, np.append(tr["replicas"], tr["replicas"][-1]), where="post", color=c, ls=ls, lw=1.3,
                     label=f"{p} serving{_who(runs, r)}")
@@ -275,7 +281,7 @@ def recovery_figure(have):
     for k, (r, recs) in enumerate(have):
         ls = MPL_DASHES[k % len(MPL_DASHES)]
         for p, rec in recs:
-            color = F.CYCLE[pools.index(p) % len(F.CYCLE)]
+            color = F.CYCLE[_hue(pools, p, k)]
             t, w = _waiting(r, p)
             ax.step(t / scale, w, where="post", color=color, ls=ls, lw=1.2, label=f"waiting, {p}{_who(have, r)}")
             s = tuple(rec["spike_s"])

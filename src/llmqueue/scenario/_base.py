@@ -61,3 +61,10 @@ class _Section(BaseModel):
                     fix = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(known)}"
                     raise _Problem((str(k),), "unknown key", fix)
         return data
+
+
+def _clean_name(v: str) -> str:
+    """A name field's check: non-empty, no leading or trailing spaces."""
+    if not v.strip() or v != v.strip():
+        raise _Problem((), f"must be a non-empty name without leading or trailing spaces (got {v!r})")
+    return v

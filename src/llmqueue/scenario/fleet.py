@@ -48,7 +48,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from llmqueue.errors import InputError
-from llmqueue.scenario._base import Float, Int, _Problem, _Section
+from llmqueue.scenario._base import Float, Int, _clean_name, _Problem, _Section
 
 #: The keys of ``deployment`` that describe a fleet (not one replica's engine).
 FLEET_KEYS = ("pools", "lanes", "disaggregation", "gateway", "autoscalers", "faults")
@@ -84,12 +84,7 @@ class PoolConfig(_pool_base()):
     cost_per_replica_hour: Float | None = None
     quality: Float = 1.0
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str):
-        if not v.strip() or v != v.strip():
-            raise _Problem((), f"must be a non-empty name without leading or trailing spaces (got {v!r})")
-        return v
+    check_name = field_validator("name")(_clean_name)
 
     def overrides(self) -> dict:
         """The engine knobs this pool gives (those it leaves to the top level left out)."""

@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from llmqueue.errors import InputError, LlmqueueError
-from llmqueue.scenario._base import Float, Int, _base, _no_bool, _Problem, _Section  # noqa: F401
+from llmqueue.scenario._base import Float, Int, _base, _clean_name, _no_bool, _Problem, _Section  # noqa: F401
 from llmqueue.scenario.fleet import (AutoscalerConfig, DisaggregationConfig, FaultConfig, GatewayConfig, LaneConfig,
                                      PoolConfig)
 
@@ -258,12 +258,7 @@ class ClassConfig(_Section):
     check_lengths = field_validator("prompt", "output")(_length)
     check_joint = field_validator("lengths")(_joint)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str):
-        if not v.strip() or v != v.strip():
-            raise _Problem((), f"must be a non-empty name without leading or trailing spaces (got {v!r})")
-        return v
+    check_name = field_validator("name")(_clean_name)
 
 
 class WorkloadConfig(_Section):
