@@ -500,14 +500,19 @@ class _Fleet:
                 self._submit(entry, i, r, t_arr, None)  # refused there, with its reason
                 continue
             rep = reps[i]
-            rep.submit(r)
             outstanding[i] += 1
             by_class[r.class_name] += 1
             pending[i] += sp
-            if rep._pending is None and key[i] > t_arr:  # a step in progress takes it when it ends
-                key[i] = t_arr
-                self.n_ev += 1
-                push(ev, (t_arr, WAKE, self.n_ev, entry, i))
+            if rep._pending is not None:
+                # a step in progress: the request joins the queue now (the step ending next would
+                # take it from the arrivals at its end, before anything else happens there)
+                rep._arrive(r)
+            else:
+                rep.submit(r)
+                if key[i] > t_arr:
+                    key[i] = t_arr
+                    self.n_ev += 1
+                    push(ev, (t_arr, WAKE, self.n_ev, entry, i))
 
     def _event(self, kind: int, a, b, t: float) -> None:
         """The fleet's events other than a replica's step end."""
