@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("llmqueue.cli.calibrate_cmd", "validate", "Theory and simulation with calibrated inputs against a measured run."),
     "sweep": ("llmqueue.cli.sweep_cmd", "sweep", "Sweep arrival rates and engine knobs: latency vs load, knee, stability boundary."),
     "capacity": ("llmqueue.cli.sweep_cmd", "capacity", "Highest arrival rate meeting p99 TTFT/TPOT SLOs (bisection, confirmed)."),
+    "plan": ("llmqueue.cli.plan_cmd", "plan", "Cheapest deployment (GPU, tp, replicas, knobs) meeting p99 SLOs: theory-pruned, simulated."),
     "report": ("llmqueue.cli.report_cmd", "report", "One self-contained HTML report (plots inlined) of a run or sweep directory."),
 }
 

@@ -1,0 +1,131 @@
+"""``llmqueue plan``: the cheapest deployment meeting p99 SLOs (theory-pruned, simulation-verified).
+
+See :mod:`llmqueue.plan.planner` for the search and :mod:`llmqueue.plan.bounds` for the theory.
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmqueue.cli.common import OutputPath, command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.errors import InputError
+
+
+def _plan_outputs(p):
+    return [p / "plan.json"]
+
+
+def _ci(b: dict, key: str) -> str:
+    v, ci = b.get(key), b.get(key + "_ci")
+    if v is None:
+        return "-"
+    return f"{fmt(v)}  [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else f"{fmt(v)}  (no CI: estimate judged)"
+
+
+@command("plan")
+@click.option("--scenario", required=True, help="Workload and model: a scenario file or shipped example "
+              "(llmqueue scenario list).")
+@click.option("--slo-ttft-p99-ms", "slo_ttft_ms", type=float, help="Target on p99 TTFT (ms). Default: the scenario's.")
+@click.option("--slo-tpot-p99-ms", "slo_tpot_ms", type=float, help="Target on p99 TPOT (ms). Default: the scenario's.")
+@click.option("--gpus", default=None, help="GPU types, comma-separated (llmqueue kv --list). Default: the whole catalog.")
+@click.option("--tp", "tp", default="1,2,4", show_default=True, help="Tensor-parallel sizes: 1,2,4 or a range 1..8.")
+@click.option("--replicas", default="1..16", show_default=True, help="Replica counts: a list or a range A..B.")
+@click.option("--max-num-seqs", default="64,128,256", show_default=True, help="vLLM max_num_seqs values.")
+@click.option("--max-num-batched-tokens", default="2048,8192", show_default=True,
+              help="vLLM max_num_batched_tokens values (the token budget per step).")
+@click.option("--routers", default="least-outstanding", show_default=True, help="Fleet routers, comma-separated.")
+@click.option("--budget-per-hour", type=float, help="Only configurations costing at most this (USD/h).")
+@click.option("--rho-max", type=float, default=0.95, show_default=True,
+              help="Prune configurations whose load lam / (R mu) exceeds this.")
+@click.option("--duration", type=float, help="Simulated seconds per configuration (default: the warm-up plus "
+              "12,000 requests, at least the scenario's run).")
+@click.option("--seed", type=int, help="Seed of every simulation (default: the scenario's).")
+@click.option("--backend", type=click.Choice(["serial", "local"]), default="serial", show_default=True,
+              help="serial: one simulation at a time; local: a process pool (--workers per round).")
+@click.option("--workers", type=int, help="With --backend local: parallel simulations (default: every core).")
+@click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=_plan_outputs),
+              help="Directory for plan.json (every configuration and its status) and the cached points.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
+@json_option
+@click.pass_context
+def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+         budget_per_hour, rho_max, duration, seed, backend, workers, out_dir, progress, as_json):
+    """The cheapest aggregated deployment whose simulated p99 TTFT and TPOT meet the targets.
+
+    The space is GPU type x --tp x --replicas x --max-num-seqs x --max-num-batched-tokens x
+    --routers. Theory prices each configuration (catalog price x tp x replicas), bounds its
+    sustainable rate (replicas x the replica's capacity mu) and its single-request latencies,
+    and prunes those that cannot meet the SLOs. The rest are simulated cheapest first until one
+    meets them: the upper bound of each p99's 95% CI within its target (the estimate when the
+    run gives no CI), at most 1% failed, the queue stable. P/D splits are not planned yet.
+
+    Examples:
+
+      llmqueue plan --scenario chat --slo-ttft-p99-ms 2000 --slo-tpot-p99-ms 50 --out runs/plan
+
+      llmqueue plan --scenario chat --gpus h100-sxm,a100-80gb,l40s --tp 1,2 --replicas 1..8
+      --budget-per-hour 20 --out runs/plan --json
+    """
+    import json
+    from pathlib import Path
+
+    from llmqueue._progress import wanted
+    from llmqueue.hardware import gpu_names
+    from llmqueue.knobs import check
+    from llmqueue.plan.capacity import scenario_slos, slo_targets
+    from llmqueue.plan.planner import plan as run_plan
+    from llmqueue.plan.space import parse_ints, parse_names
+
+    slos = slo_targets(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms)
+    if not slos:
+        slos = {k: v for k, v in scenario_slos(scenario).items() if k in ("p99_ttft_ms", "p99_tpot_ms")}
+    if not slos:
+        raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-p99-ms and/or --slo-tpot-p99-ms")
+    gpu_list = parse_names("gpus", gpus) if gpus is not None else tuple(gpu_names())
+    router_list = tuple(check("router", r) for r in parse_names("routers", routers))
+    if duration is not None and not duration > 0:
+        raise InputError("duration", f"must be positive (got {duration:g})")
+    res = run_plan(scenario, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), replicas=parse_ints("replicas", replicas),
+                   max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
+                   max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
+                   routers=router_list, budget_per_hour=budget_per_hour, duration=duration, seed=seed,
+                   rho_max=rho_max, backend=backend, workers=workers, out_dir=out_dir, progress=wanted(progress))
+    d = res.to_dict()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "plan.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
+    if res.recommended is None:
+        raise InputError("replicas", f"no configuration meets the SLOs: all {res.count('simulated')} simulated "
+                         f"survivors of theory failed (see {out_dir}/plan.json)", "widen the space or relax the targets")
+    if as_json:
+        print_json(d)
+        return
+    print_plan(res, d, out_dir)
+
+
+def print_plan(res, d, out_dir) -> None:
+    c = res.recommended
+    cfg, b = c.config, c.result
+    rows = [("SLO targets", ", ".join(f"{k} <= {fmt(v)}" for k, v in res.slos.items())),
+            ("arrival rate lam (req/s)", res.lam),
+            ("GPU", f"{cfg.gpu} x {cfg.gpus} ({cfg.replicas} replica{'s' if cfg.replicas > 1 else ''} of "
+                    f"tensor_parallel_size {cfg.tensor_parallel_size})"),
+            ("max_num_seqs", cfg.max_num_seqs), ("max_num_batched_tokens", cfg.max_num_batched_tokens),
+            ("router", cfg.router),
+            ("cost (USD/h)", c.cost_per_hour),
+            ("cost per million output tokens (USD)", b.get("cost_per_million_output_tokens")),
+            ("theory: rho = lam / (R mu)", f"{fmt(c.rho)} (R mu = {fmt(c.rate_bound)} req/s, {c.binding} binds)")]
+    for k in res.slos:
+        rows.append((f"simulated {k} [95% CI]", _ci(b, k)))
+    rows += [("verdict", b.get("verdict")),
+             ("configurations", f"{d['configurations']}: {d['pruned']} pruned by theory, {d['simulated']} simulated, "
+                                f"{d['not_needed']} not needed"),
+             ("wall (s)", f"{fmt(d['wall_s'])} (theory {fmt(d['theory_wall_s'])}), {d['duration_s']:g} s simulated "
+                          f"per configuration, seed {d['seed']}")]
+    print_kv(rows, title="Plan: the cheapest deployment meeting the SLOs")
+    sims = [x for x in sorted(res.candidates, key=lambda x: x.order()) if x.result is not None]
+    keys = list(res.slos)
+    print_table(["gpu", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets", "why not"],
+                [[x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.max_num_seqs,
+                  x.config.max_num_batched_tokens, x.cost_per_hour, *[x.result.get(k) for k in keys],
+                  "yes" if x.meets else "no", x.reason or "-"] for x in sims], title="\nSimulated")
+    click.echo(f"\nwrote {out_dir}/plan.json")

@@ -1,0 +1,332 @@
+"""The planner: the cheapest aggregated deployment whose simulated p99s meet the SLOs.
+
+**Space** (:mod:`llmqueue.plan.space`): GPU type x tensor-parallel size ``tp`` x replicas ``R``
+x ``max_num_seqs`` x ``max_num_batched_tokens`` x router, for a scenario's model and workload
+(arrival rate ``lam``, prompt and output lengths ``s``, ``o``). Aggregated serving only: P/D
+splits are not planned yet.
+
+**Theory first** (:mod:`llmqueue.plan.bounds`): each configuration's cost (USD/h), its rate
+bound ``R mu`` and single-request latency bounds. A configuration is *pruned* (it cannot meet
+the SLOs, whatever the simulation would say) when
+
+- the model does not fit on ``tp`` GPUs of that type (no KV block left, or ``tp`` does not
+  divide the heads);
+- its cost exceeds the budget;
+- ``rho = lam / (R mu)`` exceeds the utilization ceiling ``rho_max`` (default 0.95): at or above
+  the theory's capacity the queue grows, and just below it the p99 of any finite run is a
+  matter of its length;
+- its TTFT or TPOT bound (one request alone) already exceeds the p99 target.
+
+**Simulation second**: the survivors, cheapest first (ties: the larger rate bound first, then
+the configuration's fields), are simulated with the fleet simulator (every configuration with
+the same seed: common random numbers; the scenario's warm-up excluded; ``duration`` long enough
+for a p99 confidence interval, about 10,000 requests in the window) and judged by
+:func:`llmqueue.plan.capacity.judge`: for each target the **upper bound of the 95% confidence
+interval** of the simulated p99 must be within the target (the point estimate when the run gives
+no interval: ``basis: estimate``), at most 1% of requests may fail, and the queue must not grow
+(stability verdict ``stable``). Simulation stops at the first configuration in that order that
+meets the SLOs: every cheaper one was pruned or failed, so it is the cheapest verified
+deployment. With a process pool, ``workers`` configurations are simulated per round; those after
+the answer in its round are recorded too.
+
+Each configuration ends ``pruned`` (with the reason), ``simulated`` (p99s, CIs, verdict, meets
+or why not) or ``not needed`` (a cheaper one was verified first).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from llmqueue.errors import InputError
+from llmqueue.plan.bounds import Workload, gpu_price, replica_theory, try_deployment
+from llmqueue.plan.space import Config
+
+PRUNED, SIMULATED, NOT_NEEDED = "pruned", "simulated", "not needed"
+RHO_MAX = 0.95
+#: requests in the measured window a p99 confidence interval needs (10,000) plus a margin
+CI_REQUESTS = 12_000
+
+
+@dataclass
+class Candidate:
+    """One configuration and what the planner found out about it."""
+
+    config: Config
+    cost_per_hour: float
+    rate_bound: float | None = None   # R mu (req/s)
+    rho: float | None = None          # lam / (R mu)
+    binding: str | None = None
+    ttft_bound_ms: float | None = None
+    tpot_bound_ms: float | None = None
+    status: str = NOT_NEEDED
+    reason: str | None = None
+    result: dict | None = None        # the simulation's p99s, CIs, verdict and judgement
+
+    def order(self) -> tuple:
+        """Cheapest first; at equal cost the larger rate bound (more headroom) first."""
+        return (self.cost_per_hour, -(self.rate_bound or 0.0), self.config)
+
+    @property
+    def meets(self) -> bool | None:
+        return None if self.result is None else self.result["meets"]
+
+    def to_dict(self) -> dict:
+        return {**self.config.knobs(), "gpus": self.config.gpus, "cost_per_hour": self.cost_per_hour,
+                "rate_bound": self.rate_bound, "rho": self.rho, "binding": self.binding,
+                "ttft_bound_ms": self.ttft_bound_ms, "tpot_bound_ms": self.tpot_bound_ms, "status": self.status,
+                "reason": self.reason, "simulation": self.result}
+
+
+@dataclass
+class PlanResult:
+    """What :func:`plan` returns: every candidate with its status, the recommendation (None when
+    every simulated configuration failed), the inputs and run statistics."""
+
+    candidates: list[Candidate]
+    recommended: Candidate | None
+    slos: dict
+    lam: float
+    meta: dict = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        return sum(c.status == status for c in self.candidates)
+
+    def pareto(self) -> list[dict]:
+        """The simulated configurations on the cost / p99 TTFT frontier (none cheaper and faster)."""
+        sims = sorted((c for c in self.candidates if c.result is not None and c.result.get("p99_ttft_ms") is not None),
+                      key=lambda c: (c.cost_per_hour, c.result["p99_ttft_ms"]))
+        out, best = [], math.inf
+        for c in sims:
+            if c.result["p99_ttft_ms"] < best:
+                best = c.result["p99_ttft_ms"]
+                out.append({**c.config.knobs(), "cost_per_hour": c.cost_per_hour,
+                            "p99_ttft_ms": c.result["p99_ttft_ms"], "meets": c.result["meets"]})
+        return out
+
+    def to_dict(self) -> dict:
+        from llmqueue.plan.capacity import SLO_RULE
+        from llmqueue.plan.points import jsonable
+
+        rec = self.recommended
+        return jsonable({
+            "recommended": None if rec is None else rec.to_dict(), "slos": self.slos, "slo_rule": SLO_RULE,
+            "lam": self.lam, "configurations": len(self.candidates), "pruned": self.count(PRUNED),
+            "simulated": self.count(SIMULATED), "not_needed": self.count(NOT_NEEDED),
+            "pareto_cost_vs_p99_ttft": self.pareto(), **self.meta,
+            "candidates": [c.to_dict() for c in sorted(self.candidates, key=Candidate.order)]})
+
+
+# --- the workload ---------------------------------------------------------------------------------
+
+def scenario_workload(scenario: str, *, seed: int = 0, duration: float | None = None) -> Workload:
+    """``lam`` and length samples of the scenario's workload (its request stream for ``seed``)."""
+    import numpy as np
+
+    from llmqueue.scenario.override import scenario_with
+
+    o = scenario_with(scenario, duration=duration, seed=seed)
+    sc = o.scenario
+    if sc.deployment.pools or sc.deployment.disaggregation is not None:
+        raise InputError("scenario", "has deployment pools or a P/D split",
+                         "the planner sizes one aggregated deployment; plan a scenario without pools")
+    if sc.deployment.model is None:
+        raise InputError("scenario", "names no deployment.model", "the planner prices GPUs for a model: set one")
+    reqs = sc.requests(seed)
+    if len(reqs) == 0:
+        raise InputError("scenario", "its workload has no requests", "give a longer --duration")
+    shared = getattr(reqs, "hash_ids", None) is not None or sc.workload.trace is not None
+    return Workload(lam=float(sc.mix.rate), prompt=np.asarray(reqs.prompt_tokens, dtype=np.float64),
+                    output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared)
+
+
+def default_duration(scenario: str, lam: float) -> float:
+    """Long enough for a p99 interval: the warm-up plus ``CI_REQUESTS / lam``, at least the
+    scenario's own run length, in whole minutes."""
+    from llmqueue.scenario.override import scenario_with
+
+    run = scenario_with(scenario).scenario.run
+    need = run.warmup_s + CI_REQUESTS / lam
+    return float(max(run.duration_s or 0.0, 60.0 * math.ceil(need / 60.0)))
+
+
+# --- theory ---------------------------------------------------------------------------------------
+
+def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rho_max: float = RHO_MAX,
+           budget_per_hour: float | None = None) -> list[Candidate]:
+    """Cost, rate bound and latency bounds of every configuration, and the pruning verdicts
+    (see the module docstring). Replica-level closed forms are computed once per GPU, ``tp``,
+    ``max_num_seqs`` and ``max_num_batched_tokens``."""
+    deploys: dict = {}
+    replicas: dict = {}
+    out = []
+    for cfg in configs:
+        key = (cfg.gpu, cfg.tensor_parallel_size)
+        if key not in deploys:
+            deploys[key] = try_deployment(scenario, *key)
+        c = Candidate(cfg, gpu_price(cfg.gpu) * cfg.gpus)
+        out.append(c)
+        dep = deploys[key]
+        if isinstance(dep, str):
+            c.status, c.reason = PRUNED, f"does not fit: {dep}"
+            continue
+        rkey = key + (cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        if rkey not in replicas:
+            M, st, thr = dep
+            replicas[rkey] = replica_theory(wl, M, st, max_num_seqs=cfg.max_num_seqs,
+                                            max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                            long_prefill_token_threshold=thr)
+        r = replicas[rkey]
+        c.rate_bound, c.binding = cfg.replicas * r.mu, r.binding
+        c.rho = wl.lam / c.rate_bound
+        c.ttft_bound_ms, c.tpot_bound_ms = r.ttft_ms, r.tpot_ms
+        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour)
+        if c.reason is not None:
+            c.status = PRUNED
+    return out
+
+
+def _prune_reason(c: Candidate, slos: dict, rho_max: float, budget) -> str | None:
+    if budget is not None and c.cost_per_hour > budget:
+        return f"over budget: ${c.cost_per_hour:.2f}/h > ${budget:g}/h"
+    if c.rho > rho_max:
+        return (f"rate bound: rho = lam / (R mu) = {c.rho:.3g} > {rho_max:g} (R mu = {c.rate_bound:.4g} req/s, "
+                f"{c.binding} binds)")
+    for metric, bound in (("ttft", c.ttft_bound_ms), ("tpot", c.tpot_bound_ms)):
+        for key, target in slos.items():
+            if key.endswith(f"_{metric}_ms") and bound is not None and bound > target:
+                return f"latency bound: one request alone has {metric.upper()} {bound:.4g} ms > {key} {target:g} ms"
+    return None
+
+
+def check_possible(cands: list[Candidate], wl: Workload, slos: dict, rho_max: float, budget) -> None:
+    """One-line :class:`InputError` when theory rules out every configuration (an empty space,
+    a model that fits nowhere, a budget below every candidate, an SLO below every single-request
+    latency, a rate no candidate carries)."""
+    if not cands:
+        raise InputError("gpus", "the configuration space is empty", "give at least one value on every axis")
+    fits = [c for c in cands if not (c.reason or "").startswith("does not fit")]
+    if not fits:
+        raise InputError("gpus", f"the model fits no candidate ({cands[0].reason[len('does not fit: '):]})",
+                         "add larger GPUs or tensor-parallel sizes (--gpus, --tp)")
+    cheapest = min(fits, key=Candidate.order)
+    if budget is not None and cheapest.cost_per_hour > budget:
+        raise InputError("budget_per_hour", f"${budget:g}/h is below the cheapest candidate "
+                         f"${cheapest.cost_per_hour:.2f}/h ({cheapest.config.label()})",
+                         "raise the budget or add cheaper GPUs (--gpus)")
+    affordable = [c for c in fits if budget is None or c.cost_per_hour <= budget]
+    for metric, what in (("ttft", "prefill"), ("tpot", "decode step")):
+        keys = [k for k in slos if k.endswith(f"_{metric}_ms")]
+        bounds = [c for c in affordable if getattr(c, f"{metric}_bound_ms") is not None]
+        if not keys or not bounds:
+            continue
+        best = min(bounds, key=lambda c: getattr(c, f"{metric}_bound_ms"))
+        b = getattr(best, f"{metric}_bound_ms")
+        for k in keys:
+            if slos[k] < b:
+                word = k.split("_", 1)[0]
+                raise InputError(f"slo_{metric}_ms", f"{word} {metric.upper()} {slos[k]:g} ms is below the fastest "
+                                 f"single-request {what} {b:.3g} ms on {best.config.gpu} tp{best.config.tensor_parallel_size} "
+                                 f"(mean prompt {wl.mean_prompt:.0f} tokens)", "relax the target or add faster GPUs")
+    if all(c.status == PRUNED for c in cands):
+        top = max(affordable, key=lambda c: c.rate_bound or 0.0)
+        if all((c.rho or math.inf) > rho_max for c in affordable):
+            raise InputError("replicas", f"no candidate carries lam = {wl.lam:.4g} req/s at rho <= {rho_max:g}: the "
+                             f"largest rate bound is {top.rate_bound:.4g} req/s ({top.config.label()})",
+                             "allow more replicas (--replicas) or larger GPUs")
+        raise InputError("gpus", f"theory rules out all {len(cands)} configurations (budget, rate or latency "
+                         "bounds)", "see plan.json for each one's reason; widen the space")
+
+
+# --- simulation -----------------------------------------------------------------------------------
+
+def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, duration: float, seed: int,
+                     backend=None, out_dir=None, bar=None, stats=None) -> list[dict]:
+    """Simulate each configuration on the fleet simulator (the scenario's workload, ``duration``
+    seconds, seed ``seed`` for all) and judge it; one brief dict each (p99s with CIs, verdict,
+    ``meets``, ``reasons``, throughput, cost per million output tokens)."""
+    from llmqueue.plan.capacity import judge
+    from llmqueue.plan.sweep_run import run_points
+    from llmqueue.spec import scenario_spec
+
+    base = {"scenario": scenario, "duration": duration, "seed": seed}
+    pts = run_points(scenario_spec, base, [c.knobs() for c in configs], seeds="common", backend=backend,
+                     cache_dir=out_dir, bar=bar, stats=stats)
+    out = []
+    for cfg, p in zip(configs, pts):
+        s = p.summary
+        j = judge(s, slos)
+        thr = s.get("output_throughput")
+        cost = gpu_price(cfg.gpu) * cfg.gpus
+        brief = {"meets": j["meets"], "reasons": j["reasons"], "basis": j["basis"], "verdict": s.get("verdict"),
+                 "stable": s.get("stable"), "failed_share": j["failed_share"],
+                 "request_throughput": s.get("request_throughput"), "output_throughput": thr,
+                 "cost_per_million_output_tokens": cost / (thr * 3600) * 1e6 if thr else None,
+                 "completed": s.get("completed"), "key": p.key}
+        for k in ("p99_ttft_ms", "p99_tpot_ms", *slos):
+            brief[k] = s.get(k)
+            brief[k + "_ci"] = s.get(k + "_ci")
+        out.append(brief)
+    return out
+
+
+def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+         budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
+         rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, out_dir=None,
+         progress: bool = False) -> PlanResult:
+    """The cheapest configuration of the space meeting ``slos`` (see the module docstring)."""
+    from llmqueue._progress import bar as progress_bar
+    from llmqueue.plan.backends import get_backend
+    from llmqueue.plan.space import configurations
+    from llmqueue.plan.sweep_run import RunStats, base_seed
+    from llmqueue.spec import scenario_spec
+
+    if not slos:
+        raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-p99-ms and/or --slo-tpot-p99-ms")
+    if budget_per_hour is not None and not budget_per_hour > 0:
+        raise InputError("budget_per_hour", f"must be positive (got {budget_per_hour:g})")
+    t0 = time.perf_counter()
+    seed = base_seed(scenario_spec, {"scenario": scenario}) if seed is None else int(seed)
+    wl = scenario_workload(scenario, seed=seed, duration=duration)
+    duration = default_duration(scenario, wl.lam) if duration is None else float(duration)
+    configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens, routers=routers)
+    cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour)
+    check_possible(cands, wl, slos, rho_max, budget_per_hour)
+    t_theory = time.perf_counter() - t0
+    todo = sorted((c for c in cands if c.status != PRUNED), key=Candidate.order)
+    own = not hasattr(backend, "map")
+    be = get_backend(backend, workers=workers)
+    width = max(1, be.workers) if be.workers else 1
+    stats = RunStats()
+    bar = progress_bar(len(todo), desc="plan", unit="sim", enabled=progress)
+    rec = None
+    try:
+        i = 0
+        while rec is None and i < len(todo):
+            batch = todo[i:i + width]
+            i += width
+            briefs = simulate_configs(scenario, [c.config for c in batch], slos, duration=duration, seed=seed,
+                                      backend=be, out_dir=out_dir, bar=bar, stats=stats)
+            for c, b in zip(batch, briefs):
+                c.status, c.result = SIMULATED, b
+                c.reason = None if b["meets"] else "; ".join(b["reasons"])
+            rec = next((c for c in batch if c.meets), None)
+            if rec is None:
+                bar.set_postfix_str(f"cheapest tried ${batch[-1].cost_per_hour:.2f}/h")
+        described = be.describe()
+    finally:
+        bar.close()
+        if own:
+            be.close()
+    meta = {"scenario": scenario, "duration_s": duration, "seed": seed, "rho_max": rho_max,
+            "budget_per_hour": budget_per_hour, "mean_prompt_tokens": wl.mean_prompt,
+            "mean_output_tokens": float(wl.output.mean()), "backend": described,
+            "simulations_run": stats.ran, "simulations_cached": stats.cached, "theory_wall_s": t_theory,
+            "wall_s": time.perf_counter() - t0,
+            "space": {"gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "replicas": list(replicas),
+                      "max_num_seqs": list(max_num_seqs), "max_num_batched_tokens": list(max_num_batched_tokens),
+                      "routers": list(routers)},
+            "not_planned": "P/D splits (aggregated serving only)"}
+    return PlanResult(cands, rec, dict(slos), wl.lam, meta)

@@ -1,0 +1,167 @@
+"""Tests of the planner (:mod:`llmqueue.plan.planner`) and ``llmqueue plan``.
+
+A cheap scenario (Poisson 4 req/s, prompts of 50-300 tokens, outputs of 20-60, two minutes) on a
+48-configuration space small enough to simulate exhaustively: the planner's recommendation must
+be the exhaustive search's cheapest configuration meeting the SLOs (same simulate function, same
+seed, same order among equal costs), and no configuration theory pruned may meet them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmqueue.cli.main import main
+from llmqueue.plan.planner import PRUNED, SIMULATED, Candidate, plan, scenario_workload, simulate_configs, theory
+from llmqueue.plan.space import configurations, parse_ints
+
+TINY = """\
+name: tiny
+description: a cheap workload for the planner's tests
+workload:
+  arrival: poisson:4
+  prompt: uniform:50:300
+  output: uniform:20:60
+deployment:
+  model: llama-3.1-8b
+  gpu: h100-sxm
+  max_model_len: 4096
+slos:
+  ttft_ms: {p99: 45}
+  tpot_ms: {p99: 40}
+run:
+  duration_s: 120
+  seed: 3
+  warmup_s: 10
+"""
+SLOS = {"p99_ttft_ms": 45.0, "p99_tpot_ms": 40.0}
+SPACE = dict(gpus=["l4", "a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2, 3, 4), max_num_seqs=(2, 16),
+             max_num_batched_tokens=(512,), routers=("least-outstanding",))
+RUN = dict(duration=120.0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    p = tmp_path_factory.mktemp("plan") / "tiny.yaml"
+    p.write_text(TINY)
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def planned(scenario):
+    return plan(scenario, slos=SLOS, **SPACE, **RUN)
+
+
+@pytest.fixture(scope="module")
+def exhaustive(scenario):
+    """Every configuration simulated (pruned ones included), in the planner's order."""
+    wl = scenario_workload(scenario, seed=RUN["seed"], duration=RUN["duration"])
+    cands = theory(scenario, configurations(**SPACE), wl, slos=SLOS)
+    briefs = simulate_configs(scenario, [c.config for c in cands], SLOS, **RUN)
+    return sorted(zip(cands, briefs), key=lambda x: Candidate.order(x[0]))
+
+
+def test_space_size():
+    assert len(configurations(**SPACE)) == 48
+    assert parse_ints("replicas", "1..4,8") == (1, 2, 3, 4, 8)
+
+
+def test_recommendation_equals_exhaustive_search(planned, exhaustive):
+    meeting = [c for c, b in exhaustive if b["meets"]]
+    assert meeting, "the space must hold a configuration meeting the SLOs"
+    best = meeting[0]
+    assert planned.recommended is not None
+    assert planned.recommended.config == best.config
+    assert planned.recommended.cost_per_hour == pytest.approx(best.cost_per_hour)
+    # the planner simulated far fewer than the exhaustive search
+    assert planned.count(SIMULATED) < len(exhaustive) / 4
+
+
+def test_pruning_is_sound(exhaustive):
+    """No configuration that theory pruned meets the SLOs when simulated anyway."""
+    wrong = [(c.config.label(), c.reason) for c, b in exhaustive if c.status == PRUNED and b["meets"]]
+    assert not wrong
+
+
+def test_recommended_meets_and_cheaper_ones_do_not(planned):
+    rec = planned.recommended
+    r = rec.result
+    assert r["meets"] and r["stable"] and not r["reasons"]
+    for k, target in SLOS.items():
+        assert r[k] <= target
+    before = [c for c in sorted(planned.candidates, key=Candidate.order) if c.order() < rec.order()]
+    assert before
+    for c in before:  # every cheaper one: pruned for a stated reason, or simulated and failed
+        assert c.status in (PRUNED, SIMULATED)
+        assert c.reason
+        if c.status == SIMULATED:
+            assert c.result["meets"] is False and c.result["reasons"]
+    sims = [c for c in before if c.status == SIMULATED]
+    assert sims, "the test space should make the planner reject a cheaper simulated configuration"
+    assert sims[-1].cost_per_hour <= rec.cost_per_hour
+
+
+def test_plan_json_statuses(planned):
+    d = planned.to_dict()
+    assert d["configurations"] == 48 == d["pruned"] + d["simulated"] + d["not_needed"]
+    assert {c["status"] for c in d["candidates"]} <= {"pruned", "simulated", "not needed"}
+    assert d["recommended"]["simulation"]["cost_per_million_output_tokens"] > 0
+    assert all(c["reason"] for c in d["candidates"] if c["status"] == "pruned")
+    assert d["pareto_cost_vs_p99_ttft"][-1]["p99_ttft_ms"] <= d["recommended"]["simulation"]["p99_ttft_ms"]
+
+
+def _run(capsys, *args):
+    code = main(["plan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _space_args(scenario, tmp_path):
+    return ["--scenario", scenario, "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas", "1..4",
+            "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120", "--seed", "3",
+            "--out", str(tmp_path / "out")]
+
+
+def test_cli_json_and_plan_file(scenario, tmp_path, capsys, planned):
+    code, out, err = _run(capsys, *_space_args(scenario, tmp_path), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    rec = d["recommended"]
+    assert (rec["gpu"], rec["tensor_parallel_size"], rec["replicas"], rec["max_num_seqs"]) == (
+        planned.recommended.config.gpu, planned.recommended.config.tensor_parallel_size,
+        planned.recommended.config.replicas, planned.recommended.config.max_num_seqs)
+    on_disk = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert on_disk["recommended"] == rec and len(on_disk["candidates"]) == 48
+
+
+def test_cli_table(scenario, tmp_path, capsys):
+    code, out, err = _run(capsys, *_space_args(scenario, tmp_path))
+    assert code == 0, err
+    assert "cost per million output tokens" in out and "pruned by theory" in out and "plan.json" in out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--slo-ttft-p99-ms", "1"], ["--slo-ttft-p99-ms", "p99 TTFT 1 ms is below the fastest single-request prefill",
+                                  "h100-sxm tp2"]),
+    (["--slo-tpot-p99-ms", "0.5"], ["--slo-tpot-p99-ms", "below the fastest single-request decode step"]),
+    (["--budget-per-hour", "0.5"], ["--budget-per-hour", "$0.5/h is below the cheapest candidate $0.80/h"]),
+    (["--tp", ","], ["configuration space is empty"]),
+    (["--replicas", "0"], ["--replicas", "0 is below 1"]),
+    (["--gpus", "l4", "--tp", "1", "--replicas", "1", "--max-num-seqs", "2", "--slo-ttft-p99-ms", "1000",
+      "--slo-tpot-p99-ms", "1000"], ["--replicas", "no candidate carries lam = 4 req/s at rho <= 0.95"]),
+])
+def test_cli_impossible_requests(scenario, tmp_path, capsys, extra, words):
+    args = _space_args(scenario, tmp_path)
+    for flag in extra[::2]:  # an extra flag replaces the space's own
+        if flag in args:
+            i = args.index(flag)
+            del args[i:i + 2]
+    code, out, err = _run(capsys, *args, *extra)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmqueue: error: "), err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in lines[0]
