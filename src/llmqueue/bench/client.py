@@ -1656,8 +1656,14 @@ class _Run:
                 cols = s.to_columns()
             cc = getattr(s, "cache_config", None)
             if cc is not None:
-                server = {"metrics_url": self.metrics_url, "num_gpu_blocks": cc.num_gpu_blocks,
-                          "block_size": cc.block_size, "M": cc.M, "cache_config_info": dict(cc.labels)}
+                from llmqueue.bench.server_info import from_cache_config
+
+                # every cache_config_info label, typed, each with its source (server_info)
+                labels = from_cache_config(cc.labels)
+                server = {"metrics_url": self.metrics_url, **labels, "num_gpu_blocks": cc.num_gpu_blocks,
+                          "block_size": cc.block_size, "M": cc.M, "M_usable": cc.M_usable,
+                          "cache_config_info": dict(cc.labels),
+                          "sources": {k: "metrics" for k in (*labels, "num_gpu_blocks", "block_size")}}
             if getattr(s, "errors", 0):
                 self.notes.append(f"metrics sampler: {s.errors} failed scrape(s) ({s.last_error})")
         except Exception as e:  # noqa: BLE001
