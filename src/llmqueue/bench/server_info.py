@@ -181,11 +181,12 @@ def record(out_dir, *, flags: dict | None = None, log=None, flag_source: str = "
     if flags:
         for k, v in flags.items():
             if v is not None:
-                merge(server, {k: v}, f"{flag_source} {ENGINE_SETTINGS.get(k, '--' + k.replace('_', '-'))}"
-                      if flag_source == "flag" else flag_source)
+                flag = ENGINE_SETTINGS.get(k) if flag_source == "flag" else None
+                merge(server, {k: v}, f"{flag_source} {flag or '--' + k.replace('_', '-')}")
     if server.get("M_usable") is None and server.get("num_gpu_blocks") and server.get("block_size"):
         server["M"] = int(server["num_gpu_blocks"]) * int(server["block_size"])
         server["M_usable"] = (int(server["num_gpu_blocks"]) - 1) * int(server["block_size"])  # vLLM's null block
+        server.setdefault("sources", {})["M_usable"] = "(num_gpu_blocks - 1) x block_size (vLLM keeps one null block)"
     if server and server != {"sources": {}}:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(server, indent=2, default=str) + "\n")
