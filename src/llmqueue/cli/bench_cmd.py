@@ -174,6 +174,9 @@ class _BenchCommand(Command):
 @click.option("--exact-output/--no-exact-output", default=None,
               help="Send vLLM's ignore_eos and min_tokens so every request yields exactly its output length "
               "[default: on; off with a sharegpt/custom dataset, as vLLM sends ignore_eos only for random].")
+@click.option("--drain-timeout", type=float, metavar="S", help="After the last send, wait at most S seconds for the "
+              "answers; the client then cancels what is still in flight (status cancelled) [default: wait for "
+              "every answer, up to --timeout].")
 @click.option("--warmup", type=float, help="Seconds left out of the statistics [default: 0, or the scenario's].")
 @click.option("--warmup-requests", type=int, default=0, show_default=True,
               help="Requests sent one by one before the run, not recorded.")
@@ -216,7 +219,7 @@ class _BenchCommand(Command):
 def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, burstiness, max_concurrency, num_prompts,
           dataset_name, dataset_path, tokenizer, goodput, extra_body, percentile_metrics, metric_percentiles,
           save_result, result_dir, result_filename, timeout, ttft_timeout, max_attempts, vocab_size,
-          exact_output, warmup, warmup_requests, metrics_url, server_log, server_max_num_seqs,
+          exact_output, drain_timeout, warmup, warmup_requests, metrics_url, server_log, server_max_num_seqs,
           server_max_num_batched_tokens, server_block_size, server_max_model_len, server_num_gpu_blocks,
           server_enable_chunked_prefill, prefix_hashes, prefix_block_tokens, api_key,
           header, proxy, trust_env, allow_key_over_http_proxy, out_dir, progress, as_json, **flags):
@@ -319,6 +322,8 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, bursti
     for name, v in (("timeout", timeout), ("ttft_timeout", ttft_timeout)):
         if v is not None and not v > 0:
             raise InputError(name, f"must be > 0 seconds (got {v:g})")
+    if drain_timeout is not None and not (drain_timeout >= 0 and math.isfinite(drain_timeout)):
+        raise InputError("drain_timeout", f"must be a finite number of seconds >= 0 (got {drain_timeout:g})")
     if warmup is not None and not warmup >= 0:
         raise InputError("warmup", f"must be >= 0 seconds (got {warmup:g})")
     if prefix_block_tokens < 1:
@@ -417,7 +422,8 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, bursti
                     warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos,
                     hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens, extra_body=body, percentiles=pcts,
-                    prompt_texts=dataset.texts if dataset is not None else None, **net)
+                    prompt_texts=dataset.texts if dataset is not None else None, drain_timeout_s=drain_timeout,
+                    **net)
     b = res.summary.setdefault("bench", {})
     b["vllm"] = {"request_rate": "inf" if send_all else rate, "burstiness": burst if rate is not None else None,
                  "max_concurrency": concurrency, "goodput": goodput_slos, "extra_body": body}
