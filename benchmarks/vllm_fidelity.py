@@ -59,21 +59,23 @@ def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration:
 
 def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None,
             **bench_kwargs) -> dict:
-    """One benchmark run with the server's metrics and step log; ``server.json`` gets the engine
-    knobs and ``M_usable``. ``bench_kwargs`` go to :func:`run_bench` (e.g. ``hash_ids``)."""
+    """One benchmark run with the server's metrics and step log; ``server.json`` records the engine
+    knobs (from the server's flags, log and metrics, each with its source) and ``M_usable``. ``bench_kwargs`` go to :func:`run_bench` (e.g. ``hash_ids``)."""
     from llmqueue.bench.client import run_bench
     from llmqueue.bench.steplog import write_run_steps
 
     offset = srv.log_path.stat().st_size if srv.log_path and srv.log_path.exists() else 0
     res = run_bench(srv.url, srv.model, reqs, out_dir=run_dir, metrics_url=srv.url, warmup_s=warmup_s,
                     vocab_size=MODEL["vocab_size"], concurrency=concurrency, **bench_kwargs)
-    sj = run_dir / "server.json"
-    server = json.loads(sj.read_text()) if sj.exists() else {}
-    nb = server.get("num_gpu_blocks") or knobs["num_gpu_blocks_override"]
-    server.update({k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len")})
-    server["enable_chunked_prefill"] = True
-    server["M_usable"] = (nb - 1) * knobs["block_size"]  # vLLM holds one null block back
-    sj.write_text(json.dumps(server, indent=2))
+    from llmqueue.bench.server_info import record
+
+    # what `llmqueue bench --server-max-num-seqs ... --server-log FILE` records: the server's
+    # launch flags as given, its log's startup lines and its /metrics, each with its source
+    # (M_usable = (blocks - 1) x block_size: vLLM holds one null block back)
+    server = record(run_dir, log=srv.log_path,
+                    flags={**{k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size",
+                                                    "max_model_len")},
+                           "num_gpu_blocks": knobs["num_gpu_blocks_override"], "enable_chunked_prefill": True})
     if srv.log_path:  # the server's per-step log lines of this run, as steps.parquet
         b = res.summary["bench"]
         write_run_steps(run_dir, srv.log_path, offset=offset, t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"],

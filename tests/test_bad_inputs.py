@@ -323,6 +323,15 @@ CASES: list[tuple[str, str, str]] = [
     ("bench-trace-zero-lengths", "bench --url http://127.0.0.1:9 --model m --trace zero.csv", "zero.csv"),
     ("bench-no-url", "bench --model m --prompt fixed:10 --output fixed:10 --arrival poisson:1 --duration 5",
      "--url"),
+    # --- import ----------------------------------------------------------------------------------
+    ("import-format-unknown", "import parquet t.csv --out imp", "FORMAT"),
+    ("import-file-missing", "import csv nope.csv --out imp", "nope.csv"),
+    ("import-no-send-column", "import csv t.csv --out imp", "send_s"),
+    ("import-map-no-equals", "import csv t.csv --out imp --map time", "--map"),
+    ("import-map-unknown-field", "import csv t.csv --out imp --map when=time", "--map"),
+    ("import-map-absent-column", "import csv t.csv --out imp --map send_s=t0", "t0"),
+    ("import-vllm-binary", "import vllm-bench bin.yaml --out imp", "bin.yaml"),
+    ("import-time-origin-text", "import csv t.csv --out imp --time-origin soon", "--time-origin"),
     # --- calibrate / validate -------------------------------------------------------------------
     ("calibrate-run-missing", "calibrate nope -o c.yaml", "nope"),
     ("calibrate-run-empty-dir", "calibrate emptydir -o c.yaml", "emptydir"),

@@ -245,7 +245,9 @@ def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm
     # queries, so it had caching on) and sets the server's hits beside the simulated ones
     from llmqueue.bench.validate import validate
 
-    cal = {"capacity_tokens": 100000, "b": 0.01, "step_time": "0.01", "engine": {"block_size": 32}}
+    # one request at a time: the batch limits do not matter, but validate takes none for granted
+    cal = {"capacity_tokens": 100000, "b": 0.01, "step_time": "0.01",
+           "engine": {"block_size": 32, "max_num_seqs": 256, "max_num_batched_tokens": 8192}}
     v = validate(tmp_path / "hashes", cal)
     row = next(r for r in v["rows"] if r["quantity"] == "prefix_cache_hits")
     assert row["measured"] == row["simulated"] == predicted

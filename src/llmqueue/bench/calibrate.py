@@ -250,7 +250,8 @@ CALIBRATE_STAGES = ("read the run", "inter-token latencies", "b estimators", "li
 
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
               busy_only: bool = True, window: tuple[float, float] | None = None, steps_from=(),
-              on_stage=None) -> Calibration:
+              on_stage=None, max_num_seqs: int | None = None,
+              max_num_batched_tokens: int | None = None) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
 
     ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
@@ -267,6 +268,10 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     but on 2 cores that engine ran 10-15 % faster at 0.3x than at 0.5x for the same batch, so on
     the balanced and decode-heavy shapes the joint fit under-predicted by as much).
     ``on_stage``: called with the name of each of :data:`CALIBRATE_STAGES` as it ends (a progress bar).
+    ``max_num_seqs``/``max_num_batched_tokens``: the server's, when the run did not record them
+    (``server.json``, or a simulated run's summary); a setting neither gives is an
+    :class:`InputError` naming the flag that supplies it (never a default: vLLM's differ by
+    version and hardware, :mod:`llmqueue.bench.server_info`).
     """
     from llmqueue.records import read_run
 
@@ -282,6 +287,18 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     sj = run_dir / "server.json"
     if sj.exists():
         server = json.loads(sj.read_text())
+    # the engine settings the simulator replays the run with: recorded, or given; never assumed
+    from llmqueue.bench.server_info import require
+
+    known = {**((run.summary or {}).get("engine") or {}), **{k: v for k, v in server.items() if v is not None}}
+    for name, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+        if v is not None:
+            if isinstance(v, bool) or int(v) < 1:
+                raise InputError(name, f"must be a positive integer (got {v})")
+            known[name] = int(v)
+            notes.append(f"{name} {int(v)} given (the run recorded {server.get(name, 'none')})")
+        known[name] = require(known, name, where="server.json" if sj.exists() else f"{run_dir}/server.json",
+                              here_flag=f"--{name.replace('_', '-')}")
     M = capacity_tokens
     block = server.get("block_size")
     if M is None:
@@ -343,7 +360,6 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     stage(CALIBRATE_STAGES[3])
     if lin is not None and extra:
         notes.append(f"linear step model fitted on this run's steps and those of {', '.join(map(str, steps_from))}")
-    known = {**((run.summary or {}).get("engine") or {}), **server}
     engine = {k: known[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
                                     "enable_chunked_prefill", "num_gpu_blocks") if known.get(k) is not None}
     block = block or engine.get("block_size")

@@ -957,8 +957,11 @@ class _Run:
                  seed, token_range, retry, warmup_s, warmup_requests, progress, metrics_url,
                  flush_interval_s, abort_after, abort_grace_s, spin_s, exact_output, extra_body, headers,
                  slos, metrics_interval_s, hash_ids=None, hash_block_tokens=512, proxy=None, percentiles=None,
-                 prompt_texts=None):
+                 prompt_texts=None, drain_timeout_s=None):
         self.url = url
+        self.drain_timeout_s = drain_timeout_s
+        self.cancel_status = "unfinished"   # "cancelled" when the drain cap ends the run (the client's choice)
+        self.drain_cancelled = 0
         self.model = model
         self.requests = requests
         self.endpoint = endpoint
@@ -1245,7 +1248,7 @@ class _Run:
         try:
             while True:
                 status, fin = await self.attempt(i, attempt, t_int, body)
-                if status in ("ok", "unfinished") or self.retry is None:
+                if status in ("ok", "unfinished", "cancelled") or self.retry is None:
                     return
                 try:
                     t_next = self.retry(rid, attempt, status, fin)
@@ -1312,9 +1315,13 @@ class _Run:
                 task.uncancel()
                 status = "timeout"
             elif self.cancel_inflight:
-                status = "unfinished"
-                ex.fin = math.nan
-                err = "in flight when the run stopped"
+                status = self.cancel_status
+                if status == "cancelled":  # the drain cap: the client gave up on it, now
+                    ex.fin = _pc() - t0
+                    err = "cancelled at the drain cap"
+                else:
+                    ex.fin = math.nan
+                    err = "in flight when the run stopped"
             else:
                 raise
         except _StreamError as e:
@@ -1491,13 +1498,25 @@ class _Run:
         return self.result(t_end, ts, server, metrics)
 
     async def wait_inflight(self) -> None:
+        drain_end = None if self.drain_timeout_s is None else _pc() + self.drain_timeout_s
         while self.inflight:
             if self.stopping:
                 done, pending = await asyncio.wait(set(self.inflight), timeout=self.abort_grace_s)
                 if pending:
                     await self.cancel_all()
                 return
-            await asyncio.wait(set(self.inflight), timeout=0.5)  # wake up to notice an abort
+            wait = 0.5
+            if drain_end is not None:
+                left = drain_end - _pc()
+                if left <= 0:  # the drain cap: what is still in flight is cancelled by the client
+                    self.cancel_status = "cancelled"
+                    self.drain_cancelled = len(self.inflight)
+                    self.notes.append(f"{self.drain_cancelled} request(s) still in flight {self.drain_timeout_s:g} s "
+                                      "after the last send (the drain cap) were cancelled: status cancelled")
+                    await self.cancel_all()
+                    return
+                wait = min(wait, left)
+            await asyncio.wait(set(self.inflight), timeout=wait)  # wake up to notice an abort
 
     async def cancel_all(self) -> None:
         self.cancel_inflight = True
@@ -1656,8 +1675,14 @@ class _Run:
                 cols = s.to_columns()
             cc = getattr(s, "cache_config", None)
             if cc is not None:
-                server = {"metrics_url": self.metrics_url, "num_gpu_blocks": cc.num_gpu_blocks,
-                          "block_size": cc.block_size, "M": cc.M, "cache_config_info": dict(cc.labels)}
+                from llmqueue.bench.server_info import from_cache_config
+
+                # every cache_config_info label, typed, each with its source (server_info)
+                labels = from_cache_config(cc.labels)
+                server = {"metrics_url": self.metrics_url, **labels, "num_gpu_blocks": cc.num_gpu_blocks,
+                          "block_size": cc.block_size, "M": cc.M, "M_usable": cc.M_usable,
+                          "cache_config_info": dict(cc.labels),
+                          "sources": {k: "metrics" for k in (*labels, "num_gpu_blocks", "block_size")}}
             if getattr(s, "errors", 0):
                 self.notes.append(f"metrics sampler: {s.errors} failed scrape(s) ({s.last_error})")
         except Exception as e:  # noqa: BLE001
@@ -1771,6 +1796,7 @@ class _Run:
                        "token ids" if self.endpoint == "completions" else "text (usage counts)"),
             "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
             "metrics_url": self.metrics_url, "t0_epoch_s": self.t0_epoch, "t_end_s": t_end,
+            "drain_timeout_s": self.drain_timeout_s, "drain_cancelled": self.drain_cancelled,
             "prefix_hashes": (None if self.prompts.hash_ids is None else
                               {"block_tokens": self.prompts.H,
                                "requests": sum(1 for h in self.prompts.hash_ids if h)}),
@@ -1976,7 +2002,10 @@ def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurren
              extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
              hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
              trust_env: bool = False, allow_key_over_http_proxy: bool = False, percentiles=None,
-             prompt_texts=None) -> dict:
+             prompt_texts=None, drain_timeout_s: float | None = None) -> dict:
+    if drain_timeout_s is not None and not (isinstance(drain_timeout_s, (int, float)) and drain_timeout_s >= 0
+                                            and math.isfinite(drain_timeout_s)):
+        raise InputError("drain_timeout", f"must be a finite number of seconds >= 0 (got {drain_timeout_s!r})")
     if endpoint not in ("completions", "chat"):
         raise InputError("endpoint", f"unknown endpoint {endpoint!r}", "use completions or chat")
     endpoint_url(url, endpoint)
@@ -2009,7 +2038,8 @@ def _options(url: str, *, endpoint: str = "completions", out_dir=None, concurren
                 metrics_url=metrics_url, metrics_interval_s=metrics_interval_s, flush_interval_s=flush_interval_s,
                 abort_after=abort_after, abort_grace_s=abort_grace_s, spin_s=spin_s, exact_output=exact_output,
                 extra_body=extra_body, headers=headers, slos=slos, hash_ids=hash_ids,
-                hash_block_tokens=hash_block_tokens, proxy=proxy, percentiles=percentiles, prompt_texts=prompt_texts)
+                hash_block_tokens=hash_block_tokens, proxy=proxy, percentiles=percentiles, prompt_texts=prompt_texts,
+                drain_timeout_s=drain_timeout_s)
 
 
 def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", out_dir=None,
@@ -2021,7 +2051,7 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
               extra_body: Mapping | None = None, api_key: str | None = None, slos: dict | None = None,
               hash_ids=None, hash_block_tokens: int = 512, headers=None, proxy: str | None = None,
               trust_env: bool = False, allow_key_over_http_proxy: bool = False, percentiles=None,
-              prompt_texts=None, use_uvloop: bool = True) -> BenchResult:
+              prompt_texts=None, use_uvloop: bool = True, drain_timeout_s: float | None = None) -> BenchResult:
     """Send ``requests`` (a :class:`~llmqueue.workload.generate.RequestArrays`) to an
     OpenAI-compatible server on their open-loop schedule; return records and summary.
 
@@ -2052,7 +2082,10 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
     ``allow_key_over_http_proxy`` (:mod:`llmqueue.bench.credentials`). ``percentiles``: the
     summary's percentiles (default ``summarize``'s). ``prompt_texts``: one text prompt per request
     (a dataset's, :mod:`llmqueue.bench.datasets`), sent as text instead of token ids; the
-    records keep the server's token counts.
+    records keep the server's token counts. ``drain_timeout_s``: after the last intended send,
+    wait at most this long for the answers; the client then cancels the attempts still in flight
+    (or waiting for a concurrency slot), status ``cancelled`` with ``finish_s`` the cancel time
+    (default: wait for every answer, up to each attempt's own timeout).
     See the module docstring for the rest.
     """
     opts = _options(url, endpoint=endpoint, out_dir=out_dir, concurrency=concurrency, timeout_s=timeout_s,
@@ -2063,7 +2096,7 @@ def run_bench(url: str, model: str, requests, *, endpoint: str = "completions", 
                     spin_s=spin_s, exact_output=exact_output, extra_body=extra_body, api_key=api_key, slos=slos,
                     hash_ids=hash_ids, hash_block_tokens=hash_block_tokens, headers=headers, proxy=proxy,
                     trust_env=trust_env, allow_key_over_http_proxy=allow_key_over_http_proxy,
-                    percentiles=percentiles, prompt_texts=prompt_texts)
+                    percentiles=percentiles, prompt_texts=prompt_texts, drain_timeout_s=drain_timeout_s)
     if not isinstance(model, str) or not model:
         raise InputError("model", f"must be a non-empty model name (got {model!r})")
     if len(requests) == 0:

@@ -33,14 +33,19 @@ def engine_config(calibration: dict, M: float, **knobs):
     from llmqueue.knobs import BY_NAME
     from llmqueue.spec import engine_config as build
 
-    eng = calibration.get("engine", {})
-    default = {k: BY_NAME[k].default for k in ("block_size", "max_num_seqs", "enable_chunked_prefill")}
+    from llmqueue.bench.server_info import require
+
+    eng = calibration.get("engine") or {}
+    default = {k: BY_NAME[k].default for k in ("block_size", "enable_chunked_prefill")}
     base = {"block_size": int(eng.get("block_size") or calibration.get("block_size") or default["block_size"]),
-            "max_num_seqs": int(eng.get("max_num_seqs", default["max_num_seqs"])),
             "enable_chunked_prefill": bool(eng.get("enable_chunked_prefill", default["enable_chunked_prefill"]))}
+    # the two limits that shape the batch: the server's as recorded, or given; never assumed
+    where = "calibration"
+    if knobs.get("max_num_seqs") is None:
+        base["max_num_seqs"] = require(eng, "max_num_seqs", where=where, here_flag="--max-num-seqs")
     if knobs.get("chunk") is None and knobs.get("max_num_batched_tokens") is None:
-        base["max_num_batched_tokens"] = int(eng.get("max_num_batched_tokens",
-                                                     BY_NAME["max_num_batched_tokens"].default))
+        base["max_num_batched_tokens"] = require(eng, "max_num_batched_tokens", where=where,
+                                                 here_flag="--max-num-batched-tokens")
     return build(M, **{**base, **{k: v for k, v in knobs.items() if v is not None}})
 
 
@@ -81,7 +86,17 @@ def measured_stream(run_dir: Path, requests):
     if wp.exists():
         import pyarrow.parquet as pq
 
-        t = pq.read_table(wp).to_pydict()
+        from llmqueue._files import input_file, reading
+
+        with reading("workload.parquet", input_file("workload.parquet", wp)):
+            t = pq.read_table(wp).to_pydict()
+        need = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
+        missing = [c for c in need if c not in t]
+        if missing:
+            raise InputError("workload.parquet", f"{wp} has no {', '.join(missing)} column "
+                             f"(it has {', '.join(t) or 'none'})",
+                             "a run's workload.parquet holds the request ids of requests.parquet: write it with "
+                             "llmqueue bench, or bring outside measurements with llmqueue import")
         return RequestArrays(np.asarray(t["request_id"]), np.asarray(t["arrival_s"]),
                              np.asarray(t["prompt_tokens"]), np.asarray(t["output_tokens"]),
                              np.asarray(t.get("class", ["default"] * len(t["request_id"])), dtype=object))

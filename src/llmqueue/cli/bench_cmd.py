@@ -174,6 +174,9 @@ class _BenchCommand(Command):
 @click.option("--exact-output/--no-exact-output", default=None,
               help="Send vLLM's ignore_eos and min_tokens so every request yields exactly its output length "
               "[default: on; off with a sharegpt/custom dataset, as vLLM sends ignore_eos only for random].")
+@click.option("--drain-timeout", type=float, metavar="S", help="After the last send, wait at most S seconds for the "
+              "answers; the client then cancels what is still in flight (status cancelled) [default: wait for "
+              "every answer, up to --timeout].")
 @click.option("--warmup", type=float, help="Seconds left out of the statistics [default: 0, or the scenario's].")
 @click.option("--warmup-requests", type=int, default=0, show_default=True,
               help="Requests sent one by one before the run, not recorded.")
@@ -182,6 +185,18 @@ class _BenchCommand(Command):
 @click.option("--server-log", type=click.Path(), help="The server's log file, written while the run goes (vLLM with "
               "--enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): its per-step lines "
               "become steps.parquet, for calibrate's step cycle and linear step-time model.")
+@click.option("--server-max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs, recorded in "
+              "server.json for calibrate/validate (else read from --server-log; never assumed).")
+@click.option("--server-max-num-batched-tokens", type=int, metavar="N", help="The server's "
+              "--max-num-batched-tokens, recorded in server.json (else read from --server-log; never assumed).")
+@click.option("--server-block-size", type=int, metavar="N", help="The server's --block-size [default: from "
+              "/metrics or --server-log].")
+@click.option("--server-max-model-len", type=int, metavar="N", help="The server's --max-model-len [default: "
+              "from --server-log].")
+@click.option("--server-num-gpu-blocks", type=int, metavar="N", help="The server's KV blocks [default: from "
+              "/metrics or --server-log].")
+@click.option("--server-enable-chunked-prefill/--server-no-enable-chunked-prefill", default=None,
+              help="Whether the server chunks prefills [default: from --server-log].")
 @click.option("--prefix-hashes/--no-prefix-hashes", default=True, show_default=True,
               help="With a trace that has prefix-block hashes (Mooncake): requests sharing a hash share that "
               "prompt block, so the server's prefix cache sees the trace's reuse.")
@@ -204,7 +219,9 @@ class _BenchCommand(Command):
 def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, burstiness, max_concurrency, num_prompts,
           dataset_name, dataset_path, tokenizer, goodput, extra_body, percentile_metrics, metric_percentiles,
           save_result, result_dir, result_filename, timeout, ttft_timeout, max_attempts, vocab_size,
-          exact_output, warmup, warmup_requests, metrics_url, server_log, prefix_hashes, prefix_block_tokens, api_key,
+          exact_output, drain_timeout, warmup, warmup_requests, metrics_url, server_log, server_max_num_seqs,
+          server_max_num_batched_tokens, server_block_size, server_max_model_len, server_num_gpu_blocks,
+          server_enable_chunked_prefill, prefix_hashes, prefix_block_tokens, api_key,
           header, proxy, trust_env, allow_key_over_http_proxy, out_dir, progress, as_json, **flags):
     """Benchmark an OpenAI-compatible server (vLLM) with an open-loop workload.
 
@@ -305,12 +322,20 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, bursti
     for name, v in (("timeout", timeout), ("ttft_timeout", ttft_timeout)):
         if v is not None and not v > 0:
             raise InputError(name, f"must be > 0 seconds (got {v:g})")
+    if drain_timeout is not None and not (drain_timeout >= 0 and math.isfinite(drain_timeout)):
+        raise InputError("drain_timeout", f"must be a finite number of seconds >= 0 (got {drain_timeout:g})")
     if warmup is not None and not warmup >= 0:
         raise InputError("warmup", f"must be >= 0 seconds (got {warmup:g})")
     if prefix_block_tokens < 1:
         raise InputError("prefix_block_tokens", f"must be a positive number of tokens (got {prefix_block_tokens})")
     if warmup_requests < 0:
         raise InputError("warmup_requests", f"must be >= 0 (got {warmup_requests})")
+    server_flags = {"max_num_seqs": server_max_num_seqs, "max_num_batched_tokens": server_max_num_batched_tokens,
+                    "block_size": server_block_size, "max_model_len": server_max_model_len,
+                    "num_gpu_blocks": server_num_gpu_blocks, "enable_chunked_prefill": server_enable_chunked_prefill}
+    for name, v in server_flags.items():
+        if v is not None and not isinstance(v, bool) and v < 1:
+            raise InputError(f"server_{name}", f"must be a positive integer (got {v})")
     if vocab_size is not None and vocab_size < 40:
         raise InputError("vocab_size", f"must be at least 40 (got {vocab_size})")
     from llmqueue.bench.credentials import check_key_over_proxy, proxy_for, request_headers
@@ -397,7 +422,8 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, bursti
                     warmup_s=warmup or 0.0, warmup_requests=warmup_requests, progress=progress,
                     metrics_url=metrics_url, exact_output=exact_output, api_key=api_key, slos=slos,
                     hash_ids=hash_ids, hash_block_tokens=prefix_block_tokens, extra_body=body, percentiles=pcts,
-                    prompt_texts=dataset.texts if dataset is not None else None, **net)
+                    prompt_texts=dataset.texts if dataset is not None else None, drain_timeout_s=drain_timeout,
+                    **net)
     b = res.summary.setdefault("bench", {})
     b["vllm"] = {"request_rate": "inf" if send_all else rate, "burstiness": burst if rate is not None else None,
                  "max_concurrency": concurrency, "goodput": goodput_slos, "extra_body": body}
@@ -409,6 +435,7 @@ def bench(ctx, url, model, endpoint, scenario, concurrency, request_rate, bursti
                                         model=model, endpoint=endpoint, num_prompts=len(requests),
                                         rate=rate, arrival=flags.get("arrival"), burstiness=burst,
                                         max_concurrency=concurrency, tokenizer=tokenizer, metrics=pmetrics)
+    _record_server(res, out_dir, server_flags, server_log)
     _dump_summary(res, out_dir)
     if server_log is not None and res.summary.get("bench", {}).get("t0_epoch_s") is not None:
         import json
@@ -449,6 +476,31 @@ def _with(requests, **cols):
          "prompt_tokens": requests.prompt_tokens, "output_tokens": requests.output_tokens, **cols}
     return RequestArrays(c["request_id"], c["arrival_s"], c["prompt_tokens"], c["output_tokens"],
                          requests.class_name)
+
+
+def _record_server(res, out_dir, flags: dict, server_log) -> None:
+    """server.json: the engine settings the metrics, the server's log and the ``--server-*``
+    flags state, each with its source (:mod:`llmqueue.bench.server_info`); the settings calibrate
+    needs that none of them stated get a note (a full disk: one note line)."""
+    from pathlib import Path
+
+    from llmqueue.bench.server_info import REQUIRED, record
+
+    if not Path(out_dir).is_dir():
+        return
+    try:
+        server = record(out_dir, flags=flags, log=server_log)
+    except OSError as e:
+        click.echo(f"llmqueue: note: server.json not written in {out_dir} ({e.strerror or e})", err=True)
+        return
+    for n in server.get("notes") or []:  # the sources disagree
+        res.summary.setdefault("notes", []).append(n)
+        click.echo(f"llmqueue: note: {n}", err=True)
+    missing = [k for k in REQUIRED if server.get(k) is None]
+    if missing:  # in the report, not on stderr: most runs are not calibrated
+        res.summary.setdefault("notes", []).append(
+            f"server.json lacks {', '.join(missing)}: calibrate and validate will ask for "
+            + ", ".join(f"--server-{k.replace('_', '-')}" for k in missing))
 
 
 def _dump_summary(res, out_dir) -> None:

@@ -43,9 +43,14 @@ def _run_second(run, value, option: str):
 @click.option("--steps-from", "steps_from", type=InputPath("dir"), multiple=True,
               help="Another run of the same server whose step records join the linear step model's fit "
                    "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
+@click.option("--max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs, when the run did not "
+              "record it (bench --server-max-num-seqs or --server-log) [default: the run's; never assumed].")
+@click.option("--max-num-batched-tokens", type=int, metavar="N", help="The server's --max-num-batched-tokens, when "
+              "the run did not record it [default: the run's; never assumed].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over the stages (default: on a terminal).")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, progress, as_json):
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, max_num_seqs,
+              max_num_batched_tokens, progress, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
     The file feeds the simulator (`--step-time fitted:FILE`, `--capacity-tokens`) and `llmqueue validate`.
@@ -74,7 +79,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 
     try:
         cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window, steps_from=steps_from,
-                     on_stage=done)
+                     on_stage=done, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
         if probe is not None:
             from llmqueue.bench.calibrate import with_frontend_latency
 

@@ -1,0 +1,423 @@
+"""``llmqueue import``: measurements taken by another client, as a run directory.
+
+A run directory (``requests.parquet`` in the record schema, ``workload.parquet`` with the
+request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.json``,
+``server.json`` with the engine settings given) is what ``validate``, ``calibrate`` and
+``report`` read; :func:`import_run` writes one from
+
+- ``vllm-bench``: ``vllm bench serve --save-result --save-detailed``'s JSON object, per request
+  ``input_lens``, ``output_lens``, ``ttfts`` and ``latencies`` (seconds from the send), ``itls``
+  (gaps between streamed chunks), ``start_times`` (the sends; without them the sends are spaced
+  evenly at ``request_rate``, said in a note), ``errors`` ("" for a success) and, if present,
+  ``queue_times`` (the wait for a concurrency slot: the intended send is ``start - queue``);
+- ``jsonl`` / ``csv``: one request per line/row. Columns named like the record schema's fields
+  are taken as they are; ``--map FIELD=COLUMN,...`` names the others. Fields
+  (:data:`FIELDS`): ``request_id``, ``class``, ``arrival_s`` (intended send; default the
+  send), ``send_s`` (the actual send, ``dispatched_s``), ``first_token_s`` or ``ttft_s``
+  (relative to the send), ``finish_s`` or ``e2el_s`` (relative to the send), ``prompt_tokens``,
+  ``output_tokens``, ``cached_prompt_tokens``, ``status`` (one of the record schema's
+  :data:`~llmqueue.records.schema.STATUSES`), ``error`` (a non-empty text marks a failed
+  request when there is no status), ``attempt``, ``chunk_times`` (a list of absolute chunk
+  times) or ``itl_s`` (a list of gaps between chunks). A list in a CSV cell is JSON
+  (``[0.1, 0.2]``) or ``;``-separated.
+
+Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
+(default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from llmqueue.errors import InputError
+
+FORMATS = ("vllm-bench", "jsonl", "csv")
+
+#: field -> what it holds (the ``--map`` names)
+FIELDS = {
+    "request_id": "request id (integer)",
+    "class": "request class",
+    "arrival_s": "intended send time (absolute)",
+    "send_s": "actual send time (absolute)",
+    "dispatched_s": "actual send time (absolute)",
+    "first_token_s": "first token time (absolute)",
+    "ttft_s": "first token, seconds after the send",
+    "finish_s": "last token time (absolute)",
+    "e2el_s": "last token, seconds after the send",
+    "prompt_tokens": "prompt tokens",
+    "output_tokens": "output tokens",
+    "cached_prompt_tokens": "prompt tokens served from the prefix cache",
+    "status": "ok, rejected, timeout, cancelled, error or unfinished",
+    "error": "error text (non-empty: failed)",
+    "attempt": "attempt number (1 first)",
+    "chunk_times": "list of absolute chunk times",
+    "itl_s": "list of gaps between chunks (s)",
+}
+_ABS = ("arrival_s", "send_s", "first_token_s", "finish_s")
+_REL = ("ttft_s", "e2el_s")
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def parse_map(text: str | None) -> dict:
+    """``"send_s=t0,first_token_s=ttft_abs"`` -> ``{"send_s": "t0", ...}`` (checked)."""
+    out: dict = {}
+    if text is None:
+        return out
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        field, sep, col = part.partition("=")
+        field, col = field.strip(), col.strip()
+        if not sep or not field or not col:
+            raise InputError("map", f"{part.strip()!r} is not FIELD=COLUMN",
+                             "e.g. --map send_s=t0,ttft_s=ttft,prompt_tokens=n_in")
+        if field == "dispatched_s":
+            field = "send_s"
+        if field not in FIELDS:
+            raise InputError("map", f"unknown field {field!r}", f"fields: {', '.join(FIELDS)}")
+        if field in out:
+            raise InputError("map", f"{field} mapped twice")
+        out[field] = col
+    return out
+
+
+def _num(x) -> float:
+    if x is None or x == "":
+        return math.nan
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _as_list(x) -> list:
+    if x is None or x == "":
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    s = str(x).strip()
+    if s.startswith("["):
+        try:
+            v = json.loads(s)
+            return v if isinstance(v, list) else []
+        except ValueError:
+            pass
+    return [p for p in s.replace(";", " ").split() if p]
+
+
+def _read_rows(path: Path, fmt: str) -> list[dict]:
+    from llmqueue._files import input_file, reading
+
+    p = input_file("file", path)
+    rows: list[dict] = []
+    with reading("file", p):
+        if fmt == "jsonl":
+            with open(p, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        d = json.loads(line)
+                    except ValueError as e:
+                        raise InputError("file", f"{str(p)!r} line {i} is not JSON ({e})",
+                                         "give one JSON object a line (JSONL)") from None
+                    if not isinstance(d, dict):
+                        raise InputError("file", f"{str(p)!r} line {i} is not a JSON object")
+                    rows.append(d)
+        else:
+            import csv
+
+            with open(p, encoding="utf-8", newline="") as f:
+                rows = [dict(r) for r in csv.DictReader(f)]
+    if not rows:
+        raise InputError("file", f"{str(p)!r} holds no requests")
+    return rows
+
+
+def _table_columns(rows: list[dict], mapping: dict, source: str, time_unit: float) -> dict:
+    """Raw per-request fields (lists) from the rows, by field name."""
+    names = set().union(*(r.keys() for r in rows[:1000]))
+    col = {}
+    for field in FIELDS:
+        c = mapping.get(field)
+        if c is None:
+            c = field if field in names else ("dispatched_s" if field == "send_s" and "dispatched_s" in names
+                                              else None)
+        elif c not in names:
+            raise InputError("map", f"{field}={c}: {source} has no column {c!r}",
+                             f"its columns: {', '.join(sorted(names)[:30])}")
+        if c is not None:
+            col[field] = [r.get(c) for r in rows]
+    have = set(col)
+    need = [("a send time", ("send_s", "arrival_s")), ("prompt_tokens", ("prompt_tokens",)),
+            ("output_tokens", ("output_tokens", "chunk_times", "itl_s"))]
+    for what, alts in need:
+        if not have & set(alts):
+            raise InputError("map", f"{source} has no column for {what} ({' or '.join(alts)})",
+                             f"name it with --map {alts[0]}=COLUMN (its columns: {', '.join(sorted(names)[:30])})")
+    if not have & {"first_token_s", "ttft_s", "chunk_times"}:
+        raise InputError("map", f"{source} has no column for the first token (first_token_s or ttft_s)",
+                         f"name it with --map ttft_s=COLUMN (its columns: {', '.join(sorted(names)[:30])})")
+    if not have & {"finish_s", "e2el_s", "chunk_times", "itl_s"}:
+        raise InputError("map", f"{source} has no column for the last token (finish_s or e2el_s)",
+                         f"name it with --map e2el_s=COLUMN (its columns: {', '.join(sorted(names)[:30])})")
+    out: dict = {}
+    n = len(rows)
+    for f in ("send_s", "arrival_s", "first_token_s", "finish_s", "ttft_s", "e2el_s"):
+        if f in col:
+            out[f] = np.array([_num(x) for x in col[f]]) * time_unit
+    for f in ("request_id", "prompt_tokens", "output_tokens", "cached_prompt_tokens", "attempt"):
+        if f in col:
+            v = np.array([_num(x) for x in col[f]])
+            bad = ~np.isfinite(v) | (v != np.round(v)) | (v < 0)
+            if f in ("prompt_tokens", "output_tokens") and bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InputError(f, f"{source} row {i + 1}: {col[f][i]!r} is not a token count",
+                                 "give whole numbers >= 0")
+            out[f] = v
+    if "class" in col:
+        out["class"] = np.array(["default" if x in (None, "") else str(x) for x in col["class"]], dtype=object)
+    if "status" in col:
+        out["status"] = [None if x in (None, "") else str(x).strip().lower() for x in col["status"]]
+    if "error" in col:
+        out["error"] = ["" if x is None else str(x) for x in col["error"]]
+    if "chunk_times" in col:
+        out["chunks"] = [np.array([_num(t) for t in _as_list(x)], dtype=np.float64) * time_unit for x in col["chunk_times"]]
+    elif "itl_s" in col:
+        out["itls"] = [np.array([_num(t) for t in _as_list(x)], dtype=np.float64) * time_unit for x in col["itl_s"]]
+    out["n"] = n
+    return out
+
+
+def _vllm_columns(path: Path, request_rate: float | None) -> tuple[dict, list[str]]:
+    from llmqueue._files import input_file, load_json
+
+    p = input_file("file", path)
+    data = load_json("file", p)
+    if not isinstance(data, dict):
+        raise InputError("file", f"{str(p)!r} is not a vLLM bench serve result (expected one JSON object)")
+    need = ("input_lens", "output_lens", "ttfts")
+    missing = [k for k in need if not isinstance(data.get(k), list)]
+    if missing:
+        raise InputError("file", f"{str(p)!r} has no per-request {', '.join(missing)} "
+                         f"(keys: {', '.join(list(data)[:20])})",
+                         "save it with vllm bench serve --save-result --save-detailed")
+    n = len(data["input_lens"])
+    if n == 0:
+        raise InputError("file", f"{str(p)!r} records no requests")
+    for k in ("output_lens", "ttfts", "itls", "latencies", "start_times", "errors", "queue_times"):
+        v = data.get(k)
+        if isinstance(v, list) and v and len(v) != n:
+            raise InputError("file", f"{str(p)!r}: {n} input_lens but {len(v)} {k}")
+    notes: list[str] = []
+    starts = data.get("start_times")
+    if isinstance(starts, list) and starts:
+        send = np.array([_num(x) for x in starts])
+    else:
+        rate = request_rate if request_rate is not None else _num(data.get("request_rate"))
+        if not (rate is not None and math.isfinite(rate) and rate > 0):
+            raise InputError("request_rate", f"{str(p)!r} has no start_times and its request_rate is "
+                             f"{data.get('request_rate')!r}, so the sends cannot be placed in time",
+                             "give --request-rate R (the rate the benchmark used)")
+        send = np.arange(n, dtype=np.float64) / rate
+        notes.append(f"the file has no start_times: sends spaced evenly at {rate:g} req/s (the benchmark drew "
+                     "random gaps, so this is not the measured arrival process)")
+    errors = data.get("errors") if isinstance(data.get("errors"), list) and data.get("errors") else [""] * n
+    ok = np.array([not e for e in errors])
+    ttft = np.array([_num(x) for x in data["ttfts"]])
+    lat = np.array([_num(x) for x in data["latencies"]]) if isinstance(data.get("latencies"), list) \
+        and data.get("latencies") else None
+    itls = data.get("itls") if isinstance(data.get("itls"), list) and data.get("itls") else None
+    out: dict = {"n": n, "send_s": send, "prompt_tokens": np.array([_num(x) for x in data["input_lens"]]),
+                 "output_tokens": np.array([_num(x) for x in data["output_lens"]]),
+                 "ttft_s": np.where(ok, ttft, np.nan), "error": ["" if not e else str(e) for e in errors]}
+    if lat is not None:
+        out["e2el_s"] = np.where(ok, lat, np.nan)
+    if itls is not None:
+        out["itls"] = [np.asarray([_num(x) for x in (g or [])], dtype=np.float64) for g in itls]
+    if lat is None and itls is None:
+        raise InputError("file", f"{str(p)!r} has neither latencies nor itls: the last token's time is unknown",
+                         "save it with vllm bench serve --save-result --save-detailed")
+    q = data.get("queue_times")
+    if isinstance(q, list) and q:
+        qq = np.nan_to_num(np.array([_num(x) for x in q]), nan=0.0)
+        out["arrival_s"] = send - qq
+    meta = {k: data.get(k) for k in ("date", "backend", "model_id", "tokenizer_id", "request_rate", "burstiness",
+                                     "max_concurrency", "num_prompts", "label") if k in data}
+    out["meta"] = meta
+    return out, notes
+
+
+def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, dict | None, dict, list[str]]:
+    """Records (request schema columns), token chunk columns (or None) and the workload's
+    columns from the raw fields; and notes."""
+    from llmqueue.records.schema import STATUSES
+
+    n = cols["n"]
+    notes: list[str] = []
+    send = cols.get("send_s", cols.get("arrival_s"))
+    arrival = cols.get("arrival_s", send)
+    if np.isnan(send).any():
+        i = int(np.flatnonzero(np.isnan(send))[0])
+        raise InputError("send_s", f"row {i + 1} has no send time", "every request needs its send time")
+    chunks = cols.get("chunks")
+    first = cols.get("first_token_s")
+    if first is None and "ttft_s" in cols:
+        first = send + cols["ttft_s"]
+    if chunks is None and "itls" in cols:
+        if first is None:
+            raise InputError("map", "itl_s needs the first token's time (first_token_s or ttft_s)")
+        chunks = [np.concatenate([[f], f + np.cumsum(g)]) if np.isfinite(f) else np.zeros(0)
+                  for f, g in zip(first.tolist(), cols["itls"])]
+    if first is None:
+        first = np.array([c[0] if len(c) else np.nan for c in chunks])
+    fin = cols.get("finish_s")
+    if fin is None and "e2el_s" in cols:
+        fin = send + cols["e2el_s"]
+    if fin is None:
+        fin = np.array([c[-1] if len(c) else np.nan for c in chunks])
+    out_tok = cols.get("output_tokens")
+    if out_tok is None:
+        out_tok = np.array([len(c) for c in chunks], dtype=np.float64)
+        notes.append("output_tokens counted as the streamed chunks")
+    # statuses
+    st = cols.get("status")
+    err = cols.get("error")
+    status = []
+    for i in range(n):
+        s = st[i] if st is not None else None
+        if s is None:
+            if err is not None and err[i]:
+                s = "error"
+            else:
+                s = "ok" if np.isfinite(fin[i]) and np.isfinite(first[i]) else "unfinished"
+        if s not in STATUSES:
+            raise InputError("status", f"row {i + 1}: {s!r} is not a status", f"statuses: {', '.join(STATUSES)}")
+        status.append(s)
+    status = np.array(status, dtype=object)
+    ok = status == "ok"
+    bad = ok & ~(np.isfinite(first) & np.isfinite(fin))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError("status", f"row {i + 1} is ok but has no first or last token time",
+                         "map first_token_s/ttft_s and finish_s/e2el_s")
+    # a failed request's finish time: its send where none was recorded (a status other than unfinished has one)
+    fin = np.where(~np.isfinite(fin) & (status != "unfinished"), send, fin)
+    if time_origin is None:
+        time_origin = float(np.nanmin(np.concatenate([send, arrival])))
+    shift = float(time_origin)
+    send, arrival, first, fin = send - shift, arrival - shift, first - shift, fin - shift
+    if chunks is not None:
+        chunks = [c - shift for c in chunks]
+    rid = cols.get("request_id")
+    rid = np.arange(n, dtype=np.int64) if rid is None or np.isnan(rid).any() else rid.astype(np.int64)
+    att = cols.get("attempt")
+    att = np.ones(n, dtype=np.int64) if att is None or np.isnan(att).any() else att.astype(np.int64)
+    key = list(zip(rid.tolist(), att.tolist()))
+    if len(set(key)) != n:
+        dup = next(k for k in key if key.count(k) > 1)
+        raise InputError("request_id", f"request {dup[0]} attempt {dup[1]} appears twice",
+                         "map attempt=COLUMN for retries, or give unique ids")
+    cls = cols.get("class")
+    cls = np.array(["default"] * n, dtype=object) if cls is None else cls
+    cached = cols.get("cached_prompt_tokens")
+    records = {
+        "request_id": rid, "class": cls, "arrival_s": arrival, "dispatched_s": send,
+        "first_scheduled_s": np.full(n, np.nan), "first_token_s": np.where(ok, first, np.nan),
+        "finish_s": fin, "prompt_tokens": cols["prompt_tokens"].astype(np.int64),
+        "output_tokens": np.where(ok, np.nan_to_num(out_tok), 0).astype(np.int64),
+        "cached_prompt_tokens": np.zeros(n, np.int64) if cached is None else np.nan_to_num(cached).astype(np.int64),
+        "status": status, "preemptions": np.zeros(n, np.int64), "replica": np.zeros(n, np.int64),
+        "attempt": att}
+    tokens = None
+    if chunks is not None:
+        keep = [i for i in range(n) if ok[i] and len(chunks[i])]
+        cnt = np.array([len(chunks[i]) for i in keep], dtype=np.int64)
+        tokens = {"request_id": np.repeat(rid[keep], cnt) if keep else np.zeros(0, np.int64),
+                  "attempt": np.repeat(att[keep], cnt) if keep else np.zeros(0, np.int64),
+                  "index": (np.concatenate([np.arange(c) for c in cnt]) if keep else np.zeros(0)).astype(np.int64),
+                  "t_s": np.concatenate([chunks[i] for i in keep]) if keep else np.zeros(0)}
+    # the request stream (first attempts): a failed request's wanted output is not known
+    first_att = att == 1
+    wanted = np.nan_to_num(out_tok).astype(np.int64)
+    unknown = first_att & (wanted < 1)
+    if unknown.any():
+        fill = int(np.median(wanted[first_att & ~unknown])) if (first_att & ~unknown).any() else 1
+        wanted = np.where(unknown, max(fill, 1), wanted)
+        notes.append(f"{int(unknown.sum())} request(s) without an output length (failed): the workload asks "
+                     f"{max(fill, 1)} output tokens of them (the median)")
+    o = np.argsort(arrival[first_att], kind="stable")
+    workload = {"request_id": rid[first_att][o], "class": cls[first_att][o], "arrival_s": arrival[first_att][o],
+                "prompt_tokens": records["prompt_tokens"][first_att][o], "output_tokens": wanted[first_att][o]}
+    return records, tokens, workload, notes
+
+
+def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_origin: float | None = None,
+               time_unit: str = "s", request_rate: float | None = None, settings: dict | None = None,
+               server_log=None) -> dict:
+    """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`FORMATS`);
+    ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
+    ``server.json`` with their source; ``server_log``: the server's log, read for them too.
+    Returns the summary written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from llmqueue.bench.server_info import record
+    from llmqueue.metrics import summarize
+    from llmqueue.records import RequestRecords, dump_summary, write_records
+
+    if fmt not in FORMATS:
+        raise InputError("FORMAT", f"unknown format {fmt!r}", f"formats: {', '.join(FORMATS)}")
+    if time_unit not in _UNITS:
+        raise InputError("time_unit", f"unknown unit {time_unit!r}", "s, ms, us or ns")
+    path = Path(path)
+    if fmt == "vllm-bench":
+        if mapping:
+            raise InputError("map", "applies to jsonl and csv files; a vLLM bench serve result has fixed keys")
+        cols, notes = _vllm_columns(path, request_rate)
+    else:
+        if request_rate is not None:
+            raise InputError("request_rate", "applies only to vllm-bench results without start_times")
+        cols = _table_columns(_read_rows(path, fmt), parse_map(mapping), repr(str(path)), _UNITS[time_unit])
+        notes = []
+    meta = cols.pop("meta", None)
+    records, tokens, workload, more = build_run(cols, time_origin=time_origin)
+    notes += more
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError("out", f"cannot create {out} ({e.strerror or e})") from None
+    recs = RequestRecords.from_columns(records)
+    write_records(out / "requests.parquet", recs)
+    pq.write_table(pa.table({"request_id": pa.array(workload["request_id"], pa.int64()),
+                             "class": pa.array(workload["class"].astype(str), pa.string()),
+                             "arrival_s": pa.array(workload["arrival_s"], pa.float64()),
+                             "prompt_tokens": pa.array(workload["prompt_tokens"], pa.int64()),
+                             "output_tokens": pa.array(workload["output_tokens"], pa.int64())}),
+                   out / "workload.parquet")
+    itl = None
+    if tokens is not None:
+        from llmqueue.bench.client import _TOKEN_SCHEMA
+
+        pq.write_table(pa.table(tokens, schema=_TOKEN_SCHEMA()), out / "tokens.parquet")
+        t = np.asarray(tokens["t_s"])
+        same = (np.diff(tokens["request_id"]) == 0) & (np.diff(tokens["attempt"]) == 0) if len(t) > 1 \
+            else np.zeros(0, bool)
+        gaps, gt = np.diff(t)[same], t[1:][same]
+        itl = gaps[np.argsort(gt, kind="stable")]
+    else:
+        (out / "tokens.parquet").unlink(missing_ok=True)
+    server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) else {}
+    kv = server.get("M_usable") or server.get("M") or None
+    s = summarize(recs, itl_s=itl, send_s=recs["dispatched_s"], kv_capacity=kv)
+    s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
+                     "chunk_times": tokens is not None, **({"result": meta} if meta else {})}
+    if notes:
+        s["notes"] = notes
+    dump_summary(out / "summary.json", s)
+    return s
