@@ -1,13 +1,22 @@
-"""A fleet of replicas on one clock: routers (this package's first part; pools, lanes, P/D, the
-gateway's admission and autoscaling come next).
+"""A fleet of replicas on one clock: pools behind routers, lanes, P/D, the gateway, autoscalers,
+faults.
 
-- :mod:`llmqueue.cluster.routers`: routing policies as small objects that decide from read-only
-  views of the replicas (random, round robin, least outstanding requests, power of two choices)
-  and the central queue (the gateway holds requests until a replica has a free slot: M/M/c).
-- :mod:`llmqueue.cluster.fleet`: :func:`simulate_fleet`, N replicas of one engine behind a router.
+- :mod:`llmqueue.cluster.spec`: what a fleet is (:class:`~llmqueue.cluster.spec.FleetSpec`: pools,
+  lanes, disaggregation, gateway, autoscalers, faults), checked with field paths.
+- :mod:`llmqueue.cluster.fleet`: :func:`simulate_fleet`, the event loop; its parts:
+  :mod:`~llmqueue.cluster.pool` (a pool's replica slots and counts), :mod:`~llmqueue.cluster.view`
+  (what a router reads), :mod:`~llmqueue.cluster.gateway` (token buckets, admission, shedding,
+  fallback), :mod:`~llmqueue.cluster.autoscaler` (the HPA rule), :mod:`~llmqueue.cluster.link`
+  (the P/D KV link as a FCFS queue), :mod:`~llmqueue.cluster.collect` (records), and
+  :mod:`~llmqueue.cluster.events` (event kinds).
+- :mod:`llmqueue.cluster.routers` and :mod:`~llmqueue.cluster.affinity`: routing policies as small
+  objects deciding from a :class:`~llmqueue.cluster.view.PoolView` (random, round robin, JSQ,
+  least prefill backlog, power of two choices, central M/M/c queue, least KV, prefix affinity,
+  sessions).
 """
 
 from llmqueue.cluster.fleet import simulate_fleet
 from llmqueue.cluster.routers import ROUTERS, router
+from llmqueue.cluster.spec import FleetSpec
 
-__all__ = ["ROUTERS", "router", "simulate_fleet"]
+__all__ = ["ROUTERS", "FleetSpec", "router", "simulate_fleet"]

@@ -1,0 +1,130 @@
+"""The fleet's records: request columns a batch at a time, the replicas' step and time-series
+records, the pools series (replicas and queue depth per pool and class over time) and the facts
+the summary needs (:class:`FleetRecords`, a part of the fleet simulator
+:mod:`llmqueue.cluster.fleet`)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from llmqueue.cluster.events import KV, SAMPLE
+from llmqueue.cluster.pool import PROVISIONING
+from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
+from llmqueue.engine.run import SimResult, _concat_steps, request_columns
+
+
+
+class FleetRecords:
+    """The record-keeping half of the fleet (mixed into its simulator)."""
+
+    def _sample(self, k: int) -> None:
+        t = k * self.sample_dt
+        for pool in self.pools:
+            prov = pool.count(PROVISIONING)
+            serving = pool.serving()
+            for c in self.classes:
+                held = sum(1 for r in pool.held if r.class_name == c)
+                waiting = 0
+                for rep in pool.reps:
+                    if rep is not None:
+                        waiting += rep.waiting.count(c) + sum(1 for e in rep._arrivals if e[3].class_name == c)
+                self.samples.append((t, pool.name, c, serving, prov, waiting + held, pool.by_class[c] - waiting))
+        if self._periodic_next((k + 1) * self.sample_dt):
+            self._push((k + 1) * self.sample_dt, SAMPLE, k + 1)
+
+    def _result(self, t0: float) -> SimResult:
+        horizon = self.horizon
+        left = []
+        for pool in self.pools:
+            for i, rep in enumerate(pool.reps):
+                if rep is None:
+                    continue
+                rep.run(horizon)  # the rest is each replica's own (to the horizon, or until idle)
+                left += [(pool.k, pool.gid[i], q) for q in (*rep.in_system(), *(e[3] for e in rep._arrivals))]
+            left += [(pool.k, -1, q) for q in pool.held]
+        left += [(self.decode.k, -1, e[3]) for e in self.ev if e[1] == KV]
+        for _, _, q in left:
+            q.outcome = "unfinished"
+            q.finish_time = math.nan
+        parts = [*self.chunks, self._columns([*self.done, *left])]
+        seq = np.concatenate([p.pop("seq") for p in parts])
+        order = np.argsort(seq, kind="stable")
+        req = {name: np.concatenate([p[name] for p in parts])[order] for name in parts[0]}
+        steps, ts = [], []
+        for pool in self.pools:
+            for i, rep in pool.all_replicas():
+                s, x = rep.step_columns(), rep.timeseries_columns()
+                s["replica"][:] = pool.gid[i]
+                x["replica"][:] = pool.gid[i]
+                if self.columns:
+                    x["pool"] = np.full(len(x["t_s"]), pool.name, dtype=object)
+                steps.append(s)
+                ts.append(x)
+        fin = req["finish_s"]
+        ts_names = (*TS_FIELDS, "pool") if self.columns else TS_FIELDS
+        res = SimResult(requests=req, steps=_concat_steps(steps, STEP_FIELDS), timeseries=_concat_steps(ts, ts_names),
+                        horizon_s=horizon if horizon < math.inf else (float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0),
+                        wall_s=time.perf_counter() - t0,
+                        num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),
+                        capacity_tokens=self.spec.pools[0].config.capacity_tokens,
+                        reject_reasons=self.reasons)
+        if self.columns:
+            res.pools = self._pool_columns()
+            res.fleet = self._facts()
+        return res
+
+    def _columns(self, rows: list) -> dict:
+        """Record columns (and ``seq``) of ``rows``: (pool index, replica id, request)."""
+        reqs = [q for _, _, q in rows]
+        req = request_columns(reqs)
+        req["replica"] = np.fromiter((i for _, i, _ in rows), np.int64, len(rows))
+        req["seq"] = np.fromiter((q.seq for q in reqs), np.int64, len(rows))
+        for q in reqs:
+            if q.reason:
+                self.reasons[q.seq] = q.reason
+        if self.columns:
+            self._fleet_columns(req, rows)
+        return req
+
+    def _fleet_columns(self, req: dict, rows: list) -> None:
+        names = [p.name for p in self.pools]
+        models = [p.spec.model for p in self.pools]
+        n = len(rows)
+        req["pool"] = np.asarray([names[k] for k, _, _ in rows], dtype=object)
+        req["model"] = np.asarray([models[k] for k, _, _ in rows], dtype=object)
+        lanes = self.lane_of
+        req["lane"] = np.asarray([lanes.pop(q.seq, "") for _, _, q in rows], dtype=object)
+        pre = np.full(n, -1, dtype=np.int64)
+        kv = np.full(n, np.nan)
+        if self.pd_info:
+            disp = req["dispatched_s"]
+            for j, (k, _, q) in enumerate(rows):
+                if self.pools[k] is self.decode:
+                    info = self.pd_info.pop(q.seq, None)
+                    if info is not None:
+                        pre[j], kv[j], disp[j] = info
+        req["prefill_replica"] = pre
+        req["kv_transfer_s"] = kv
+
+    def _pool_columns(self) -> dict:
+        s = self.samples
+        return {"t_s": np.asarray([x[0] for x in s], dtype=np.float64),
+                "pool": np.asarray([x[1] for x in s], dtype=object),
+                "class": np.asarray([x[2] for x in s], dtype=object),
+                "replicas": np.asarray([x[3] for x in s], dtype=np.int64),
+                "provisioning": np.asarray([x[4] for x in s], dtype=np.int64),
+                "num_waiting": np.asarray([x[5] for x in s], dtype=np.int64),
+                "num_running": np.asarray([x[6] for x in s], dtype=np.int64)}
+
+    def _facts(self) -> dict:
+        """What the summary needs beyond the records: each pool's model, cost and quality, the
+        scaling events, fallbacks taken, the link's busy time."""
+        return {"pools": {p.name: {"model": p.spec.model, "role": p.spec.role, "replicas": p.spec.replicas,
+                                   "cost_per_replica_hour": p.spec.cost_per_replica_hour, "quality": p.spec.quality}
+                          for p in self.pools},
+                "scale_events": [list(e) for e in self.scale_events],
+                "fallbacks": self.gateway.fallbacks_taken if self.gateway else 0,
+                "kv_link_busy_s": self.link.busy_s if self.link else 0.0}
