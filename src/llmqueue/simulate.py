@@ -292,11 +292,16 @@ def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
             "rho": r.rho, "mean_e2el_ms": r.mean_e2el_ms, "mean_queue_ms": r.mean_queue_ms}
 
 
-def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
-    """Generate, simulate, summarise; returns the records, the summary and the theory."""
+def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
+    """Generate, simulate, summarise; returns the records, the summary and the theory. ``margin``:
+    also measure the run's distance to the preemption cliff (:mod:`llmqueue.plan.margin`: the
+    same arrivals re-simulated with a slower engine and with more traffic); a run within
+    ``1 + margin`` of it is judged "metastable"."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
+    if margin is not None and (spec.fleet is not None or spec.replicas > 1):
+        raise InputError("margin", "is measured on one replica", "drop --margin, or --replicas / the fleet")
     requests = generate_requests(spec)
     opts = spec.options
     if spec.engine.policy == "srpt" and opts.predicted_output is None and spec.predictor_cv > 0:
@@ -354,6 +359,14 @@ def run_simulation(spec: SimSpec, *, progress: bool = False) -> SimOutcome:
         summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
                                          **fleet_accounts(spec))
     theory = theory_for(spec, requests, res.steps)
+    if margin is not None:
+        from llmqueue.plan.margin import margin_verdict, regime_margin
+
+        m = regime_margin(spec, requests, margin=margin)
+        summary["regime_margin"] = m
+        said = margin_verdict(m)
+        if said is not None and str(summary.get("verdict", "")).startswith("stable"):
+            summary["verdict"] = said
     if spec.notes:
         summary["notes"] = list(spec.notes)
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)

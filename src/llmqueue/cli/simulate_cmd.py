@@ -18,10 +18,14 @@ from llmqueue.cli.flags import given_flags, knob_options
 @click.option("--out", "out_dir", type=OutputPath("dir", also=run_outputs),
               help="Write requests/steps/timeseries Parquet and summary.json here (created with any missing "
                    "parents; checked before the simulation runs).")
+@click.option("--margin", type=float, metavar="FRACTION",
+              help="Also measure the distance to the preemption cliff: the same arrivals re-simulated with a "
+                   "slower engine and with more traffic (bisection, about 15 more runs); a run a FRACTION (e.g. "
+                   "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
-def simulate(ctx, scenario, sets, out_dir, progress, as_json, **flags):
+def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     """Simulate one serving replica step by step with vLLM v1's scheduling semantics.
 
     Prints vLLM bench serve's metrics (TTFT, TPOT, ITL, E2EL percentiles with confidence
@@ -46,7 +50,7 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, **flags):
     spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
     if progress is None:
         progress = sys.stderr.isatty()
-    out = run_simulation(spec, progress=progress)
+    out = run_simulation(spec, progress=progress, margin=margin)
     if out_dir:
         write_outcome(out, out_dir)
     report = {**out.summary, "theory": out.theory}
@@ -93,6 +97,15 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
     if s.get("request_goodput") is not None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
         rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
+    m = s.get("regime_margin")
+    if m:
+        def factor(x):
+            return "none up to x%g" % m["max_factor"] if x is None else f"x{x:.3g}"
+
+        rows += [("preemption regime (margin %g%%)" % (100 * m["margin"]), m["regime"]),
+                 ("engine slow-down that tips it", factor(m["speed_factor"])),
+                 ("traffic factor that tips it", factor(m["rate_factor"])),
+                 ("rate sustained without preemption (req/s)", m["rate_without_preemption"])]
     print_kv(rows, title="Simulation")
     if th:
         trows = [("b (s), " + th.get("b_source", ""), th.get("b"))] if th.get("b") else []

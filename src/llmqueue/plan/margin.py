@@ -1,0 +1,136 @@
+"""Regime margins: how far a run without preemption sits from a KV-bound engine's cliff.
+
+A KV-bound replica has two capacities (Nie et al. 2026): the rate it sustains without preempting
+anyone, and ``mu = M / (b E[g])``, the throughput of the thrashing state it falls into once
+requests are preempted and recomputed. Between them the outcome sits on a cliff: a slightly
+slower engine, or slightly more traffic, and the same arrivals tip into preemption. A verdict of
+"stable" there says nothing about how close the cliff is; :func:`regime_margin` measures it by
+simulating the same request stream again:
+
+- ``speed_factor``: the smallest factor ``f`` (every step ``f`` times as long: an engine at
+  ``1/f`` of the modelled speed) at which the same arrivals see a preemption, found by bisection
+  on ``[1, max_factor]``;
+- ``rate_factor``: the smallest factor ``k`` (arrival times divided by ``k``: ``k lam``, the
+  process's shape kept) at which the unchanged engine preempts; ``k lam`` is the rate sustained
+  without preemption.
+
+A run whose ``speed_factor`` or ``rate_factor`` is within ``1 + margin`` is "metastable": a
+``margin`` error in the calibration or the forecast crosses the cliff. Each bisection assumes
+that preemption, once it appears, stays as the engine slows or the load grows; the simulations
+reuse the run's seed, so the answer is reproducible.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+SIMULATIONS_PER_SEARCH = 7  # bisection steps: [1, 2] to about 1 %
+
+
+def _rescaled(requests, k: float):
+    """The stream with arrival times divided by ``k`` (rate ``k lam``, same shape)."""
+    from llmqueue.workload.generate import RequestArrays
+
+    names = np.asarray(requests.classes, dtype=object)[np.asarray(requests.class_index)]
+    return RequestArrays(requests.request_id, np.asarray(requests.arrival_s) / k, requests.prompt_tokens,
+                         requests.output_tokens, names)
+
+
+def preemptions(spec, requests, *, speed: float = 1.0, rate: float = 1.0) -> int:
+    """Preemptions when ``requests`` (arrival times divided by ``rate``) meet ``spec``'s engine with
+    every step ``speed`` times as long; the run's own options (seed, horizon, client), no time
+    series."""
+    from llmqueue.engine import simulate
+
+    opts = copy.copy(spec.options)
+    opts.sample_dt = 0.0
+    opts.progress = None
+    opts.early_stop = False
+    if opts.horizon_s is not None and rate != 1.0:
+        opts.horizon_s = opts.horizon_s / rate
+    model = spec.step_time.scaled(speed) if speed != 1.0 else spec.step_time
+    res = simulate(spec.engine, model, _rescaled(requests, rate) if rate != 1.0 else requests, options=opts)
+    return int(np.sum(res.requests["preemptions"]))
+
+
+def _cliff(preempts, hi: float, steps: int) -> float | None:
+    """The smallest x in (1, hi] with ``preempts(x) > 0`` (to ``(hi - 1) / 2**steps``), given none
+    at 1; None when there is none at ``hi`` either."""
+    if preempts(hi) == 0:
+        return None
+    lo = 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if preempts(mid) > 0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _cliff_below(preempts, lo: float, steps: int) -> float | None:
+    """The largest x in [lo, 1) with ``preempts(x) == 0`` (to ``(1 - lo) / 2**steps``), given some
+    at 1; None when there are some at ``lo`` too."""
+    if preempts(lo) > 0:
+        return None
+    hi = 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if preempts(mid) > 0:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def regime_margin(spec, requests, *, margin: float = 0.1, max_factor: float = 2.0,
+                  steps: int = SIMULATIONS_PER_SEARCH) -> dict:
+    """The run's distance to the preemption cliff (see the module docstring). Returns
+    ``regime`` (``preempting``: the run already preempts; ``metastable``; ``clear``: no cliff within
+    ``1 + margin``), ``speed_factor`` and ``rate_factor`` (None: none up to ``max_factor``),
+    ``rate_without_preemption`` (``rate_factor`` x the run's mean arrival rate; for a run already
+    preempting, the largest factor below 1 without preemption, searched down to
+    ``1 / max_factor``), ``margin``,
+    ``simulations`` and ``seed``."""
+    if not (isinstance(margin, (int, float)) and 0 < margin < max_factor - 1):
+        from llmqueue.errors import InputError
+
+        raise InputError("margin", f"must be between 0 and {max_factor - 1:g} (got {margin!r})")
+    n = [0]
+
+    def count(speed=1.0, rate=1.0):
+        n[0] += 1
+        return preemptions(spec, requests, speed=speed, rate=rate)
+
+    out: dict = {"margin": margin, "max_factor": max_factor, "seed": spec.options.seed}
+    base = count()
+    arr = np.asarray(requests.arrival_s)
+    lam = (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None
+    if base > 0:
+        # already past the cliff: the rate it would sustain without preemption, from below
+        k = _cliff_below(lambda x: count(rate=x), 1.0 / max_factor, steps)
+        out.update(regime="preempting", preemptions=base, speed_factor=1.0, rate_factor=1.0,
+                   rate_without_preemption=None if k is None or lam is None else k * lam, simulations=n[0])
+        return out
+    f = _cliff(lambda x: count(speed=x), max_factor, steps)
+    k = _cliff(lambda x: count(rate=x), max_factor, steps)
+    near = min(x for x in (f, k, math.inf) if x is not None)
+    out.update(regime="metastable" if near <= 1 + margin else "clear", preemptions=0, speed_factor=f,
+               rate_factor=k, rate_without_preemption=None if k is None or lam is None else k * lam,
+               simulations=n[0])
+    return out
+
+
+def margin_verdict(m: dict) -> str | None:
+    """The verdict's wording for a metastable run (None otherwise)."""
+    if m.get("regime") != "metastable":
+        return None
+    parts = []
+    if m.get("speed_factor") is not None:
+        parts.append(f"an engine {100 * (m['speed_factor'] - 1):.0f}% slower")
+    if m.get("rate_factor") is not None:
+        parts.append(f"{100 * (m['rate_factor'] - 1):.0f}% more traffic")
+    return f"metastable: {' or '.join(parts)} tips the same arrivals into preemption (margin {100 * m['margin']:g}%)"

@@ -1,0 +1,88 @@
+"""Regime margins (llmqueue.plan.margin): the distance of a run without preemption to the
+preemption cliff of a KV-bound engine, in Nie et al.'s 1:1 setting (M = 131,000 tokens, chunk
+512, b = 0.0372 s, U(10, 1600) prompts and outputs; their thrashing capacity mu = 3.263 req/s)."""
+
+import json
+
+import pytest
+
+from llmqueue.cli.main import main
+from llmqueue.plan.margin import preemptions, regime_margin
+from llmqueue.spec import spec_from_flags
+
+FLAGS = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512", "--prompt-len", "uniform:10:1600",
+         "--output-len", "uniform:10:1600", "--duration", "1800", "--seed", "1", "--no-progress"]
+
+
+def _run(capsys, rate, *extra):
+    code = main(["simulate", *FLAGS, "--rate", str(rate), "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    d = json.loads(out)
+    return d
+
+
+@pytest.fixture(scope="module")
+def margins():
+    """The spec and stream exactly as `llmqueue simulate` builds them, and each run's margin."""
+    from llmqueue.cli.flags import given_flags
+    from llmqueue.cli.simulate_cmd import simulate as cmd
+    from llmqueue.simulate import generate_requests
+
+    out = {}
+    for rate in (1.5, 2.3, 2.6):
+        ctx = cmd.make_context("simulate", [*FLAGS, "--rate", str(rate)])
+        flags = {k: v for k, v in ctx.params.items()
+                 if k not in ("scenario", "sets", "out_dir", "progress", "as_json", "margin")}
+        spec = spec_from_flags(flags, scenario=None, given=given_flags(ctx, flags), sets=())
+        spec.options.horizon_s = spec.duration_s
+        reqs = generate_requests(spec)
+        out[rate] = (spec, reqs, regime_margin(spec, reqs, margin=0.1))
+    return out
+
+
+def test_a_run_far_from_the_cliff_is_clear_and_one_near_it_metastable(margins):
+    _, _, far = margins[1.5]
+    _, _, near = margins[2.3]
+    assert far["regime"] == "clear" and far["preemptions"] == 0
+    assert far["speed_factor"] > 1.3 and far["rate_factor"] > 1.3
+    assert near["regime"] == "metastable"
+    assert 1.0 < near["rate_factor"] <= 1.1 and 1.0 < near["speed_factor"] <= 1.1
+
+
+def test_the_bisection_brackets_the_cliff(margins):
+    """Just past the factor found the same arrivals preempt; 1/128 before it (the bisection's
+    resolution on [1, 2]) they do not."""
+    spec, reqs, m = margins[2.3]
+    k = m["rate_factor"]
+    assert preemptions(spec, reqs, rate=k) > 0
+    assert preemptions(spec, reqs, rate=k - 1 / 128) == 0
+    f = m["speed_factor"]
+    assert preemptions(spec, reqs, speed=f) > 0
+    assert preemptions(spec, reqs, speed=f - 1 / 128) == 0
+
+
+def test_the_rate_without_preemption_is_one_capacity_below_the_thrashing_one(margins):
+    """Found from below (runs at 1.5 and 2.3 req/s) and from above (2.6 req/s, already preempting),
+    the rate sustained without preemption agrees to 2 %, and lies below Nie et al.'s mu = M/(b E[g])
+    = 3.263 req/s, the throughput of the thrashing state: the two capacities of a KV-bound engine."""
+    rates = [margins[r][2]["rate_without_preemption"] for r in (1.5, 2.3, 2.6)]
+    assert margins[2.6][2]["regime"] == "preempting"
+    assert max(rates) / min(rates) < 1.02, rates
+    assert max(rates) < 0.9 * 3.263
+
+
+def test_the_command_line_says_metastable(capsys):
+    d = _run(capsys, 2.3, "--margin", "0.1")
+    assert d["verdict"].startswith("metastable") and d["regime_margin"]["regime"] == "metastable"
+    d = _run(capsys, 1.5, "--margin", "0.1")
+    assert d["verdict"].startswith("stable") and d["regime_margin"]["regime"] == "clear"
+
+
+@pytest.mark.parametrize("extra,fragment", [(["--margin", "0"], "margin"), (["--margin", "5"], "margin"),
+                                            (["--margin", "0.1", "--replicas", "2"], "margin")])
+def test_bad_margins_are_one_line(capsys, extra, fragment):
+    code = main(["simulate", *FLAGS, "--rate", "1", *extra])
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err
