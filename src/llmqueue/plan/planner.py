@@ -15,7 +15,11 @@ the SLOs, whatever the simulation would say) when
 - ``rho = lam / (R mu)`` exceeds the utilization ceiling ``rho_max`` (default 0.95): at or above
   the theory's capacity the queue grows, and just below it the p99 of any finite run is a
   matter of its length;
-- its TTFT or TPOT bound (one request alone) already exceeds the p99 target.
+- its TTFT or TPOT bound (one request alone) already exceeds the p99 target;
+- the burst bound (:mod:`llmqueue.plan.burst`): on the arrival path the simulation serves, the
+  fluid backlog above ``R mu / rho_max`` makes more than 1% of the measured requests wait longer
+  than the p99 TTFT target before their first step (a bursty process whose peak level, held for
+  minutes, exceeds what the deployment serves, although its mean does not).
 
 **Simulation second**: the survivors, cheapest first (ties: the larger rate bound first, then
 the configuration's fields), are simulated with the fleet simulator (every configuration with
@@ -138,7 +142,9 @@ def scenario_workload(scenario: str, *, seed: int = 0, duration: float | None = 
         raise InputError("scenario", "its workload has no requests", "give a longer --duration")
     shared = getattr(reqs, "hash_ids", None) is not None or sc.workload.trace is not None
     return Workload(lam=float(sc.mix.rate), prompt=np.asarray(reqs.prompt_tokens, dtype=np.float64),
-                    output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared)
+                    output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared,
+                    arrivals=np.sort(np.asarray(reqs.arrival_s, dtype=np.float64)),
+                    warmup_s=float(sc.run.warmup_s or 0.0))
 
 
 def default_duration(scenario: str, lam: float) -> float:
@@ -181,7 +187,7 @@ def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rh
         c.rate_bound, c.binding = cfg.replicas * r.mu, r.binding
         c.rho = wl.lam / c.rate_bound
         c.ttft_bound_ms, c.tpot_bound_ms = r.ttft_ms, r.tpot_ms
-        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour)
+        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour) or _burst(c, wl, slos, rho_max)
         if c.reason is not None:
             c.status = PRUNED
     return out
@@ -197,6 +203,21 @@ def _prune_reason(c: Candidate, slos: dict, rho_max: float, budget) -> str | Non
         for key, target in slos.items():
             if key.endswith(f"_{metric}_ms") and bound is not None and bound > target:
                 return f"latency bound: one request alone has {metric.upper()} {bound:.4g} ms > {key} {target:g} ms"
+    return None
+
+
+def _burst(c: Candidate, wl: Workload, slos: dict, rho_max: float) -> str | None:
+    """The burst bound (:mod:`llmqueue.plan.burst`) on each TTFT percentile target."""
+    from llmqueue.plan.burst import burst_reason
+    from llmqueue.plan.capacity import _percentile_of
+
+    for key, target in slos.items():
+        if key.endswith("_ttft_ms"):
+            r = burst_reason(wl.arrivals, wl.warmup_s, rate_bound=c.rate_bound, rho_max=rho_max,
+                             slots=c.config.replicas * c.config.max_num_seqs, ttft_target_ms=target,
+                             share=1.0 - _percentile_of(key) / 100.0)
+            if r is not None:
+                return r
     return None
 
 
@@ -289,7 +310,10 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
     t0 = time.perf_counter()
     seed = base_seed(scenario_spec, {"scenario": scenario}) if seed is None else int(seed)
     wl = scenario_workload(scenario, seed=seed, duration=duration)
-    duration = default_duration(scenario, wl.lam) if duration is None else float(duration)
+    if duration is None:  # the burst bound needs the whole arrival path the simulation serves
+        duration = default_duration(scenario, wl.lam)
+        wl = scenario_workload(scenario, seed=seed, duration=duration)
+    duration = float(duration)
     configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, routers=routers)
     cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour)
