@@ -189,3 +189,29 @@ def test_burst_bound_is_sound_and_prunes(tmp_path):
     assert not [c.config.label() for c, b in zip(burst, briefs) if b["meets"]]
     # a constant stream below the ceiling builds no backlog beyond one request
     assert fluid_backlog([0.0, 1.0, 2.0, 3.0], 2.0).max() == 1.0
+
+
+# --- backends: the same answer everywhere ---------------------------------------------------------
+
+def _answer(res):
+    sims = {c.config: (c.result["p99_ttft_ms"], c.result["p99_tpot_ms"]) for c in res.candidates if c.result}
+    return res.recommended.config, sims
+
+
+def test_same_plan_on_serial_local_and_ray(scenario, planned):
+    """The same recommendation and the same simulated p99s for the same seed on every backend
+    (each simulation carries its seed; rounds of ``workers`` only add configurations after the answer)."""
+    from llmqueue.plan.backends import get_backend
+
+    serial_rec, serial_sims = _answer(planned)
+    with get_backend("local", workers=2) as be:
+        local_rec, local_sims = _answer(plan(scenario, slos=SLOS, **SPACE, **RUN, backend=be))
+    assert local_rec == serial_rec
+    assert all(local_sims[k] == v for k, v in serial_sims.items() if k in local_sims)
+    assert serial_sims.keys() <= local_sims.keys()
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'llmqueue[ray]')")
+    with get_backend("ray", workers=2) as be:
+        assert be.name == "ray"
+        ray_rec, ray_sims = _answer(plan(scenario, slos=SLOS, **SPACE, **RUN, backend=be))
+    assert ray_rec == serial_rec
+    assert ray_sims == local_sims

@@ -40,16 +40,18 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--duration", type=float, help="Simulated seconds per configuration (default: the warm-up plus "
               "12,000 requests, at least the scenario's run).")
 @click.option("--seed", type=int, help="Seed of every simulation (default: the scenario's).")
-@click.option("--backend", type=click.Choice(["serial", "local"]), default="serial", show_default=True,
-              help="serial: one simulation at a time; local: a process pool (--workers per round).")
-@click.option("--workers", type=int, help="With --backend local: parallel simulations (default: every core).")
+@click.option("--backend", type=click.Choice(["serial", "local", "ray"]), default="serial", show_default=True,
+              help="serial: one simulation at a time; local: a process pool; ray: Ray tasks (--workers per round). "
+              "Every backend gives the same answer for the same seed.")
+@click.option("--workers", type=int, help="With --backend local or ray: parallel simulations (default: every core).")
+@click.option("--address", help="Ray cluster to join (with --backend ray), e.g. auto or ray://host:10001.")
 @click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=_plan_outputs),
               help="Directory for plan.json (every configuration and its status) and the cached points.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
 @json_option
 @click.pass_context
 def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
-         budget_per_hour, rho_max, duration, seed, backend, workers, out_dir, progress, as_json):
+         budget_per_hour, rho_max, duration, seed, backend, workers, address, out_dir, progress, as_json):
     """The cheapest aggregated deployment whose simulated p99 TTFT and TPOT meet the targets.
 
     The space is GPU type x --tp x --replicas x --max-num-seqs x --max-num-batched-tokens x
@@ -89,7 +91,7 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
                    max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
                    max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
                    routers=router_list, budget_per_hour=budget_per_hour, duration=duration, seed=seed,
-                   rho_max=rho_max, backend=backend, workers=workers, out_dir=out_dir, progress=wanted(progress))
+                   rho_max=rho_max, backend=backend, workers=workers, address=address, out_dir=out_dir, progress=wanted(progress))
     d = res.to_dict()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "plan.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")

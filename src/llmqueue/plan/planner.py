@@ -294,8 +294,8 @@ def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, durati
 
 def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
-         rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, out_dir=None,
-         progress: bool = False) -> PlanResult:
+         rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
+         out_dir=None, progress: bool = False, sensitivity: bool = False) -> PlanResult:
     """The cheapest configuration of the space meeting ``slos`` (see the module docstring)."""
     from llmqueue._progress import bar as progress_bar
     from llmqueue.plan.backends import get_backend
@@ -321,7 +321,7 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
     t_theory = time.perf_counter() - t0
     todo = sorted((c for c in cands if c.status != PRUNED), key=Candidate.order)
     own = not hasattr(backend, "map")
-    be = get_backend(backend, workers=workers)
+    be = get_backend(backend, workers=workers, address=address)
     width = max(1, be.workers) if be.workers else 1
     stats = RunStats()
     bar = progress_bar(len(todo), desc="plan", unit="sim", enabled=progress)
