@@ -133,12 +133,14 @@ def test_cli_json_and_plan_file(scenario, tmp_path, capsys, planned):
         planned.recommended.config.replicas, planned.recommended.config.max_num_seqs)
     on_disk = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert on_disk["recommended"] == rec and len(on_disk["candidates"]) == 48
+    assert [r["case"] for r in d["sensitivity"]["rows"]][0] == "base" and d["sensitivity"]["margin_rate"] > 0
 
 
 def test_cli_table(scenario, tmp_path, capsys):
     code, out, err = _run(capsys, *_space_args(scenario, tmp_path))
     assert code == 0, err
     assert "cost per million output tokens" in out and "pruned by theory" in out and "plan.json" in out
+    assert "Sensitivity" in out and "margin: meets the SLOs up to" in out and "engine 10% slower" in out
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -215,3 +217,39 @@ def test_same_plan_on_serial_local_and_ray(scenario, planned):
         ray_rec, ray_sims = _answer(plan(scenario, slos=SLOS, **SPACE, **RUN, backend=be))
     assert ray_rec == serial_rec
     assert ray_sims == local_sims
+
+
+# --- sensitivity ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sens(scenario, planned):
+    from llmqueue.plan.sensitivity import sensitivity
+
+    return sensitivity(scenario, planned.recommended.config, SLOS, lam=planned.lam, warmup_s=10.0,
+                       duration=RUN["duration"], seed=RUN["seed"])
+
+
+def test_sensitivity_rows_are_consistent(sens, planned):
+    from llmqueue.plan.sensitivity import SPEC_ROWS
+
+    rows = {r["case"]: r for r in sens["rows"]}
+    assert tuple(rows) == SPEC_ROWS
+    for r in rows.values():
+        assert r["p99_ttft_ms"] > 0 and r["p99_tpot_ms"] > 0 and 0 <= r["failed_share"] <= 1
+        assert isinstance(r["meets"], bool) and r["verdict"]
+    assert sens["duration_s"] >= 10.0 + 900.0  # the spike fits after the warm-up
+
+    def lower_ci(r, k):
+        return r[k + "_ci"][0] if r[k + "_ci"] else r[k]
+
+    base, more, slow = rows["base"], rows["+20% traffic"], rows["engine 10% slower"]
+    for k in ("p99_ttft_ms", "p99_tpot_ms"):  # more load or a slower engine: not faster beyond the noise
+        width = (base[k + "_ci"][1] - base[k + "_ci"][0]) if base[k + "_ci"] else 0.05 * base[k]
+        assert more[k] >= base[k] - width
+        assert slow[k] >= base[k] - width
+    assert slow["p99_tpot_ms"] > base["p99_tpot_ms"]  # every step 10% longer
+    if base["meets"]:
+        assert sens["margin_rate"] >= planned.lam
+        assert sens["margin_factor"] == pytest.approx(sens["margin_rate"] / planned.lam)
+    if not more["meets"]:
+        assert sens["margin_rate"] is None or sens["margin_rate"] < 1.2 * planned.lam * 1.1

@@ -35,6 +35,10 @@ the answer in its round are recorded too.
 
 Each configuration ends ``pruned`` (with the reason), ``simulated`` (p99s, CIs, verdict, meets
 or why not) or ``not needed`` (a cheaper one was verified first).
+
+With ``sensitivity``, the recommendation is then simulated under perturbed conditions (more
+traffic, burstier arrivals, a spike, a slower engine) and its rate margin searched
+(:mod:`llmqueue.plan.sensitivity`); the result goes to ``meta["sensitivity"]``.
 """
 
 from __future__ import annotations
@@ -339,6 +343,12 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
             rec = next((c for c in batch if c.meets), None)
             if rec is None:
                 bar.set_postfix_str(f"cheapest tried ${batch[-1].cost_per_hour:.2f}/h")
+        sens = None
+        if sensitivity and rec is not None:
+            from llmqueue.plan.sensitivity import sensitivity as run_sensitivity
+
+            sens = run_sensitivity(scenario, rec.config, slos, lam=wl.lam, warmup_s=wl.warmup_s, duration=duration,
+                                   seed=seed, backend=be, out_dir=out_dir)
         described = be.describe()
     finally:
         bar.close()
@@ -353,4 +363,6 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
                       "max_num_seqs": list(max_num_seqs), "max_num_batched_tokens": list(max_num_batched_tokens),
                       "routers": list(routers)},
             "not_planned": "P/D splits (aggregated serving only)"}
+    if sens is not None:
+        meta["sensitivity"] = sens
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)
