@@ -8,7 +8,7 @@ Reports the wall time (theory and simulation), the configurations pruned, simula
 needed, and the recommendation. The bar: 60 s on the project's 2-core machine. Nothing is cached
 (a fresh temporary output directory).
 
-Usage: python benchmarks/plan_speed.py [--backend serial|local] [--workers N] [--json]
+Usage: python benchmarks/plan_speed.py [--backend serial|local|ray] [--workers N] [--json]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ BAR_S = 60.0
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=("serial", "local"), default="serial")
+    ap.add_argument("--backend", choices=("serial", "local", "ray"), default="serial")
     ap.add_argument("--workers", type=int)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

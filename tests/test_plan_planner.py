@@ -133,12 +133,14 @@ def test_cli_json_and_plan_file(scenario, tmp_path, capsys, planned):
         planned.recommended.config.replicas, planned.recommended.config.max_num_seqs)
     on_disk = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert on_disk["recommended"] == rec and len(on_disk["candidates"]) == 48
+    assert [r["case"] for r in d["sensitivity"]["rows"]][0] == "base" and d["sensitivity"]["margin_rate"] > 0
 
 
 def test_cli_table(scenario, tmp_path, capsys):
     code, out, err = _run(capsys, *_space_args(scenario, tmp_path))
     assert code == 0, err
     assert "cost per million output tokens" in out and "pruned by theory" in out and "plan.json" in out
+    assert "Sensitivity" in out and "margin: meets the SLOs up to" in out and "engine 10% slower" in out
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -165,3 +167,89 @@ def test_cli_impossible_requests(scenario, tmp_path, capsys, extra, words):
     assert "Traceback" not in err
     for w in words:
         assert w in lines[0]
+
+
+# --- the burst bound: bursty arrivals -------------------------------------------------------------
+
+BURSTY = TINY.replace("arrival: poisson:4", "arrival: onoff:9:on=40:off=40:rate_off=1").replace("name: tiny", "name: bursty")
+
+
+def test_burst_bound_is_sound_and_prunes(tmp_path):
+    """On/off arrivals (9 and 1 req/s, mean 5): the burst bound prunes configurations that the
+    mean-rate bound lets through, and none of them meets the SLOs when simulated anyway."""
+    from llmqueue.plan.burst import fluid_backlog
+
+    p = tmp_path / "bursty.yaml"
+    p.write_text(BURSTY)
+    space = dict(SPACE, gpus=["l4", "a100-40gb"])
+    wl = scenario_workload(str(p), seed=RUN["seed"], duration=RUN["duration"])
+    cands = theory(str(p), configurations(**space), wl, slos=SLOS)
+    burst = [c for c in cands if (c.reason or "").startswith("burst bound")]
+    assert burst, "the bursty space should give the burst bound something to prune"
+    assert all(c.rho <= 0.95 for c in burst)  # the mean-rate bound alone would keep them
+    briefs = simulate_configs(str(p), [c.config for c in burst], SLOS, **RUN)
+    assert not [c.config.label() for c, b in zip(burst, briefs) if b["meets"]]
+    # a constant stream below the ceiling builds no backlog beyond one request
+    assert fluid_backlog([0.0, 1.0, 2.0, 3.0], 2.0).max() == 1.0
+
+
+# --- backends: the same answer everywhere ---------------------------------------------------------
+
+def _answer(res):
+    sims = {c.config: (c.result["p99_ttft_ms"], c.result["p99_tpot_ms"]) for c in res.candidates if c.result}
+    return res.recommended.config, sims
+
+
+def test_same_plan_on_serial_local_and_ray(scenario, planned):
+    """The same recommendation and the same simulated p99s for the same seed on every backend
+    (each simulation carries its seed; rounds of ``workers`` only add configurations after the answer)."""
+    from llmqueue.plan.backends import get_backend
+
+    serial_rec, serial_sims = _answer(planned)
+    with get_backend("local", workers=2) as be:
+        local_rec, local_sims = _answer(plan(scenario, slos=SLOS, **SPACE, **RUN, backend=be))
+    assert local_rec == serial_rec
+    assert all(local_sims[k] == v for k, v in serial_sims.items() if k in local_sims)
+    assert serial_sims.keys() <= local_sims.keys()
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'llmqueue[ray]')")
+    with get_backend("ray", workers=2) as be:
+        assert be.name == "ray"
+        ray_rec, ray_sims = _answer(plan(scenario, slos=SLOS, **SPACE, **RUN, backend=be))
+    assert ray_rec == serial_rec
+    assert ray_sims == local_sims
+
+
+# --- sensitivity ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sens(scenario, planned):
+    from llmqueue.plan.sensitivity import sensitivity
+
+    return sensitivity(scenario, planned.recommended.config, SLOS, lam=planned.lam, warmup_s=10.0,
+                       duration=RUN["duration"], seed=RUN["seed"])
+
+
+def test_sensitivity_rows_are_consistent(sens, planned):
+    from llmqueue.plan.sensitivity import SPEC_ROWS
+
+    rows = {r["case"]: r for r in sens["rows"]}
+    assert tuple(rows) == SPEC_ROWS
+    for r in rows.values():
+        assert r["p99_ttft_ms"] > 0 and r["p99_tpot_ms"] > 0 and 0 <= r["failed_share"] <= 1
+        assert isinstance(r["meets"], bool) and r["verdict"]
+    assert sens["duration_s"] >= 10.0 + 900.0  # the spike fits after the warm-up
+
+    def lower_ci(r, k):
+        return r[k + "_ci"][0] if r[k + "_ci"] else r[k]
+
+    base, more, slow = rows["base"], rows["+20% traffic"], rows["engine 10% slower"]
+    for k in ("p99_ttft_ms", "p99_tpot_ms"):  # more load or a slower engine: not faster beyond the noise
+        width = (base[k + "_ci"][1] - base[k + "_ci"][0]) if base[k + "_ci"] else 0.05 * base[k]
+        assert more[k] >= base[k] - width
+        assert slow[k] >= base[k] - width
+    assert slow["p99_tpot_ms"] > base["p99_tpot_ms"]  # every step 10% longer
+    if base["meets"]:
+        assert sens["margin_rate"] >= planned.lam
+        assert sens["margin_factor"] == pytest.approx(sens["margin_rate"] / planned.lam)
+    if not more["meets"]:
+        assert sens["margin_rate"] is None or sens["margin_rate"] < 1.2 * planned.lam * 1.1

@@ -40,16 +40,21 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--duration", type=float, help="Simulated seconds per configuration (default: the warm-up plus "
               "12,000 requests, at least the scenario's run).")
 @click.option("--seed", type=int, help="Seed of every simulation (default: the scenario's).")
-@click.option("--backend", type=click.Choice(["serial", "local"]), default="serial", show_default=True,
-              help="serial: one simulation at a time; local: a process pool (--workers per round).")
-@click.option("--workers", type=int, help="With --backend local: parallel simulations (default: every core).")
+@click.option("--backend", type=click.Choice(["serial", "local", "ray"]), default="serial", show_default=True,
+              help="serial: one simulation at a time; local: a process pool; ray: Ray tasks (--workers per round). "
+              "Every backend gives the same answer for the same seed.")
+@click.option("--workers", type=int, help="With --backend local or ray: parallel simulations (default: every core).")
+@click.option("--address", help="Ray cluster to join (with --backend ray), e.g. auto or ray://host:10001.")
 @click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=_plan_outputs),
               help="Directory for plan.json (every configuration and its status) and the cached points.")
+@click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
+              help="Simulate the recommendation with 20% more traffic, burstier arrivals, a 15-minute x2 spike "
+              "and a 10% slower engine, and search its rate margin (adds wall time).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
 @json_option
 @click.pass_context
 def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
-         budget_per_hour, rho_max, duration, seed, backend, workers, out_dir, progress, as_json):
+         budget_per_hour, rho_max, duration, seed, backend, workers, address, out_dir, sensitivity, progress, as_json):
     """The cheapest aggregated deployment whose simulated p99 TTFT and TPOT meet the targets.
 
     The space is GPU type x --tp x --replicas x --max-num-seqs x --max-num-batched-tokens x
@@ -89,7 +94,8 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
                    max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
                    max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
                    routers=router_list, budget_per_hour=budget_per_hour, duration=duration, seed=seed,
-                   rho_max=rho_max, backend=backend, workers=workers, out_dir=out_dir, progress=wanted(progress))
+                   rho_max=rho_max, backend=backend, workers=workers, address=address, out_dir=out_dir, progress=wanted(progress),
+                   sensitivity=sensitivity)
     d = res.to_dict()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "plan.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
@@ -128,4 +134,17 @@ def print_plan(res, d, out_dir) -> None:
                 [[x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.max_num_seqs,
                   x.config.max_num_batched_tokens, x.cost_per_hour, *[x.result.get(k) for k in keys],
                   "yes" if x.meets else "no", x.reason or "-"] for x in sims], title="\nSimulated")
+    if d.get("sensitivity"):
+        print_sensitivity(d["sensitivity"], res.lam)
     click.echo(f"\nwrote {out_dir}/plan.json")
+
+
+def print_sensitivity(sens: dict, lam: float) -> None:
+    rows = [[r["case"], _ci(r, "p99_ttft_ms"), _ci(r, "p99_tpot_ms"), "yes" if r["meets"] else "no",
+             r["failed_share"], r["verdict"]] for r in sens["rows"]]
+    print_table(["case", "p99_ttft_ms [95% CI]", "p99_tpot_ms [95% CI]", "meets", "failed share", "verdict"], rows,
+                title=f"\nSensitivity of the recommendation ({sens['duration_s']:g} s simulated each, "
+                      f"{fmt(sens['wall_s'])} s wall)")
+    m = sens.get("margin_rate")
+    click.echo(f"margin: meets the SLOs up to {fmt(m)} req/s = {fmt(sens['margin_factor'])} x lam {fmt(lam)}"
+               if m is not None else "margin: no rate found that meets the SLOs")

@@ -43,6 +43,10 @@ class Workload:
     prompt: np.ndarray
     output: np.ndarray
     shared_prefixes: bool = False
+    #: the arrival path the simulation serves (s, sorted) and its warm-up, for the burst bound
+    #: (:mod:`llmqueue.plan.burst`)
+    arrivals: np.ndarray | None = None
+    warmup_s: float = 0.0
 
     @property
     def mean_prompt(self) -> float:

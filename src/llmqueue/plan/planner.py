@@ -15,7 +15,11 @@ the SLOs, whatever the simulation would say) when
 - ``rho = lam / (R mu)`` exceeds the utilization ceiling ``rho_max`` (default 0.95): at or above
   the theory's capacity the queue grows, and just below it the p99 of any finite run is a
   matter of its length;
-- its TTFT or TPOT bound (one request alone) already exceeds the p99 target.
+- its TTFT or TPOT bound (one request alone) already exceeds the p99 target;
+- the burst bound (:mod:`llmqueue.plan.burst`): on the arrival path the simulation serves, the
+  fluid backlog above ``R mu / rho_max`` makes more than 1% of the measured requests wait longer
+  than the p99 TTFT target before their first step (a bursty process whose peak level, held for
+  minutes, exceeds what the deployment serves, although its mean does not).
 
 **Simulation second**: the survivors, cheapest first (ties: the larger rate bound first, then
 the configuration's fields), are simulated with the fleet simulator (every configuration with
@@ -31,6 +35,10 @@ the answer in its round are recorded too.
 
 Each configuration ends ``pruned`` (with the reason), ``simulated`` (p99s, CIs, verdict, meets
 or why not) or ``not needed`` (a cheaper one was verified first).
+
+With ``sensitivity``, the recommendation is then simulated under perturbed conditions (more
+traffic, burstier arrivals, a spike, a slower engine) and its rate margin searched
+(:mod:`llmqueue.plan.sensitivity`); the result goes to ``meta["sensitivity"]``.
 """
 
 from __future__ import annotations
@@ -138,7 +146,9 @@ def scenario_workload(scenario: str, *, seed: int = 0, duration: float | None = 
         raise InputError("scenario", "its workload has no requests", "give a longer --duration")
     shared = getattr(reqs, "hash_ids", None) is not None or sc.workload.trace is not None
     return Workload(lam=float(sc.mix.rate), prompt=np.asarray(reqs.prompt_tokens, dtype=np.float64),
-                    output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared)
+                    output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared,
+                    arrivals=np.sort(np.asarray(reqs.arrival_s, dtype=np.float64)),
+                    warmup_s=float(sc.run.warmup_s or 0.0))
 
 
 def default_duration(scenario: str, lam: float) -> float:
@@ -181,7 +191,7 @@ def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rh
         c.rate_bound, c.binding = cfg.replicas * r.mu, r.binding
         c.rho = wl.lam / c.rate_bound
         c.ttft_bound_ms, c.tpot_bound_ms = r.ttft_ms, r.tpot_ms
-        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour)
+        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour) or _burst(c, wl, slos, rho_max)
         if c.reason is not None:
             c.status = PRUNED
     return out
@@ -197,6 +207,21 @@ def _prune_reason(c: Candidate, slos: dict, rho_max: float, budget) -> str | Non
         for key, target in slos.items():
             if key.endswith(f"_{metric}_ms") and bound is not None and bound > target:
                 return f"latency bound: one request alone has {metric.upper()} {bound:.4g} ms > {key} {target:g} ms"
+    return None
+
+
+def _burst(c: Candidate, wl: Workload, slos: dict, rho_max: float) -> str | None:
+    """The burst bound (:mod:`llmqueue.plan.burst`) on each TTFT percentile target."""
+    from llmqueue.plan.burst import burst_reason
+    from llmqueue.plan.capacity import _percentile_of
+
+    for key, target in slos.items():
+        if key.endswith("_ttft_ms"):
+            r = burst_reason(wl.arrivals, wl.warmup_s, rate_bound=c.rate_bound, rho_max=rho_max,
+                             slots=c.config.replicas * c.config.max_num_seqs, ttft_target_ms=target,
+                             share=1.0 - _percentile_of(key) / 100.0)
+            if r is not None:
+                return r
     return None
 
 
@@ -273,8 +298,8 @@ def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, durati
 
 def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
-         rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, out_dir=None,
-         progress: bool = False) -> PlanResult:
+         rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
+         out_dir=None, progress: bool = False, sensitivity: bool = False) -> PlanResult:
     """The cheapest configuration of the space meeting ``slos`` (see the module docstring)."""
     from llmqueue._progress import bar as progress_bar
     from llmqueue.plan.backends import get_backend
@@ -289,7 +314,10 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
     t0 = time.perf_counter()
     seed = base_seed(scenario_spec, {"scenario": scenario}) if seed is None else int(seed)
     wl = scenario_workload(scenario, seed=seed, duration=duration)
-    duration = default_duration(scenario, wl.lam) if duration is None else float(duration)
+    if duration is None:  # the burst bound needs the whole arrival path the simulation serves
+        duration = default_duration(scenario, wl.lam)
+        wl = scenario_workload(scenario, seed=seed, duration=duration)
+    duration = float(duration)
     configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, routers=routers)
     cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour)
@@ -297,7 +325,7 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
     t_theory = time.perf_counter() - t0
     todo = sorted((c for c in cands if c.status != PRUNED), key=Candidate.order)
     own = not hasattr(backend, "map")
-    be = get_backend(backend, workers=workers)
+    be = get_backend(backend, workers=workers, address=address)
     width = max(1, be.workers) if be.workers else 1
     stats = RunStats()
     bar = progress_bar(len(todo), desc="plan", unit="sim", enabled=progress)
@@ -315,6 +343,12 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
             rec = next((c for c in batch if c.meets), None)
             if rec is None:
                 bar.set_postfix_str(f"cheapest tried ${batch[-1].cost_per_hour:.2f}/h")
+        sens = None
+        if sensitivity and rec is not None:
+            from llmqueue.plan.sensitivity import sensitivity as run_sensitivity
+
+            sens = run_sensitivity(scenario, rec.config, slos, lam=wl.lam, warmup_s=wl.warmup_s, duration=duration,
+                                   seed=seed, backend=be, out_dir=out_dir)
         described = be.describe()
     finally:
         bar.close()
@@ -329,4 +363,6 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
                       "max_num_seqs": list(max_num_seqs), "max_num_batched_tokens": list(max_num_batched_tokens),
                       "routers": list(routers)},
             "not_planned": "P/D splits (aggregated serving only)"}
+    if sens is not None:
+        meta["sensitivity"] = sens
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)
