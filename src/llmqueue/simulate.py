@@ -375,11 +375,14 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
 def fleet_accounts(spec) -> dict:
     """What :func:`llmqueue.metrics.fleet.fleet_summary` needs beyond the records, from the spec:
     ``pool_costs`` and ``pool_quality`` from ``spec.fleet.pools`` (each pool's ``name``,
-    ``cost_per_replica_hour``, ``quality``), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
+    ``cost_per_replica_hour``, ``quality``), ``prefill_pool`` (a P/D fleet's), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
     ``spec.fleet.spike``; whatever the spec lacks is left out."""
     out: dict = {}
     fleet = getattr(spec, "fleet", None)
     pools = getattr(fleet, "pools", None) or []
+    d = getattr(fleet, "disaggregation", None)
+    if d is not None:
+        out["prefill_pool"] = d.prefill
     if pools:
         out["pool_costs"] = {p.name: float(p.cost_per_replica_hour) for p in pools
                              if getattr(p, "cost_per_replica_hour", None) is not None}

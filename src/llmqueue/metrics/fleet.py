@@ -141,14 +141,21 @@ def group_rows(requests, *, warmup_s: float = 0.0, horizon_s: float | None = Non
     return _group_rows(q)
 
 
-def _group_rows(q: _Req) -> dict:
+def _group_rows(q: _Req, prefill_pool: str | None = None) -> dict:
     cls = q.r["class"]
     pools = _names(q.pool)
+    pre = None
+    if prefill_pool is not None and "prefill_replica" in q.r:
+        pre = q.r["prefill_replica"] >= 0  # records of P/D requests: their decode side's, prefilled there
+        if prefill_pool not in pools and pre.any():
+            pools.insert(0, prefill_pool)
     classes = _names(cls)
     total = int((q.ok & q.fin_in).sum())
     out = {"pools": {}, "classes": {}, "pool_class": {}}
     for p in pools:
         mp = q.pool == p
+        if pre is not None and p == prefill_pool:
+            mp = mp | pre  # the prefill pool served every P/D request's prompt and first token
         row = q.row(mp)
         row["served_share"] = row["completed"] / total if total else None
         out["pools"][p] = row
@@ -419,6 +426,7 @@ def recovery_time(t, waiting, spike, *, end_s: float | None = None, tolerance: f
 
 def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: float | None = None, slos=None,
                   pool_costs: dict | None = None, pool_quality: dict | None = None, spike=None,
+                  prefill_pool: str | None = None,
                   tolerance: float = DEFAULT_TOLERANCE, hold_s: float = DEFAULT_HOLD_S,
                   hold_samples: int = DEFAULT_HOLD_SAMPLES) -> dict:
     """A fleet's account from its request records and, optionally, its pools series.
@@ -428,7 +436,9 @@ def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: flo
     :class:`~llmqueue.records.PoolSeries` or None; ``warmup_s`` / ``horizon_s``: the window (pass
     the simulator's ``horizon_s``); ``slos``: targets as :func:`llmqueue.metrics.summarize` takes
     them; ``pool_costs`` / ``pool_quality``: ``{pool: cost per replica-hour}`` / ``{pool: relative
-    quality}``; ``spike``: ``(t0, t1)`` seconds of a load spike, or None; ``tolerance``, ``hold_s``,
+    quality}``; ``spike``: ``(t0, t1)`` seconds of a load spike, or None; ``prefill_pool``: a P/D
+    fleet's prefill pool (its row then counts every request it prefilled, whose record is the
+    decode side's: TTFT is its station's, E2EL and TPOT the request's); ``tolerance``, ``hold_s``,
     ``hold_samples``: :func:`recovery_time`'s.
 
     Keys: ``window_s`` ``[t0, t1]``; ``pools`` / ``classes`` / ``pool_class`` (:func:`group_rows`);
@@ -442,7 +452,7 @@ def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: flo
     t0, t1 = window(requests, warmup_s, horizon_s)
     q = _Req(requests, t0, t1, slos)
     out: dict = {"window_s": [t0, t1]}
-    out.update(_group_rows(q))
+    out.update(_group_rows(q, prefill_pool))
     out["model_mix"] = _model_mix(q)
     out["retries"] = _retries(requests, t0, t1)
     out["quality"] = quality_account(out, pool_quality)
