@@ -441,3 +441,24 @@ def test_validate_engine_flags_override_the_calibrated_server(tmp_path, capsys):
     assert main([*args, "--max-num-seqs", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("llmqueue: error: --max-num-seqs: must be >= 1") and err.count("\n") == 1
+
+
+def test_validate_margin_gives_the_distance_to_the_preemption_cliff(tmp_path, capsys):
+    """validate --margin: the calibrated prediction's regime, the engine slow-down and the traffic
+    factor that tip the same stream into preemption, printed and in the JSON; a small KV cache
+    (--capacity-tokens) brings the cliff closer."""
+    run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
+    capsys.readouterr()
+    args = ["validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--margin", "0.1"]
+    assert main([*args, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["regime_margin"]
+    assert m["regime"] in ("clear", "metastable", "preempting") and m["margin"] == 0.1
+    assert main([*args, "--json", "--capacity-tokens", "4000"]) == 0
+    small = json.loads(capsys.readouterr().out)["regime_margin"]
+    room = [x if x is not None else m["max_factor"] for x in (m["rate_factor"], small["rate_factor"])]
+    assert room[1] <= room[0]  # less KV, no more room before preempting
+    assert small["regime"] != "clear" or small["rate_factor"] is not None
+    assert main(args) == 0
+    assert "Distance to the preemption cliff" in capsys.readouterr().out

@@ -131,7 +131,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
              speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8,
-             knobs: dict | None = None, progress: bool = False) -> dict:
+             knobs: dict | None = None, progress: bool = False, margin: float | None = None) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -163,7 +163,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     overriding the calibrated replica: ``capacity_tokens`` its ``M``, ``step_time`` the step model,
     ``enable_prefix_caching`` the choice made from the server's counters, ``seed`` the seed.
     ``progress``: one bar on stderr over every simulation (the prediction, the speed band's two, each
-    drift draw), in simulated seconds.
+    drift draw), in simulated seconds. ``margin``: also the prediction's distance to the preemption
+    cliff (:func:`llmqueue.plan.margin.regime_margin` on the same stream, engine and seed; key
+    ``regime_margin``); a simulated "stable" within ``1 + margin`` of it becomes "metastable".
     """
     from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -336,10 +338,21 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         cap["rel_err_theory"] = (th.mu - cap["measured"]) / cap["measured"]
         cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
     verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": th.verdict}
+    regime = None
+    if margin is not None:
+        from llmqueue.plan.margin import margin_verdict, regime_margin
+
+        spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
+                       predictor_cv=predictor_cv, options=SimOptions(seed=seed, horizon_s=horizon, hash_ids=hash_ids,
+                                                                     hash_block_tokens=H))
+        regime = regime_margin(spec, stream, margin=margin)
+        said = margin_verdict(regime)
+        if said is not None and str(verdicts["simulated"]).startswith("stable"):
+            verdicts["simulated"] = said
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
                                if prefix else None),
-            "verdicts": verdicts, "theory": th.to_dict(), "simulation": sim,
+            "verdicts": verdicts, "regime_margin": regime, "theory": th.to_dict(), "simulation": sim,
             "step_model": step.spec,
             "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
             "drift": drift, "drift_reps": drift_reps if drift > 0 else 0,

@@ -134,11 +134,15 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
               help="Simulations (speed draws) averaged when drift is on.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar over the simulations (default: on a terminal).")
+@click.option("--margin", type=float, metavar="FRACTION",
+              help="Also the prediction's distance to the preemption cliff: the same stream re-simulated with a "
+                   "slower engine and more traffic (about 15 more runs); within FRACTION (e.g. 0.1) the simulated "
+                   "verdict is metastable.")
 @knob_options(names=VALIDATE_KNOBS, default_from="the calibrated server's")
 @json_option
 @click.pass_context
 def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band,
-             speed_factor, drift, drift_reps, progress, as_json, **flags):
+             speed_factor, drift, drift_reps, progress, margin, as_json, **flags):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors.
 
     The engine flags given (--max-num-seqs, --max-num-batched-tokens, --policy, --capacity-tokens,
@@ -152,7 +156,7 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
                  speed_factor=speed_factor, drift=drift, drift_reps=drift_reps,
-                 knobs={k: flags[k] for k in given_flags(ctx, flags)}, progress=wanted(progress))
+                 knobs={k: flags[k] for k in given_flags(ctx, flags)}, progress=wanted(progress), margin=margin)
     if as_json:
         print_json(res)
         return
@@ -184,3 +188,8 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
         f"; speed drift {100 * res['drift']:.1f}% over 10-s windows, mean of {res['drift_reps']} draws)"
         if res.get("drift") else ")")
     print_table(head, rows, title=title)
+    m = res.get("regime_margin")
+    if m:
+        from llmqueue.plan.margin import margin_rows
+
+        print_kv(margin_rows(m), title="Distance to the preemption cliff (simulated, the same stream)")

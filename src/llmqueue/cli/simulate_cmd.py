@@ -99,13 +99,9 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
     m = s.get("regime_margin")
     if m:
-        def factor(x):
-            return "none up to x%g" % m["max_factor"] if x is None else f"x{x:.3g}"
+        from llmqueue.plan.margin import margin_rows
 
-        rows += [("preemption regime (margin %g%%)" % (100 * m["margin"]), m["regime"]),
-                 ("engine slow-down that tips it", factor(m["speed_factor"])),
-                 ("traffic factor that tips it", factor(m["rate_factor"])),
-                 ("rate sustained without preemption (req/s)", m["rate_without_preemption"])]
+        rows += margin_rows(m)
     print_kv(rows, title="Simulation")
     if th:
         trows = [("b (s), " + th.get("b_source", ""), th.get("b"))] if th.get("b") else []

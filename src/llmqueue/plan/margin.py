@@ -134,3 +134,14 @@ def margin_verdict(m: dict) -> str | None:
     if m.get("rate_factor") is not None:
         parts.append(f"{100 * (m['rate_factor'] - 1):.0f}% more traffic")
     return f"metastable: {' or '.join(parts)} tips the same arrivals into preemption (margin {100 * m['margin']:g}%)"
+
+
+def margin_rows(m: dict) -> list[tuple]:
+    """The margin as (label, value) rows for a printed table."""
+    def factor(x):
+        return "none up to x%g" % m["max_factor"] if x is None else f"x{x:.3g}"
+
+    return [("preemption regime (margin %g%%)" % (100 * m["margin"]), m["regime"]),
+            ("engine slow-down that tips it", factor(m["speed_factor"])),
+            ("traffic factor that tips it", factor(m["rate_factor"])),
+            ("rate sustained without preemption (req/s)", m["rate_without_preemption"])]
