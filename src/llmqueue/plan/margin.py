@@ -56,34 +56,27 @@ def preemptions(spec, requests, *, speed: float = 1.0, rate: float = 1.0) -> int
     return int(np.sum(res.requests["preemptions"]))
 
 
-def _cliff(preempts, hi: float, steps: int) -> float | None:
-    """The smallest x in (1, hi] with ``preempts(x) > 0`` (to ``(hi - 1) / 2**steps``), given none
-    at 1; None when there is none at ``hi`` either."""
-    if preempts(hi) == 0:
-        return None
-    lo = 1.0
+def _bisect(preempts, lo: float, hi: float, steps: int) -> tuple[float, float]:
+    """Narrow ``[lo, hi]``, where ``preempts(lo) == 0 < preempts(hi)``, by ``steps`` halvings."""
     for _ in range(steps):
         mid = (lo + hi) / 2
         if preempts(mid) > 0:
             hi = mid
         else:
             lo = mid
-    return hi
+    return lo, hi
+
+
+def _cliff(preempts, hi: float, steps: int) -> float | None:
+    """The smallest x in (1, hi] with ``preempts(x) > 0`` (to ``(hi - 1) / 2**steps``), given none
+    at 1; None when there is none at ``hi`` either."""
+    return None if preempts(hi) == 0 else _bisect(preempts, 1.0, hi, steps)[1]
 
 
 def _cliff_below(preempts, lo: float, steps: int) -> float | None:
     """The largest x in [lo, 1) with ``preempts(x) == 0`` (to ``(1 - lo) / 2**steps``), given some
     at 1; None when there are some at ``lo`` too."""
-    if preempts(lo) > 0:
-        return None
-    hi = 1.0
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if preempts(mid) > 0:
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    return None if preempts(lo) > 0 else _bisect(preempts, lo, 1.0, steps)[0]
 
 
 def regime_margin(spec, requests, *, margin: float = 0.1, max_factor: float = 2.0,
