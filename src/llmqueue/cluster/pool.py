@@ -105,13 +105,6 @@ class PoolRuntime:
         v = self.view
         return len(self.held) + sum(v.num_waiting(i) for i, r in enumerate(self.reps) if r is not None)
 
-    def num_waiting_class(self, c: str) -> int:
-        n = sum(1 for r in self.held if r.class_name == c)
-        for rep in self.reps:
-            if rep is not None:
-                n += rep.waiting.count(c) + sum(1 for e in rep._arrivals if e[3].class_name == c)
-        return n
-
     def queue_age(self, t: float) -> float:
         """Age at ``t`` of the oldest request the pool holds without a first token (0: none)."""
         for a in self.no_token.values():

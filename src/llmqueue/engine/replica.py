@@ -240,10 +240,7 @@ class Replica:
             self._hold = None
             if enabled:
                 gc.enable()
-        if len(self._step_buf) > 8192:  # a driver advancing step by step: _run's own flush never comes
-            self._flush_steps()
-        if len(self._ts_buf) > 8192:
-            self._flush_samples()
+        self._flush_large()  # a driver advancing step by step: _run's own flush never comes
 
     def step_at(self, t: float) -> float:
         """:meth:`advance` to ``t`` for a driver that holds the garbage collector off (the fleet at
@@ -278,10 +275,7 @@ class Replica:
         else:
             self._run(t, t)
         self._hold = None
-        if len(self._step_buf) > 8192:  # _run flushes every 1,024 of its iterations: here one a call
-            self._flush_steps()
-        if len(self._ts_buf) > 8192:
-            self._flush_samples()
+        self._flush_large()
         p = self._pending
         if p is not None:
             return p[0]
@@ -1313,6 +1307,14 @@ class Replica:
         self._flush_samples()
         self._ts_chunks.append({"t_s": np.asarray(t, dtype=np.float64), "num_waiting": waiting,
                                 "num_running": running, "kv_tokens": kv})
+
+    def _flush_large(self) -> None:
+        """Flush the step and sample buffers once large: _run flushes every 1,024 of its
+        iterations, and a driver advancing one step a call never reaches that."""
+        if len(self._step_buf) > 8192:
+            self._flush_steps()
+        if len(self._ts_buf) > 8192:
+            self._flush_samples()
 
     def _flush_steps(self) -> None:
         if self._step_buf:
