@@ -227,7 +227,7 @@ def main() -> int:
             # not the hundreds of open streams of an open-loop overload, whose handling by the
             # client and the API server takes CPU from the engine on a 2-core machine (measured:
             # 10 % fewer decode tokens per second at 2x the capacity than at 1.3x)
-            sat = one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
+            one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
             # steady saturation: after warm-up, up to the client's last send (the drain follows;
             # with the concurrency cap the sends go on past --sat-s while the backlog lasts)
             window = (a.warmup_s, last_send_s(sd / "sat"))

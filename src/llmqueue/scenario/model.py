@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from llmqueue.errors import InputError, LlmqueueError
-from llmqueue.scenario._base import Float, Int, _base, _clean_name, _no_bool, _Problem, _Section  # noqa: F401
+from llmqueue.scenario._base import Float, Int, _base, _clean_name, _Problem, _Section  # noqa: F401
 from llmqueue.scenario.fleet import (AutoscalerConfig, DisaggregationConfig, FaultConfig, GatewayConfig, LaneConfig,
                                      PoolConfig)
 
