@@ -74,7 +74,7 @@ def test_state_is_a_consistent_snapshot():
             assert st["queued_prefill_tokens"] >= 0
             rep.submit(r)
         rep.advance(math.inf)
-        assert len(done) == len(stream) and rep.state()["kv_blocks_free"] == cfg.num_kv_blocks
+        assert len(done) == len(reqs.arrival_s) and rep.state()["kv_blocks_free"] == cfg.num_kv_blocks
 
 
 def test_next_event_time_of_an_idle_and_a_busy_replica():

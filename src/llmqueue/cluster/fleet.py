@@ -394,7 +394,7 @@ class _Fleet(FleetRecords):
         self.classes = stream.classes
         check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if stream.n else 0.0, horizon_s=self.horizon_s,
                        sample_dt=self.sample_dt)
-        it = iter(stream.requests())
+        it = stream.requests()
         self.head = next(it, None)
         for j, a in enumerate(spec.autoscalers):
             self._push(a.interval_s, TICK, j)
@@ -485,7 +485,10 @@ class _Fleet(FleetRecords):
             if rep._pending is not None:
                 # a step in progress: the request joins the queue now (the step ending next would
                 # take it from the arrivals at its end, before anything else happens there)
-                rep._arrive(r)
+                if rep.plain_door:  # sizes checked above: it joins the queue
+                    rep._join(r)
+                else:
+                    rep._arrive(r)
             else:
                 rep.submit(r)
                 if key[i] > t_arr:

@@ -88,6 +88,8 @@ class Replica:
         self.ttft_timeout_s = ttft_timeout_s or {}
         self._deadlines_on = bool(self.timeout_s or self.ttft_timeout_s or config.max_queue_time_s
                                   or config.class_max_queue_time_s)
+        # no waiting-room limits: an arrival whose size fits joins the queue (``_join``)
+        self.plain_door = not (config.max_waiting or config.class_max_waiting)
         self.on_finish = on_finish or (lambda r: None)
         self.on_first_token = on_first_token
         self.on_preempt = on_preempt
@@ -442,10 +444,16 @@ class Replica:
         return None
 
     def _arrive(self, r) -> None:
-        self.arrived += 1
         why = reject_reason(self.cfg, r, self.waiting)
         if why is not None:
+            self.arrived += 1
             return self._reject(r, why)
+        self._join(r)
+
+    def _join(self, r) -> None:
+        """``r`` joins the waiting queue, with its client deadlines (the door's rules passed; a
+        fleet that checked the sizes calls this directly when ``plain_door``: no waiting-room limit)."""
+        self.arrived += 1
         r.status = WAITING
         self.waiting.add(r)
         if self._deadlines_on:
@@ -708,7 +716,7 @@ class Replica:
             c = db + D
             r.num_computed_tokens = c
             r.num_output_tokens = ob + D
-            self.free += cdiv(c, bs)
+            self.free += -(-c // bs)  # cdiv, inline
             del order[r]
             r.status = FINISHED
             r.outcome = "ok"

@@ -8,6 +8,8 @@ its position in the stream (records come back in that order).
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from llmqueue.engine.request import Request
@@ -89,10 +91,19 @@ class RequestStream:
         """The request at position ``i``."""
         return self._make(self._lists(i // CHUNK), i % CHUNK)
 
-    def requests(self) -> list:
-        """Every request of the stream (for a replica that takes them all at once)."""
+    def requests(self):
+        """An iterator over the stream's requests in arrival order, made a chunk at a time as the
+        caller reaches them: memory holds one chunk of requests beyond those in flight, and a
+        chunk's requests lie together in memory (made in one pass, not between the events)."""
+        return chain.from_iterable(self._chunk_requests())
+
+    def _chunk_requests(self):
+        make = self._make
         out = []
         for c in range(-(-self.n // CHUNK)):
-            times, make = self.chunk(c)
-            out += [make(j) for j in range(len(times))]
-        return out
+            lists = self._lists(c)
+            out += [make(lists, j) for j in range(len(lists[1]))]
+            if len(out) >= 8 * CHUNK:
+                yield out
+                out = []
+        yield out
