@@ -10,6 +10,9 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
   (gaps between streamed chunks), ``start_times`` (the sends; without them the sends are spaced
   evenly at ``request_rate``, said in a note), ``errors`` ("" for a success) and, if present,
   ``queue_times`` (the wait for a concurrency slot: the intended send is ``start - queue``);
+- ``guidellm``: guidellm's benchmark report (``benchmarks.json``/``.yaml``, v0.2 to v0.7), one
+  benchmark of it (:mod:`llmqueue.bench.guidellm_report`);
+- ``aiperf``: NVIDIA AIPerf's per-request ``profile_export.jsonl`` (:mod:`llmqueue.bench.aiperf_export`);
 - ``jsonl`` / ``csv``: one request per line/row. Columns named like the record schema's fields
   are taken as they are; ``--map FIELD=COLUMN,...`` names the others. Fields
   (:data:`FIELDS`): ``request_id``, ``class``, ``arrival_s`` (intended send; default the
@@ -35,7 +38,7 @@ import numpy as np
 
 from llmqueue.errors import InputError
 
-FORMATS = ("vllm-bench", "jsonl", "csv")
+FORMATS = ("vllm-bench", "guidellm", "aiperf", "jsonl", "csv")
 
 #: field -> what it holds (the ``--map`` names)
 FIELDS = {
@@ -358,11 +361,12 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
 
 def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_origin: float | None = None,
                time_unit: str = "s", request_rate: float | None = None, settings: dict | None = None,
-               server_log=None) -> dict:
+               server_log=None, benchmark: int | None = None) -> dict:
     """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`FORMATS`);
     ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
-    ``server.json`` with their source; ``server_log``: the server's log, read for them too.
-    Returns the summary written."""
+    ``server.json`` with their source; ``server_log``: the server's log, read for them too;
+    ``benchmark``: which benchmark of a guidellm report (1 = the first). Returns the summary
+    written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -375,13 +379,23 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     if time_unit not in _UNITS:
         raise InputError("time_unit", f"unknown unit {time_unit!r}", "s, ms, us or ns")
     path = Path(path)
+    if mapping and fmt not in ("jsonl", "csv"):
+        raise InputError("map", f"applies to jsonl and csv files; a {fmt} file has fixed keys")
+    if benchmark is not None and fmt != "guidellm":
+        raise InputError("benchmark", "applies to guidellm reports only (one file, several benchmarks)")
+    if request_rate is not None and fmt != "vllm-bench":
+        raise InputError("request_rate", "applies only to vllm-bench results without start_times")
     if fmt == "vllm-bench":
-        if mapping:
-            raise InputError("map", "applies to jsonl and csv files; a vLLM bench serve result has fixed keys")
         cols, notes = _vllm_columns(path, request_rate)
+    elif fmt == "guidellm":
+        from llmqueue.bench.guidellm_report import columns
+
+        cols, notes = columns(path, benchmark)
+    elif fmt == "aiperf":
+        from llmqueue.bench.aiperf_export import columns
+
+        cols, notes = columns(path)
     else:
-        if request_rate is not None:
-            raise InputError("request_rate", "applies only to vllm-bench results without start_times")
         cols = _table_columns(_read_rows(path, fmt), parse_map(mapping), repr(str(path)), _UNITS[time_unit])
         notes = []
     meta = cols.pop("meta", None)
