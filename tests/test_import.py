@@ -457,3 +457,37 @@ def test_bad_guidellm_and_aiperf_files_are_one_line(tmp_path, capsys, case, fmt,
 def _write(path, obj):
     path.write_text(json.dumps(obj) + "\n")
     return path
+
+
+def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path, capsys):
+    """The server log's per-step lines between the run's first send and its last answer (epoch
+    stamps, the file's clock) become steps.parquet; earlier and later ones (other runs) do not."""
+    from llmqueue.records import read_run
+
+    src = DATA / "aiperf_profile_export.jsonl"
+    recs = [json.loads(x) for x in src.read_text().splitlines()]
+    prof = [d for d in recs if d["metadata"]["benchmark_phase"] == "profiling"]
+    t0 = min(d["metadata"]["request_start_ns"] for d in prof) / 1e9
+    t1 = max(d["metadata"]["request_end_ns"] for d in prof) / 1e9
+    line = ("{t:.6f} (APIServer pid=1) INFO 01-01 00:00:00 [loggers.py:199] Engine 000: Iteration({i}): "
+            "{p} context requests, {pt} context tokens, 1 generation requests, 1 generation tokens, "
+            "iteration elapsed time: 15.00 ms, GPU KV cache usage: 1.0%")
+    times = [t0 - 30.0, t0 - 5.0] + list(np.arange(t0 + 0.05, t1, 0.5)) + [t1 + 30.0]
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG + "\n".join(line.format(t=t, i=i, p=i % 2, pt=100 * (i % 2))
+                                        for i, t in enumerate(times)) + "\n")
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "import", "aiperf", src, "--out", run_dir, "--server-log", log, "--json")
+    assert code == 0, err
+    inside = len(times) - 3
+    assert any(f"{inside} engine steps" in n for n in json.loads(out)["notes"])
+    st = read_run(run_dir).steps
+    assert len(st) == inside and np.asarray(st["prefill_tokens"]).max() == 100
+    assert np.all(np.asarray(st["start_s"]) >= 0)
+    # a vllm-bench result's start_times are not epoch seconds: said, no steps
+    vsrc = tmp_path / "v.json"
+    vsrc.write_text(json.dumps(vllm_result()))
+    code, out, err = run(capsys, "import", "vllm-bench", vsrc, "--out", tmp_path / "v", "--server-log", log, "--json")
+    assert code == 0, err
+    assert any("not epoch seconds" in n for n in json.loads(out)["notes"])
+    assert not (tmp_path / "v" / "steps.parquet").exists()

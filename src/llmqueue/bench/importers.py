@@ -364,7 +364,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
                server_log=None, benchmark: int | None = None) -> dict:
     """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`FORMATS`);
     ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
-    ``server.json`` with their source; ``server_log``: the server's log, read for them too;
+    ``server.json`` with their source; ``server_log``: the server's log, read for them too, and
+    for its per-step lines (``--enable-logging-iteration-details``) in the run's time window,
+    written as ``steps.parquet`` when the file's times are epoch seconds (the log's clock);
     ``benchmark``: which benchmark of a guidellm report (1 = the first). Returns the summary
     written."""
     import pyarrow as pa
@@ -399,6 +401,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         cols = _table_columns(_read_rows(path, fmt), parse_map(mapping), repr(str(path)), _UNITS[time_unit])
         notes = []
     meta = cols.pop("meta", None)
+    if time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
+        t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])
+        time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
     records, tokens, workload, more = build_run(cols, time_origin=time_origin)
     notes += more
     out = Path(out_dir)
@@ -428,6 +433,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         (out / "tokens.parquet").unlink(missing_ok=True)
     server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) else {}
     kv = server.get("M_usable") or server.get("M") or None
+    (out / "steps.parquet").unlink(missing_ok=True)
+    if server_log is not None:
+        notes += _log_steps(out, server_log, time_origin, records["finish_s"], kv)
     s = summarize(recs, itl_s=itl, send_s=recs["dispatched_s"], kv_capacity=kv)
     s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
                      "chunk_times": tokens is not None, **({"result": meta} if meta else {})}
@@ -435,3 +443,21 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         s["notes"] = notes
     dump_summary(out / "summary.json", s)
     return s
+
+
+def _log_steps(out: Path, server_log, origin: float | None, finish, M) -> list[str]:
+    """Write ``out/steps.parquet`` from the server log's step lines that end between the run's
+    start (``origin``, epoch seconds) and its last answer (plus the log's lag); notes."""
+    from llmqueue.bench.steplog import steps_from_log
+    from llmqueue.records import write_records
+
+    if origin is None or origin < 1e9:  # not epoch seconds (e.g. vllm bench's perf_counter start_times)
+        return [f"the file's times are not epoch seconds: the steps in {server_log} cannot be placed on them "
+                "(no steps.parquet)"]
+    fin = np.asarray(finish, dtype=np.float64)
+    end = float(np.nanmax(fin)) if np.isfinite(fin).any() else None
+    steps, note = steps_from_log(server_log, t0_epoch_s=origin, t_end_s=end, M=M)
+    if steps is None:
+        return [f"no steps.parquet: {note}"]
+    write_records(out / "steps.parquet", steps)
+    return [f"{len(steps)} engine steps from {server_log} (steps.parquet)"]
