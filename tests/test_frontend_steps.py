@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from llmqueue.cli.main import main
 
@@ -38,7 +37,8 @@ def low_load_run(path, *, rate="poisson:4", seed=3, steps=True):
              finish_s=np.asarray(q["finish_s"]) + late, first_scheduled_s=np.full(n, np.nan))
     write_records(path / "requests.parquet", RequestRecords.from_columns(q))
     s = run.steps.to_dict()
-    write_records(path / "steps.parquet", StepRecords.from_columns({**s, "start_s": np.asarray(s["start_s"]) + LOG_LATE}))
+    late_log = {**s, "start_s": np.asarray(s["start_s"]) + LOG_LATE}
+    write_records(path / "steps.parquet", StepRecords.from_columns(late_log))
     if not steps:  # a client's per-token times instead (evenly spaced, first to last token)
         import pyarrow as pa
         import pyarrow.parquet as pq

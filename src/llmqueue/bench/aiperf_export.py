@@ -49,7 +49,8 @@ def _metric(metrics: dict, name: str, *, where: str, seconds: bool = False):
         return v
     unit = str(m.get("unit", ""))
     if unit not in _UNIT_S:
-        raise InputError("file", f"{where}: metrics.{name} has unit {unit!r}", f"units understood: {', '.join(_UNIT_S)}")
+        raise InputError("file", f"{where}: metrics.{name} has unit {unit!r}",
+                         f"units understood: {', '.join(_UNIT_S)}")
     k = _UNIT_S[unit]
     if isinstance(v, list):
         return np.array([float(x) for x in v], dtype=np.float64) * k

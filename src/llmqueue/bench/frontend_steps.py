@@ -86,11 +86,11 @@ def frontend_from_steps(requests, steps, *, max_num_seqs: int | None = None,
 
     Returns ``{"frontend_latency_s", "samples", "finished", "ci": (lo, hi), "p10", "p90",
     "clock_offset_s", "method": "step log", "d_s", "wait_s"}`` (``d_s``: each placed request's
-    delay; ``wait_s``: the engine wait before its first prefill step that was taken out of it), or ``{"frontend_latency_s": None, "samples",
-    "finished", "reason"}`` when fewer than ``min_samples`` requests, or than ``min_share`` of the
-    finished ones, could be placed against the step log (a saturated run: the few requests that
-    found its queue empty arrived during long steps, a wide spread; a log that is not the run's;
-    no prefill counts).
+    delay; ``wait_s``: the engine wait before its first prefill step that was taken out of it),
+    or ``{"frontend_latency_s": None, "samples", "finished", "reason"}`` when fewer than
+    ``min_samples`` requests, or than ``min_share`` of the finished ones, could be placed against
+    the step log (a saturated run: the few requests that found its queue empty arrived during
+    long steps, a wide spread; a log that is not the run's; no prefill counts).
     ``frontend_latency_s`` is clamped at 0 (``raw`` keeps the median)."""
     st = np.asarray(steps["start_s"], dtype=np.float64)
     du = np.asarray(steps["duration_s"], dtype=np.float64)

@@ -170,8 +170,7 @@ def columns(path, benchmark: int | None = None) -> tuple[dict, list[str]]:
     if no_send:
         notes.append(f"{len(no_send)} request(s) without a send time ({where}) left out")
         rows = [r for i, r in enumerate(rows) if i not in set(no_send)]
-    missing = [k for k, name in (("prompt", "prompt_tokens"),) if any(r[k] is None for r in rows)]
-    if missing:
+    if any(r["prompt"] is None for r in rows):
         i = next(i for i, r in enumerate(rows) if r["prompt"] is None)
         raise InputError("file", f"{str(p)!r} benchmark {benchmark}: request {i + 1} has no prompt_tokens",
                          "guidellm records them from the server's usage; use a report with token counts")
