@@ -322,3 +322,173 @@ def test_drain_cap_cancels_what_is_still_in_flight(capsys, tmp_path):
     code, _, err = run(capsys, "bench", "--url", "http://127.0.0.1:9", "--model", "m", *WL, "--out",
                        tmp_path / "x", "--drain-timeout", "-1")
     assert code == 2 and "--drain-timeout" in one_error_line(err)
+
+
+# -- guidellm and AIPerf -------------------------------------------------------------------------
+# the files: tests/data/make_import_fixtures.py (which versions of the tools' models they follow)
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def hand_calibration(path, b=0.016):
+    """A calibration file written by hand: the engine's settings and a constant step time."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"capacity_tokens": 65536, "b": b, "step_time": str(b),
+                                    "engine": {"block_size": 16, "max_num_seqs": 64,
+                                               "max_num_batched_tokens": 2048}}))
+    return path
+
+
+def test_guidellm_report_imports_validates_and_renders(tmp_path, capsys):
+    src = DATA / "guidellm_v0.7_benchmarks.json"
+    report = json.loads(src.read_text())
+    code, _, err = run(capsys, "import", "guidellm", src, "--out", tmp_path / "x")
+    assert code == 2
+    line = one_error_line(err)
+    assert "2 benchmarks" in line and "1 synchronous" in line and "2 constant@2 req/s" in line
+    assert "--benchmark K" in line
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "import", "guidellm", src, "--benchmark", "2", "--out", run_dir, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    groups = report["benchmarks"][1]["requests"]
+    assert s["status_counts"]["ok"] == len(groups["successful"]) == 27
+    assert s["status_counts"]["error"] == len(groups["errored"]) and s["status_counts"]["cancelled"] == 1
+    assert s["imported"]["result"]["strategy"] == "constant@2 req/s" and s["imported"]["result"]["schema"] == "v0.4+"
+    r = read_records(run_dir)
+    # TTFT from the send (timings.request_start), as guidellm's own time_to_first_token_ms
+    want = sorted(q["time_to_first_token_ms"] for q in groups["successful"])
+    ok = r["status"] == "ok"
+    got = np.sort(1e3 * (r["first_token_s"] - r["dispatched_s"])[ok])
+    assert np.allclose(got, want, atol=1e-3)
+    assert sorted(r["prompt_tokens"][ok].tolist()) == sorted(q["prompt_tokens"] for q in groups["successful"])
+    # the intended send (targeted_start) is 0.4 ms before the actual one
+    assert np.allclose((r["dispatched_s"] - r["arrival_s"]), 0.0004, atol=1e-6)
+    assert not (run_dir / "tokens.parquet").exists()  # guidellm keeps no per-chunk times
+    cal = hand_calibration(tmp_path / "cal.yaml")
+    code, out, err = run(capsys, "validate", run_dir, "--calibration", cal, "--drift", "0", "--json")
+    assert code == 0, err
+    # the chunks came 15-17 ms apart: the measured TPOT is the calibration's step time
+    tpot = next(x for x in json.loads(out)["rows"] if x["quantity"] == "median_tpot_ms")
+    assert abs(tpot["rel_err_sim"]) < 0.03
+    code, _, err = run(capsys, "report", run_dir, "-o", tmp_path / "r.html")
+    assert code == 0, err
+    assert "<html" in (tmp_path / "r.html").read_text()[:2000].lower()
+
+
+def test_guidellm_v03_report_imports(tmp_path, capsys):
+    src = DATA / "guidellm_v0.3_benchmarks.json"
+    code, out, err = run(capsys, "import", "guidellm", src, "--out", tmp_path / "run", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["status_counts"]["ok"] == 29 and s["status_counts"]["error"] == 1
+    assert s["imported"]["result"]["schema"] == "v0.2-v0.3"
+    rows = json.loads(src.read_text())["benchmarks"][0]["requests"]["successful"]
+    r = read_records(tmp_path / "run")
+    ok = r["status"] == "ok"
+    assert np.allclose(np.sort(1e3 * (r["first_token_s"] - r["dispatched_s"])[ok]),
+                       sorted(q["time_to_first_token_ms"] for q in rows), atol=1e-3)
+    assert np.allclose(np.sort((r["finish_s"] - r["dispatched_s"])[ok]),
+                       sorted(q["last_token_time"] - q["start_time"] for q in rows), atol=1e-6)
+
+
+def test_aiperf_export_imports_calibrates_validates_and_renders(tmp_path, capsys):
+    src = DATA / "aiperf_profile_export.jsonl"
+    recs = [json.loads(x) for x in src.read_text().splitlines()]
+    prof = [d for d in recs if d["metadata"]["benchmark_phase"] == "profiling"]
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "import", "aiperf", src, "--out", run_dir, "--max-num-seqs", "64",
+                         "--max-num-batched-tokens", "2048", "--capacity-tokens", "65536", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["imported"]["requests"] == len(prof) == 40 and any("2 warmup" in n for n in s["notes"])
+    assert s["status_counts"] == {**s["status_counts"], "ok": 38, "cancelled": 1, "error": 1}
+    r = read_records(run_dir)
+    o = np.argsort(r["dispatched_s"])
+    ok = [d for d in prof if d["error"] is None]
+    ttft = np.array([d["metrics"]["time_to_first_token"]["value"] for d in ok]) / 1e3
+    sel = (r["status"] == "ok")[o]
+    assert np.allclose((r["first_token_s"] - r["dispatched_s"])[o][sel], ttft, atol=1e-6)
+    assert r["output_tokens"][o][sel].tolist() == [d["metrics"]["output_sequence_length"]["value"] for d in ok]
+    # per-chunk times from inter_chunk_latency: the decode gaps were drawn in 15-17 ms
+    code, out, err = run(capsys, "calibrate", run_dir, "-o", tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    cal = json.loads(out)
+    assert 0.0155 < cal["b"] < 0.0165
+    code, out, err = run(capsys, "validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0",
+                         "--json")
+    assert code == 0, err
+    tpot = next(x for x in json.loads(out)["rows"] if x["quantity"] == "median_tpot_ms")
+    assert abs(tpot["rel_err_sim"]) < 0.03
+    code, _, err = run(capsys, "report", run_dir, "-o", tmp_path / "r.html")
+    assert code == 0, err
+
+
+def _aiperf_without(tmp_path, metric):
+    lines = (DATA / "aiperf_profile_export.jsonl").read_text().splitlines()
+    d = json.loads(lines[5])
+    d["metrics"].pop(metric)
+    lines[5] = json.dumps(d)
+    p = tmp_path / "export.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("case, fmt, make, words", [
+    ("guidellm-not-a-report", "guidellm", lambda t: _write(t / "x.json", {"ttfts": []}), ("benchmarks list",)),
+    ("guidellm-no-requests", "guidellm", lambda t: _write(t / "x.json", {"benchmarks": [{"requests": {}}]}),
+     ("requests.successful", "--sample-requests")),
+    ("guidellm-bad-index", "guidellm", lambda t: DATA / "guidellm_v0.3_benchmarks.json", ("1..1",)),
+    ("aiperf-summary-file", "aiperf", lambda t: _write(t / "s.jsonl", {"records": {}}), ("no metadata",)),
+    ("aiperf-not-streamed", "aiperf", lambda t: _aiperf_without(t, "time_to_first_token"),
+     ("metrics.time_to_first_token", "--streaming")),
+    ("aiperf-no-isl", "aiperf", lambda t: _aiperf_without(t, "input_sequence_length"),
+     ("metrics.input_sequence_length",)),
+])
+def test_bad_guidellm_and_aiperf_files_are_one_line(tmp_path, capsys, case, fmt, make, words):
+    src = make(tmp_path)
+    extra = ("--benchmark", "4") if case == "guidellm-bad-index" else ()
+    code, _, err = run(capsys, "import", fmt, src, "--out", tmp_path / "o", *extra)
+    assert code == 2, (case, err)
+    line = one_error_line(err)
+    assert all(w in line for w in words), (case, line)
+
+
+def _write(path, obj):
+    path.write_text(json.dumps(obj) + "\n")
+    return path
+
+
+def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path, capsys):
+    """The server log's per-step lines between the run's first send and its last answer (epoch
+    stamps, the file's clock) become steps.parquet; earlier and later ones (other runs) do not."""
+    from llmqueue.records import read_run
+
+    src = DATA / "aiperf_profile_export.jsonl"
+    recs = [json.loads(x) for x in src.read_text().splitlines()]
+    prof = [d for d in recs if d["metadata"]["benchmark_phase"] == "profiling"]
+    t0 = min(d["metadata"]["request_start_ns"] for d in prof) / 1e9
+    t1 = max(d["metadata"]["request_end_ns"] for d in prof) / 1e9
+    line = ("{t:.6f} (APIServer pid=1) INFO 01-01 00:00:00 [loggers.py:199] Engine 000: Iteration({i}): "
+            "{p} context requests, {pt} context tokens, 1 generation requests, 1 generation tokens, "
+            "iteration elapsed time: 15.00 ms, GPU KV cache usage: 1.0%")
+    times = [t0 - 30.0, t0 - 5.0] + list(np.arange(t0 + 0.05, t1, 0.5)) + [t1 + 30.0]
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG + "\n".join(line.format(t=t, i=i, p=i % 2, pt=100 * (i % 2))
+                                        for i, t in enumerate(times)) + "\n")
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "import", "aiperf", src, "--out", run_dir, "--server-log", log, "--json")
+    assert code == 0, err
+    inside = len(times) - 3
+    assert any(f"{inside} engine steps" in n for n in json.loads(out)["notes"])
+    st = read_run(run_dir).steps
+    assert len(st) == inside and np.asarray(st["prefill_tokens"]).max() == 100
+    assert np.all(np.asarray(st["start_s"]) >= 0)
+    # a vllm-bench result's start_times are not epoch seconds: said, no steps
+    vsrc = tmp_path / "v.json"
+    vsrc.write_text(json.dumps(vllm_result()))
+    code, out, err = run(capsys, "import", "vllm-bench", vsrc, "--out", tmp_path / "v", "--server-log", log, "--json")
+    assert code == 0, err
+    assert any("not epoch seconds" in n for n in json.loads(out)["notes"])
+    assert not (tmp_path / "v" / "steps.parquet").exists()

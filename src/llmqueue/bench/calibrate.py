@@ -15,6 +15,10 @@ step time ``b`` and the joint (prompt, output) length distribution. From a run d
   squares on the per-step composition and cycle time, when step records exist (the server's
   ``--enable-logging-iteration-details`` log, or a simulated run);
 - the workload: the measured (prompt, output) pairs;
+- the server's delay outside the engine (``frontend_latency_s``, HTTP and streaming, added by
+  ``validate`` to every simulated token): from a probe run of isolated requests (``--probe``,
+  :func:`frontend_latency`), else from the run's own step log, per request TTFT less the
+  engine's time from its arrival (:mod:`llmqueue.bench.frontend_steps`: a low-load run serves);
 - the engine's speed drift: the spread (``speed_sd``) of the measured step cycles over the
   linear model's prediction for the same steps, in 10-s windows of the run. A real engine on a
   shared machine is not stationary; ``validate`` turns this into a band around each predicted
@@ -56,6 +60,7 @@ class Calibration(Result):
     engine: dict = field(default_factory=dict)
     notes: tuple = ()
     frontend_latency_s: float | None = None
+    frontend_source: str | None = None
     speed_sd: float | None = None
     speed_windows: int = 0
 
@@ -245,7 +250,8 @@ def last_send_s(run_dir) -> float:
 
 
 #: What :func:`calibrate` does, in order (its ``on_stage`` callback names each as it ends).
-CALIBRATE_STAGES = ("read the run", "inter-token latencies", "b estimators", "linear step model", "speed drift")
+CALIBRATE_STAGES = ("read the run", "inter-token latencies", "b estimators", "linear step model", "speed drift",
+                    "frontend delay")
 
 
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
@@ -268,6 +274,9 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     but on 2 cores that engine ran 10-15 % faster at 0.3x than at 0.5x for the same batch, so on
     the balanced and decode-heavy shapes the joint fit under-predicted by as much).
     ``on_stage``: called with the name of each of :data:`CALIBRATE_STAGES` as it ends (a progress bar).
+    The frontend delay is estimated from the run's step log when it has one
+    (:func:`llmqueue.bench.frontend_steps.frontend_from_steps`; a note says from how many
+    requests, or why none); a probe run (:func:`with_frontend_latency`) replaces it.
     ``max_num_seqs``/``max_num_batched_tokens``: the server's, when the run did not record them
     (``server.json``, or a simulated run's summary); a setting neither gives is an
     :class:`InputError` naming the flag that supplies it (never a default: vLLM's differ by
@@ -372,9 +381,20 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             notes.append(f"engine speed over {drift['windows']} 10-s windows: {drift['min']:.2f}-{drift['max']:.2f}"
                          f" x the linear model (sd {drift['sd']:.3f})")
     stage(CALIBRATE_STAGES[4])
+    front = front_src = None
+    if steps is not None and len(steps) and "prefill_tokens" in steps:
+        from llmqueue.bench.frontend_steps import describe, frontend_from_steps
+
+        fe = frontend_from_steps(run.requests, steps, max_num_seqs=known.get("max_num_seqs"), capacity_tokens=M)
+        notes.append(describe(fe))
+        if fe["frontend_latency_s"] is not None:
+            front = fe["frontend_latency_s"]
+            front_src = f"step log: {fe['samples']} low-load requests of {run_dir}"
+    stage(CALIBRATE_STAGES[5])
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
                        b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=f"{b:.6g}",
                        step_time_linear=step_linear, engine=engine, notes=tuple(notes),
+                       frontend_latency_s=front, frontend_source=front_src,
                        speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0)
 
 
@@ -503,15 +523,37 @@ def _alone(start, finish):
 
 
 def with_frontend_latency(cal: Calibration, probe_dir) -> Calibration:
-    """``cal`` with :func:`frontend_latency` measured on ``probe_dir`` (and a note saying so)."""
+    """``cal`` with :func:`frontend_latency` measured on ``probe_dir`` (and a note saying so).
+
+    A ``probe_dir`` with too few isolated requests (an ordinary low-load run) stands in when it
+    has a step log: the delay is then estimated against it
+    (:func:`llmqueue.bench.frontend_steps.frontend_from_steps`); without one the error stands."""
     import dataclasses
 
-    fl = frontend_latency(probe_dir, cal.to_dict())
+    try:
+        fl = frontend_latency(probe_dir, cal.to_dict())
+    except InputError as e:
+        from llmqueue.bench.frontend_steps import describe, frontend_from_steps
+        from llmqueue.records import read_run
+
+        run = read_run(Path(probe_dir))
+        if "alone at the server" not in str(e) or run.steps is None or "prefill_tokens" not in run.steps:
+            raise
+        fe = frontend_from_steps(run.requests, run.steps, max_num_seqs=cal.engine.get("max_num_seqs"),
+                                 capacity_tokens=cal.capacity_tokens)
+        if fe["frontend_latency_s"] is None:
+            raise InputError("probe", f"{probe_dir}: too few isolated requests for a probe, and {fe['reason']}",
+                             "send a probe of isolated requests, or a lower-load run with --server-log") from None
+        return dataclasses.replace(cal, frontend_latency_s=fe["frontend_latency_s"],
+                                   frontend_source=f"step log: {fe['samples']} low-load requests of {probe_dir}",
+                                   notes=tuple(cal.notes) + (describe(fe, str(probe_dir)),))
     skipped = f", {fl['overlapping']} overlapping ones left out" if fl.get("overlapping") else ""
-    note = (f"frontend latency from {fl['samples']} isolated requests in {probe_dir}{skipped}, "
-            f"engine time from the {fl['method']} "
+    note = (f"frontend delay: {1e3 * fl['frontend_latency_s']:.1f} ms from {fl['samples']} isolated probes in "
+            f"{probe_dir}{skipped}, engine time from the {fl['method']} "
             f"(p10 {1e3 * fl['p10']:.1f} ms, p90 {1e3 * fl['p90']:.1f} ms)")
-    return dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"], notes=tuple(cal.notes) + (note,))
+    return dataclasses.replace(cal, frontend_latency_s=fl["frontend_latency_s"],
+                               frontend_source=f"probe: {fl['samples']} isolated requests of {probe_dir}",
+                               notes=tuple(cal.notes) + (note,))
 
 
 def calibration_from_dict(d: dict) -> Calibration:

@@ -10,6 +10,9 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
   (gaps between streamed chunks), ``start_times`` (the sends; without them the sends are spaced
   evenly at ``request_rate``, said in a note), ``errors`` ("" for a success) and, if present,
   ``queue_times`` (the wait for a concurrency slot: the intended send is ``start - queue``);
+- ``guidellm``: guidellm's benchmark report (``benchmarks.json``/``.yaml``, v0.2 to v0.7), one
+  benchmark of it (:mod:`llmqueue.bench.guidellm_report`);
+- ``aiperf``: NVIDIA AIPerf's per-request ``profile_export.jsonl`` (:mod:`llmqueue.bench.aiperf_export`);
 - ``jsonl`` / ``csv``: one request per line/row. Columns named like the record schema's fields
   are taken as they are; ``--map FIELD=COLUMN,...`` names the others. Fields
   (:data:`FIELDS`): ``request_id``, ``class``, ``arrival_s`` (intended send; default the
@@ -35,7 +38,7 @@ import numpy as np
 
 from llmqueue.errors import InputError
 
-FORMATS = ("vllm-bench", "jsonl", "csv")
+FORMATS = ("vllm-bench", "guidellm", "aiperf", "jsonl", "csv")
 
 #: field -> what it holds (the ``--map`` names)
 FIELDS = {
@@ -358,11 +361,14 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
 
 def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_origin: float | None = None,
                time_unit: str = "s", request_rate: float | None = None, settings: dict | None = None,
-               server_log=None) -> dict:
+               server_log=None, benchmark: int | None = None) -> dict:
     """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`FORMATS`);
     ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
-    ``server.json`` with their source; ``server_log``: the server's log, read for them too.
-    Returns the summary written."""
+    ``server.json`` with their source; ``server_log``: the server's log, read for them too, and
+    for its per-step lines (``--enable-logging-iteration-details``) in the run's time window,
+    written as ``steps.parquet`` when the file's times are epoch seconds (the log's clock);
+    ``benchmark``: which benchmark of a guidellm report (1 = the first). Returns the summary
+    written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -375,16 +381,29 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     if time_unit not in _UNITS:
         raise InputError("time_unit", f"unknown unit {time_unit!r}", "s, ms, us or ns")
     path = Path(path)
+    if mapping and fmt not in ("jsonl", "csv"):
+        raise InputError("map", f"applies to jsonl and csv files; a {fmt} file has fixed keys")
+    if benchmark is not None and fmt != "guidellm":
+        raise InputError("benchmark", "applies to guidellm reports only (one file, several benchmarks)")
+    if request_rate is not None and fmt != "vllm-bench":
+        raise InputError("request_rate", "applies only to vllm-bench results without start_times")
     if fmt == "vllm-bench":
-        if mapping:
-            raise InputError("map", "applies to jsonl and csv files; a vLLM bench serve result has fixed keys")
         cols, notes = _vllm_columns(path, request_rate)
+    elif fmt == "guidellm":
+        from llmqueue.bench.guidellm_report import columns
+
+        cols, notes = columns(path, benchmark)
+    elif fmt == "aiperf":
+        from llmqueue.bench.aiperf_export import columns
+
+        cols, notes = columns(path)
     else:
-        if request_rate is not None:
-            raise InputError("request_rate", "applies only to vllm-bench results without start_times")
         cols = _table_columns(_read_rows(path, fmt), parse_map(mapping), repr(str(path)), _UNITS[time_unit])
         notes = []
     meta = cols.pop("meta", None)
+    if time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
+        t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])
+        time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
     records, tokens, workload, more = build_run(cols, time_origin=time_origin)
     notes += more
     out = Path(out_dir)
@@ -414,6 +433,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         (out / "tokens.parquet").unlink(missing_ok=True)
     server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) else {}
     kv = server.get("M_usable") or server.get("M") or None
+    (out / "steps.parquet").unlink(missing_ok=True)
+    if server_log is not None:
+        notes += _log_steps(out, server_log, time_origin, records["finish_s"], kv)
     s = summarize(recs, itl_s=itl, send_s=recs["dispatched_s"], kv_capacity=kv)
     s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
                      "chunk_times": tokens is not None, **({"result": meta} if meta else {})}
@@ -421,3 +443,21 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         s["notes"] = notes
     dump_summary(out / "summary.json", s)
     return s
+
+
+def _log_steps(out: Path, server_log, origin: float | None, finish, M) -> list[str]:
+    """Write ``out/steps.parquet`` from the server log's step lines that end between the run's
+    start (``origin``, epoch seconds) and its last answer (plus the log's lag); notes."""
+    from llmqueue.bench.steplog import steps_from_log
+    from llmqueue.records import write_records
+
+    if origin is None or origin < 1e9:  # not epoch seconds (e.g. vllm bench's perf_counter start_times)
+        return [f"the file's times are not epoch seconds: the steps in {server_log} cannot be placed on them "
+                "(no steps.parquet)"]
+    fin = np.asarray(finish, dtype=np.float64)
+    end = float(np.nanmax(fin)) if np.isfinite(fin).any() else None
+    steps, note = steps_from_log(server_log, t0_epoch_s=origin, t_end_s=end, M=M)
+    if steps is None:
+        return [f"no steps.parquet: {note}"]
+    write_records(out / "steps.parquet", steps)
+    return [f"{len(steps)} engine steps from {server_log} (steps.parquet)"]

@@ -39,7 +39,9 @@ def _run_second(run, value, option: str):
                    "concurrency-capped saturation run's saturated part, before the drain).")
 @click.option("--probe", type=InputPath("dir"), default=None,
               help="A run of isolated requests (one at a time): measures the server's delay outside the engine "
-                   "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate.")
+                   "(HTTP, API server, streaming), added to simulated TTFT and E2EL by validate. A low-load run "
+                   "with a step log (bench --server-log) stands in [default: the run's own step log, when it "
+                   "has one].")
 @click.option("--steps-from", "steps_from", type=InputPath("dir"), multiple=True,
               help="Another run of the same server whose step records join the linear step model's fit "
                    "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
@@ -96,6 +98,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
     rows += [("inter-token samples", cal.itl_samples), ("inter-token CV", cal.itl_cv)]
     if cal.frontend_latency_s is not None:
         rows.append(("frontend latency (s)", cal.frontend_latency_s))
+        rows.append(("  from", cal.frontend_source or "-"))
     if cal.linear:
         rows.append(("linear step model", "c0={c0:.4g} prefill={prefill:.3g} decode={decode:.3g} ctx={ctx:.3g} (R2 {r2:.3f})"
                      .format(**cal.linear)))

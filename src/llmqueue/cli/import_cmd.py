@@ -20,7 +20,8 @@ def _origin(text):
 
 
 @command("import")
-@click.argument("format", metavar="FORMAT", type=click.Choice(("vllm-bench", "jsonl", "csv"), case_sensitive=False))
+@click.argument("format", metavar="FORMAT", type=click.Choice(("vllm-bench", "guidellm", "aiperf", "jsonl", "csv"),
+                                                                  case_sensitive=False))
 @click.argument("file", type=InputPath("file"))
 @click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=run_outputs),
               help="Run directory to write (requests.parquet, workload.parquet, tokens.parquet, summary.json, "
@@ -35,6 +36,8 @@ def _origin(text):
               help="jsonl/csv: the unit of the time columns.")
 @click.option("--request-rate", type=float, help="vllm-bench without start_times: the rate (req/s) to space the "
               "sends at [default: the file's].")
+@click.option("--benchmark", type=int, metavar="K", help="guidellm: which benchmark of the report (1 = the "
+              "first) [default: the only one; a report of several is refused with their list].")
 @click.option("--max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs (server.json, for "
               "calibrate/validate).")
 @click.option("--max-num-batched-tokens", type=int, metavar="N", help="The server's --max-num-batched-tokens.")
@@ -44,17 +47,24 @@ def _origin(text):
 @click.option("--server-log", type=InputPath("file"), help="The server's log: its startup lines give the engine "
               "settings (vLLM's non-default args, the engine config, the KV cache size).")
 @json_option
-def import_(format, file, out_dir, mapping, time_origin, time_unit, request_rate, max_num_seqs,  # noqa: A002
-            max_num_batched_tokens, block_size, num_gpu_blocks, capacity_tokens, server_log, as_json):
+def import_(format, file, out_dir, mapping, time_origin, time_unit, request_rate, benchmark,  # noqa: A002
+            max_num_seqs, max_num_batched_tokens, block_size, num_gpu_blocks, capacity_tokens, server_log, as_json):
     """Import per-request measurements taken by another client as a run directory that
     validate, calibrate and report read.
 
-    FORMAT: vllm-bench (vllm bench serve --save-result --save-detailed's JSON), jsonl or csv
-    (one request a line; --map names the columns).
+    FORMAT: vllm-bench (vllm bench serve --save-result --save-detailed's JSON); guidellm
+    (guidellm benchmark's benchmarks.json or .yaml, report versions of guidellm v0.2-v0.3 and
+    v0.4-v0.7; one benchmark of it, --benchmark K); aiperf (AIPerf's profile_export.jsonl, the
+    per-request records of aiperf profile --streaming); jsonl or csv (one request a line; --map
+    names the columns).
 
     Examples:
 
       llmqueue import vllm-bench result.json --out runs/vllm --max-num-seqs 256 --max-num-batched-tokens 8192
+
+      llmqueue import guidellm benchmarks.json --benchmark 3 --out runs/guidellm-3 --server-log vllm.log
+
+      llmqueue import aiperf artifacts/my-run/profile_export.jsonl --out runs/aiperf --max-num-seqs 256
 
       llmqueue import jsonl client.jsonl --out runs/mine --map send_s=t0,ttft_s=ttft,e2el_s=latency,prompt_tokens=n_in,output_tokens=n_out
     """
@@ -72,7 +82,8 @@ def import_(format, file, out_dir, mapping, time_origin, time_unit, request_rate
         settings["M_usable"] = capacity_tokens
     settings = {k: v for k, v in settings.items() if v is not None}
     s = import_run(format.lower(), file, out_dir, mapping=mapping, time_origin=_origin(time_origin),
-                   time_unit=time_unit, request_rate=request_rate, settings=settings or None, server_log=server_log)
+                   time_unit=time_unit, request_rate=request_rate, settings=settings or None, server_log=server_log,
+                   benchmark=benchmark)
     if as_json:
         print_json(s)
         return
