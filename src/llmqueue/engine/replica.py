@@ -65,6 +65,17 @@ class Replica:
     ``sample_dt``: time-series interval (0: none).
     """
 
+    # attributes in slots: fixed offsets, one compact block per replica (a fleet holds many)
+    __slots__ = (
+        'D', 'H', '_arrivals', '_b0', '_deadlines_on', '_hold', '_lin', '_pending', '_plain', '_price',
+        '_sample_k', '_st_chunk', '_st_make', '_st_next', '_st_pos', '_st_times', '_step_buf', '_step_chunks',
+        '_stream', '_thr', '_ts_buf', '_ts_chunks', 'arrived', 'blocks', 'bs', 'cfg', 'clock', 'dbase',
+        'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
+        'max_total', 'model', 'next_sample', 'noise', 'now', 'obase', 'on_finish', 'on_first_token',
+        'on_preempt', 'on_records', 'order', 'pc', 'plain_door', 'prefilling', 'progress', 'regstop',
+        'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretches', 'sum_dbase', 'timeout_s',
+        'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting')
+
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
                  on_first_token=None, on_preempt=None, sample_dt: float = 0.0, horizon: float = math.inf,
