@@ -192,3 +192,22 @@ def test_cli_pd_splits(scenario, tmp_path, capsys, splits_only):
         assert out == "" and len(lines) == 1 and "Traceback" not in err
         for w in words:
             assert w in lines[0]
+
+
+def test_splits_same_answer_on_local_and_ray(scenario, splits_only):
+    """A split's points (their ``sets``) travel to worker processes and Ray tasks: the same
+    recommendation and the same p99s for the same seed."""
+    from llmqueue.plan.backends import get_backend
+
+    def answer(res):
+        return res.recommended.config, {c.config: (c.result["p99_ttft_ms"], c.result["p99_tpot_ms"])
+                                        for c in res.candidates if c.result}
+
+    rec, sims = answer(splits_only)
+    with get_backend("local", workers=2) as be:
+        lrec, lsims = answer(plan(scenario, slos=SLOS, **dict(SPACE, replicas=()), **RUN, backend=be))
+    assert lrec == rec and all(lsims[k] == v for k, v in sims.items())
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'llmqueue[ray]')")
+    with get_backend("ray", workers=2) as be:
+        rrec, rsims = answer(plan(scenario, slos=SLOS, **dict(SPACE, replicas=()), **RUN, backend=be))
+    assert rrec == rec and rsims == lsims
