@@ -8,7 +8,10 @@ Reports the wall time (theory and simulation), the configurations pruned, simula
 needed, and the recommendation. The bar: 60 s on the project's 2-core machine. Nothing is cached
 (a fresh temporary output directory).
 
-Usage: python benchmarks/plan_speed.py [--backend serial|local|ray] [--workers N] [--json]
+With ``--pd``: the same 1,008 configurations with P:D splits in: replicas 1..6 (756 aggregated)
+plus splits 1:1 and 1:2 (252 disaggregated, a 100 Gbit/s KV link).
+
+Usage: python benchmarks/plan_speed.py [--backend serial|local|ray] [--workers N] [--pd] [--json]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from llmqueue.plan.planner import plan
 GPUS = ("l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200")
 SPACE = dict(gpus=GPUS, tp=(1, 2, 4), replicas=tuple(range(1, 9)), max_num_seqs=(64, 128, 256),
              max_num_batched_tokens=(2048, 8192), routers=("least-outstanding",))
+PD_SPACE = dict(SPACE, replicas=tuple(range(1, 7)), pd_splits=((1, 1), (1, 2)))
 BAR_S = 60.0
 
 
@@ -33,12 +37,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("serial", "local", "ray"), default="serial")
     ap.add_argument("--workers", type=int)
+    ap.add_argument("--pd", action="store_true", help="P:D splits 1:1 and 1:2 in the space (replicas 1..6)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     slos = scenario_slos("chat")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        res = plan("chat", slos=slos, **SPACE, backend=a.backend, workers=a.workers, out_dir=d)
+        res = plan("chat", slos=slos, **(PD_SPACE if a.pd else SPACE), backend=a.backend, workers=a.workers, out_dir=d)
     wall = time.perf_counter() - t0
     rec = res.recommended
     out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -46,6 +51,8 @@ def main() -> None:
            "simulated": res.count("simulated"), "not_needed": res.count("not needed"), "wall_s": wall,
            "theory_wall_s": res.meta["theory_wall_s"], "duration_s_per_simulation": res.meta["duration_s"],
            "bar_s": BAR_S, "meets_bar": wall <= BAR_S,
+           "splits": sum(c.config.disaggregated for c in res.candidates),
+           "splits_simulated": sum(c.config.disaggregated and c.status == "simulated" for c in res.candidates),
            "recommended": None if rec is None else rec.config.label(),
            "cost_per_hour": None if rec is None else rec.cost_per_hour,
            "p99_ttft_ms": None if rec is None else rec.result["p99_ttft_ms"],

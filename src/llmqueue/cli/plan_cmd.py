@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import OutputPath, command, fmt, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import InputPath, OutputPath, command, fmt, json_option, print_json, print_kv, print_table
 from llmqueue.errors import InputError
 
 
@@ -34,6 +34,16 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--max-num-batched-tokens", default="2048,8192", show_default=True,
               help="vLLM max_num_batched_tokens values (the token budget per step).")
 @click.option("--routers", default="least-outstanding", show_default=True, help="Fleet routers, comma-separated.")
+@click.option("--pd-splits", default="", help="P:D splits added to the space (prefill:decode replicas of the same "
+              "engine, the KV crossing a link), e.g. 1:1,1:2,2..3:4. Default: none (aggregated serving only). "
+              "With --replicas '' the space holds the splits alone.")
+@click.option("--kv-link-gbps", type=float, help="P:D splits: the KV link's bandwidth (Gbit/s) [default: 100].")
+@click.option("--kv-link-latency-ms", type=float, help="P:D splits: the KV link's latency (ms) [default: 0.05].")
+@click.option("--calibration", "calibration", type=InputPath("file"),
+              help="A calibration (llmqueue calibrate) in place of the roofline: its step model and KV capacity. "
+              "Measured on one GPU at one tp: give --gpus and --tp with those alone.")
+@click.option("--step-time", help="A step-time spec in place of the roofline (0.0372, linear:..., fitted:FILE, any "
+              "spec simulate takes), for the one GPU and tp of --gpus and --tp.")
 @click.option("--budget-per-hour", type=float, help="Only configurations costing at most this (USD/h).")
 @click.option("--rho-max", type=float, default=0.95, show_default=True,
               help="Prune configurations whose load lam / (R mu) exceeds this.")
@@ -50,19 +60,25 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="Simulate the recommendation with 20% more traffic, burstier arrivals, a 15-minute x2 spike "
               "and a 10% slower engine, and search its rate margin (adds wall time).")
+@click.option("--report/--no-report", "report", default=False, show_default=True,
+              help="Also write OUT/report.html: the frontier, the sensitivity table, the margin "
+              "(llmqueue report OUT writes it later).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
 @json_option
 @click.pass_context
 def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
-         budget_per_hour, rho_max, duration, seed, backend, workers, address, out_dir, sensitivity, progress, as_json):
-    """The cheapest aggregated deployment whose simulated p99 TTFT and TPOT meet the targets.
+         pd_splits, kv_link_gbps, kv_link_latency_ms, calibration, step_time, budget_per_hour, rho_max, duration, seed,
+         backend, workers, address, out_dir, sensitivity, report, progress, as_json):
+    """The cheapest deployment whose simulated p99 TTFT and TPOT meet the targets.
 
-    The space is GPU type x --tp x --replicas x --max-num-seqs x --max-num-batched-tokens x
-    --routers. Theory prices each configuration (catalog price x tp x replicas), bounds its
+    The space is GPU type x --tp x (--replicas, and the P:D splits of --pd-splits) x
+    --max-num-seqs x --max-num-batched-tokens x --routers. Theory prices each configuration (catalog price x tp x replicas), bounds its
     sustainable rate (replicas x the replica's capacity mu) and its single-request latencies,
     and prunes those that cannot meet the SLOs. The rest are simulated cheapest first until one
     meets them: the upper bound of each p99's 95% CI within its target (the estimate when the
-    run gives no CI), at most 1% failed, the queue stable. P/D splits are not planned yet.
+    run gives no CI), at most 1% failed, the queue stable. Steps are priced by the roofline unless
+    --calibration or --step-time gives a measured model. A rerun with the same --out resumes:
+    the configurations already simulated are read from its cache.
 
     Examples:
 
@@ -79,7 +95,7 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
     from llmqueue.knobs import check
     from llmqueue.plan.capacity import scenario_slos, slo_targets
     from llmqueue.plan.planner import plan as run_plan
-    from llmqueue.plan.space import parse_ints, parse_names
+    from llmqueue.plan.space import parse_ints, parse_names, parse_splits
 
     slos = slo_targets(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms)
     if not slos:
@@ -93,12 +109,18 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
     res = run_plan(scenario, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), replicas=parse_ints("replicas", replicas),
                    max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
                    max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
-                   routers=router_list, budget_per_hour=budget_per_hour, duration=duration, seed=seed,
+                   routers=router_list, pd_splits=parse_splits("pd_splits", pd_splits), kv_link_gbps=kv_link_gbps,
+                   kv_link_latency_ms=kv_link_latency_ms, calibration=calibration, step_time=step_time,
+                   budget_per_hour=budget_per_hour, duration=duration, seed=seed,
                    rho_max=rho_max, backend=backend, workers=workers, address=address, out_dir=out_dir, progress=wanted(progress),
                    sensitivity=sensitivity)
     d = res.to_dict()
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "plan.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
+    if report:
+        from llmqueue.report.plan_page import plan_report
+
+        d["report"] = str(plan_report(out_dir, Path(out_dir) / "report.html").html_path)
     if res.recommended is None:
         raise InputError("replicas", f"no configuration meets the SLOs: all {res.count('simulated')} simulated "
                          f"survivors of theory failed (see {out_dir}/plan.json)", "widen the space or relax the targets")
@@ -111,32 +133,46 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
 def print_plan(res, d, out_dir) -> None:
     c = res.recommended
     cfg, b = c.config, c.result
+    split = (f"; P:D {cfg.split}: {cfg.prefill_replicas} prefill + {cfg.decode_replicas} decode, KV link "
+             f"{fmt(cfg.kv_link_gbps)} Gbit/s + {fmt(cfg.kv_link_latency_ms)} ms" if cfg.disaggregated else "")
     rows = [("SLO targets", ", ".join(f"{k} <= {fmt(v)}" for k, v in res.slos.items())),
             ("arrival rate lam (req/s)", res.lam),
             ("GPU", f"{cfg.gpu} x {cfg.gpus} ({cfg.replicas} replica{'s' if cfg.replicas > 1 else ''} of "
-                    f"tensor_parallel_size {cfg.tensor_parallel_size})"),
+                    f"tensor_parallel_size {cfg.tensor_parallel_size}{split})"),
             ("max_num_seqs", cfg.max_num_seqs), ("max_num_batched_tokens", cfg.max_num_batched_tokens),
             ("router", cfg.router),
             ("cost (USD/h)", c.cost_per_hour),
             ("cost per million output tokens (USD)", b.get("cost_per_million_output_tokens")),
-            ("theory: rho = lam / (R mu)", f"{fmt(c.rho)} (R mu = {fmt(c.rate_bound)} req/s, {c.binding} binds)")]
+            ("theory: rho = lam / rate bound", f"{fmt(c.rho)} (rate bound {fmt(c.rate_bound)} req/s, {c.binding} binds)"),
+            ("step model", d.get("step_model_source"))]
     for k in res.slos:
         rows.append((f"simulated {k} [95% CI]", _ci(b, k)))
     rows += [("verdict", b.get("verdict")),
              ("configurations", f"{d['configurations']}: {d['pruned']} pruned by theory, {d['simulated']} simulated, "
                                 f"{d['not_needed']} not needed"),
+             ("resumed", resumed_line(d)),
              ("wall (s)", f"{fmt(d['wall_s'])} (theory {fmt(d['theory_wall_s'])}), {d['duration_s']:g} s simulated "
                           f"per configuration, seed {d['seed']}")]
     print_kv(rows, title="Plan: the cheapest deployment meeting the SLOs")
     sims = [x for x in sorted(res.candidates, key=lambda x: x.order()) if x.result is not None]
     keys = list(res.slos)
-    print_table(["gpu", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets", "why not"],
-                [[x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.max_num_seqs,
-                  x.config.max_num_batched_tokens, x.cost_per_hour, *[x.result.get(k) for k in keys],
-                  "yes" if x.meets else "no", x.reason or "-"] for x in sims], title="\nSimulated")
+    print_table(["gpu", "tp", "replicas", "P:D", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets",
+                 "why not"],
+                [[x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.split or "-",
+                  x.config.max_num_seqs, x.config.max_num_batched_tokens, x.cost_per_hour,
+                  *[x.result.get(k) for k in keys], "yes" if x.meets else "no", x.reason or "-"] for x in sims],
+                title="\nSimulated")
     if d.get("sensitivity"):
         print_sensitivity(d["sensitivity"], res.lam)
-    click.echo(f"\nwrote {out_dir}/plan.json")
+    click.echo(f"\nwrote {out_dir}/plan.json" + (f" and {d['report']}" if d.get("report") else
+                                                 f" (the page: llmqueue report {out_dir})"))
+
+
+def resumed_line(d: dict) -> str:
+    """``resumed: K of N points from the cache`` (the search's simulations), or that none were."""
+    r = d.get("resumed") or {}
+    k, n = r.get("cached", 0), r.get("points", 0)
+    return f"resumed: {k} of {n} points from the cache" if k else f"no point cached: {n} simulated"
 
 
 def print_sensitivity(sens: dict, lam: float) -> None:

@@ -46,6 +46,10 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     A figure without data is left out and named. The static figures are also written as PNG to
     --png-dir.
 
+    A plan directory (llmqueue plan --out DIR) gets the recommendation, cost against p99 TTFT
+    and TPOT with the Pareto frontier (pruned and failed configurations marked), the sensitivity
+    table and the margin.
+
     A fleet's run (pools.parquet) also gets replicas over time, queue depth per pool and class and
     the recovery after a load spike. Several run directories (llmqueue report A B C) make one
     comparison page: summaries side by side, and the queue and fleet figures with the runs overlaid,

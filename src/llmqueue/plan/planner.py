@@ -1,9 +1,10 @@
-"""The planner: the cheapest aggregated deployment whose simulated p99s meet the SLOs.
+"""The planner: the cheapest deployment whose simulated p99s meet the SLOs.
 
-**Space** (:mod:`llmqueue.plan.space`): GPU type x tensor-parallel size ``tp`` x replicas ``R``
-x ``max_num_seqs`` x ``max_num_batched_tokens`` x router, for a scenario's model and workload
-(arrival rate ``lam``, prompt and output lengths ``s``, ``o``). Aggregated serving only: P/D
-splits are not planned yet.
+**Space** (:mod:`llmqueue.plan.space`): GPU type x tensor-parallel size ``tp`` x (replicas ``R``
+of aggregated serving, or P:D splits with a KV link) x ``max_num_seqs`` x
+``max_num_batched_tokens`` x router, for a scenario's model and workload (arrival rate ``lam``,
+prompt and output lengths ``s``, ``o``). The step model is the roofline unless a calibration or
+a step-time spec replaces it (:mod:`llmqueue.plan.inputs`).
 
 **Theory first** (:mod:`llmqueue.plan.bounds`): each configuration's cost (USD/h), its rate
 bound ``R mu`` and single-request latency bounds. A configuration is *pruned* (it cannot meet
@@ -66,6 +67,7 @@ class Candidate:
     rate_bound: float | None = None   # R mu (req/s)
     rho: float | None = None          # lam / (R mu)
     binding: str | None = None
+    stations: dict | None = None      # a P:D split's per-station capacities and loads
     ttft_bound_ms: float | None = None
     tpot_bound_ms: float | None = None
     status: str = NOT_NEEDED
@@ -82,7 +84,7 @@ class Candidate:
 
     def to_dict(self) -> dict:
         return {**self.config.knobs(), "gpus": self.config.gpus, "cost_per_hour": self.cost_per_hour,
-                "rate_bound": self.rate_bound, "rho": self.rho, "binding": self.binding,
+                "rate_bound": self.rate_bound, "rho": self.rho, "binding": self.binding, "stations": self.stations,
                 "ttft_bound_ms": self.ttft_bound_ms, "tpot_bound_ms": self.tpot_bound_ms, "status": self.status,
                 "reason": self.reason, "simulation": self.result}
 
@@ -101,16 +103,16 @@ class PlanResult:
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.candidates)
 
-    def pareto(self) -> list[dict]:
-        """The simulated configurations on the cost / p99 TTFT frontier (none cheaper and faster)."""
-        sims = sorted((c for c in self.candidates if c.result is not None and c.result.get("p99_ttft_ms") is not None),
-                      key=lambda c: (c.cost_per_hour, c.result["p99_ttft_ms"]))
+    def pareto(self, metric: str = "p99_ttft_ms") -> list[dict]:
+        """The simulated configurations on the cost / ``metric`` frontier (none cheaper and faster)."""
+        sims = sorted((c for c in self.candidates if c.result is not None and c.result.get(metric) is not None),
+                      key=lambda c: (c.cost_per_hour, c.result[metric]))
         out, best = [], math.inf
         for c in sims:
-            if c.result["p99_ttft_ms"] < best:
-                best = c.result["p99_ttft_ms"]
-                out.append({**c.config.knobs(), "cost_per_hour": c.cost_per_hour,
-                            "p99_ttft_ms": c.result["p99_ttft_ms"], "meets": c.result["meets"]})
+            if c.result[metric] < best:
+                best = c.result[metric]
+                out.append({**c.config.knobs(), "cost_per_hour": c.cost_per_hour, "p99_ttft_ms": c.result.get("p99_ttft_ms"),
+                            "p99_tpot_ms": c.result.get("p99_tpot_ms"), "meets": c.result["meets"]})
         return out
 
     def to_dict(self) -> dict:
@@ -122,7 +124,8 @@ class PlanResult:
             "recommended": None if rec is None else rec.to_dict(), "slos": self.slos, "slo_rule": SLO_RULE,
             "lam": self.lam, "configurations": len(self.candidates), "pruned": self.count(PRUNED),
             "simulated": self.count(SIMULATED), "not_needed": self.count(NOT_NEEDED),
-            "pareto_cost_vs_p99_ttft": self.pareto(), **self.meta,
+            "pareto_cost_vs_p99_ttft": self.pareto(), "pareto_cost_vs_p99_tpot": self.pareto("p99_tpot_ms"),
+            **self.meta,
             "candidates": [c.to_dict() for c in sorted(self.candidates, key=Candidate.order)]})
 
 
@@ -164,34 +167,51 @@ def default_duration(scenario: str, lam: float) -> float:
 # --- theory ---------------------------------------------------------------------------------------
 
 def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rho_max: float = RHO_MAX,
-           budget_per_hour: float | None = None) -> list[Candidate]:
+           budget_per_hour: float | None = None, inputs: dict | None = None) -> list[Candidate]:
     """Cost, rate bound and latency bounds of every configuration, and the pruning verdicts
     (see the module docstring). Replica-level closed forms are computed once per GPU, ``tp``,
-    ``max_num_seqs`` and ``max_num_batched_tokens``."""
+    ``max_num_seqs`` and ``max_num_batched_tokens``. ``inputs``: the scenario overrides that
+    replace the roofline (``step_time``, ``capacity_tokens``; :mod:`llmqueue.plan.inputs`)."""
+    from llmqueue.plan.bounds import split_theory
+
     deploys: dict = {}
     replicas: dict = {}
+    splits: dict = {}
     out = []
     for cfg in configs:
         key = (cfg.gpu, cfg.tensor_parallel_size)
         if key not in deploys:
-            deploys[key] = try_deployment(scenario, *key)
+            deploys[key] = try_deployment(scenario, *key, **(inputs or {}))
         c = Candidate(cfg, gpu_price(cfg.gpu) * cfg.gpus)
         out.append(c)
         dep = deploys[key]
         if isinstance(dep, str):
             c.status, c.reason = PRUNED, f"does not fit: {dep}"
             continue
-        rkey = key + (cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        if rkey not in replicas:
-            M, st, thr = dep
-            replicas[rkey] = replica_theory(wl, M, st, max_num_seqs=cfg.max_num_seqs,
-                                            max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                            long_prefill_token_threshold=thr)
-        r = replicas[rkey]
-        c.rate_bound, c.binding = cfg.replicas * r.mu, r.binding
+        M, st, thr, kv_tok = dep
+        if cfg.disaggregated:
+            t = split_theory(wl, M, st, prefill_replicas=cfg.prefill_replicas, decode_replicas=cfg.decode_replicas,
+                             max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                             long_prefill_token_threshold=thr, kv_bytes_per_token=kv_tok,
+                             kv_link_gbps=cfg.kv_link_gbps, kv_link_latency_ms=cfg.kv_link_latency_ms,
+                             cache=splits.setdefault(key, {}))
+            c.rate_bound, c.binding, c.stations = t.rate_bound, t.binding, t.stations
+            c.ttft_bound_ms, c.tpot_bound_ms = t.ttft_ms, t.tpot_ms
+            slots = cfg.prefill_replicas * cfg.max_num_seqs
+            burst_rate = cfg.prefill_replicas * (t.stations["prefill_mu"] or math.inf)
+        else:
+            rkey = key + (cfg.max_num_seqs, cfg.max_num_batched_tokens)
+            if rkey not in replicas:
+                replicas[rkey] = replica_theory(wl, M, st, max_num_seqs=cfg.max_num_seqs,
+                                                max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                                long_prefill_token_threshold=thr)
+            r = replicas[rkey]
+            c.rate_bound, c.binding = cfg.replicas * r.mu, r.binding
+            c.ttft_bound_ms, c.tpot_bound_ms = r.ttft_ms, r.tpot_ms
+            slots, burst_rate = cfg.replicas * cfg.max_num_seqs, c.rate_bound
         c.rho = wl.lam / c.rate_bound
-        c.ttft_bound_ms, c.tpot_bound_ms = r.ttft_ms, r.tpot_ms
-        c.reason = _prune_reason(c, slos, rho_max, budget_per_hour) or _burst(c, wl, slos, rho_max)
+        c.reason = (_prune_reason(c, slos, rho_max, budget_per_hour)
+                    or _burst(wl, slos, rho_max, rate=burst_rate, slots=slots))
         if c.reason is not None:
             c.status = PRUNED
     return out
@@ -201,7 +221,8 @@ def _prune_reason(c: Candidate, slos: dict, rho_max: float, budget) -> str | Non
     if budget is not None and c.cost_per_hour > budget:
         return f"over budget: ${c.cost_per_hour:.2f}/h > ${budget:g}/h"
     if c.rho > rho_max:
-        return (f"rate bound: rho = lam / (R mu) = {c.rho:.3g} > {rho_max:g} (R mu = {c.rate_bound:.4g} req/s, "
+        what = "min(P mu_P, D mu_D / q, link)" if c.config.disaggregated else "R mu"
+        return (f"rate bound: rho = lam / ({what}) = {c.rho:.3g} > {rho_max:g} ({what} = {c.rate_bound:.4g} req/s, "
                 f"{c.binding} binds)")
     for metric, bound in (("ttft", c.ttft_bound_ms), ("tpot", c.tpot_bound_ms)):
         for key, target in slos.items():
@@ -210,15 +231,18 @@ def _prune_reason(c: Candidate, slos: dict, rho_max: float, budget) -> str | Non
     return None
 
 
-def _burst(c: Candidate, wl: Workload, slos: dict, rho_max: float) -> str | None:
-    """The burst bound (:mod:`llmqueue.plan.burst`) on each TTFT percentile target."""
+def _burst(wl: Workload, slos: dict, rho_max: float, *, rate: float, slots: int) -> str | None:
+    """The burst bound (:mod:`llmqueue.plan.burst`) on each TTFT percentile target: ``rate`` and
+    ``slots`` of the replicas that make first tokens (all of them, or a split's prefill pool)."""
     from llmqueue.plan.burst import burst_reason
     from llmqueue.plan.capacity import _percentile_of
 
+    if math.isinf(rate):
+        return None
     for key, target in slos.items():
         if key.endswith("_ttft_ms"):
-            r = burst_reason(wl.arrivals, wl.warmup_s, rate_bound=c.rate_bound, rho_max=rho_max,
-                             slots=c.config.replicas * c.config.max_num_seqs, ttft_target_ms=target,
+            r = burst_reason(wl.arrivals, wl.warmup_s, rate_bound=rate, rho_max=rho_max,
+                             slots=slots, ttft_target_ms=target,
                              share=1.0 - _percentile_of(key) / 100.0)
             if r is not None:
                 return r
@@ -267,16 +291,17 @@ def check_possible(cands: list[Candidate], wl: Workload, slos: dict, rho_max: fl
 # --- simulation -----------------------------------------------------------------------------------
 
 def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, duration: float, seed: int,
-                     backend=None, out_dir=None, bar=None, stats=None) -> list[dict]:
+                     backend=None, out_dir=None, bar=None, stats=None, inputs: dict | None = None) -> list[dict]:
     """Simulate each configuration on the fleet simulator (the scenario's workload, ``duration``
-    seconds, seed ``seed`` for all) and judge it; one brief dict each (p99s with CIs, verdict,
-    ``meets``, ``reasons``, throughput, cost per million output tokens)."""
+    seconds, seed ``seed`` for all; ``inputs``: the step model and ``M`` replacing the roofline)
+    and judge it; one brief dict each (p99s with CIs, verdict, ``meets``, ``reasons``,
+    throughput, cost per million output tokens)."""
     from llmqueue.plan.capacity import judge
     from llmqueue.plan.sweep_run import run_points
     from llmqueue.spec import scenario_spec
 
-    base = {"scenario": scenario, "duration": duration, "seed": seed}
-    pts = run_points(scenario_spec, base, [c.knobs() for c in configs], seeds="common", backend=backend,
+    base = {"scenario": scenario, "duration": duration, "seed": seed, **(inputs or {})}
+    pts = run_points(scenario_spec, base, [c.point() for c in configs], seeds="common", backend=backend,
                      cache_dir=out_dir, bar=bar, stats=stats)
     out = []
     for cfg, p in zip(configs, pts):
@@ -297,10 +322,19 @@ def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, durati
 
 
 def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+         pd_splits=(), kv_link_gbps: float | None = None, kv_link_latency_ms: float | None = None,
          budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
          rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
-         out_dir=None, progress: bool = False, sensitivity: bool = False) -> PlanResult:
-    """The cheapest configuration of the space meeting ``slos`` (see the module docstring)."""
+         out_dir=None, progress: bool = False, sensitivity: bool = False, calibration=None, step_time=None,
+         stop_after: int | None = None) -> PlanResult:
+    """The cheapest configuration of the space meeting ``slos`` (see the module docstring).
+
+    ``pd_splits``: ``(P, D)`` pairs added to the space beside the aggregated ``replicas``, their
+    KV link ``kv_link_gbps`` / ``kv_link_latency_ms`` (default 100 Gbit/s, 0.05 ms).
+    ``calibration`` / ``step_time``: a measured step model (and ``M``) in place of the roofline
+    (:mod:`llmqueue.plan.inputs`). ``out_dir``: the point cache; a rerun with the same one
+    simulates only what is not there yet (``meta["resumed"]``). ``stop_after``: raise
+    ``KeyboardInterrupt`` after that many simulations (an interrupted plan, for tests)."""
     from llmqueue._progress import bar as progress_bar
     from llmqueue.plan.backends import get_backend
     from llmqueue.plan.space import configurations
@@ -311,7 +345,17 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
         raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-p99-ms and/or --slo-tpot-p99-ms")
     if budget_per_hour is not None and not budget_per_hour > 0:
         raise InputError("budget_per_hour", f"must be positive (got {budget_per_hour:g})")
+    from llmqueue.plan.inputs import step_inputs
+    from llmqueue.plan.space import DEFAULT_KV_LINK_GBPS, DEFAULT_KV_LINK_LATENCY_MS
+
     t0 = time.perf_counter()
+    link = (DEFAULT_KV_LINK_GBPS if kv_link_gbps is None else float(kv_link_gbps),
+            DEFAULT_KV_LINK_LATENCY_MS if kv_link_latency_ms is None else float(kv_link_latency_ms))
+    if not link[0] > 0:
+        raise InputError("kv_link_gbps", f"must be positive (got {link[0]:g})", "e.g. --kv-link-gbps 100")
+    if not (link[1] >= 0 and math.isfinite(link[1])):
+        raise InputError("kv_link_latency_ms", f"must be >= 0 (got {link[1]:g})")
+    inputs = step_inputs(scenario, calibration=calibration, step_time=step_time, gpus=gpus, tp=tp)
     seed = base_seed(scenario_spec, {"scenario": scenario}) if seed is None else int(seed)
     wl = scenario_workload(scenario, seed=seed, duration=duration)
     if duration is None:  # the burst bound needs the whole arrival path the simulation serves
@@ -319,8 +363,10 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
         wl = scenario_workload(scenario, seed=seed, duration=duration)
     duration = float(duration)
     configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
-                             max_num_batched_tokens=max_num_batched_tokens, routers=routers)
-    cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour)
+                             max_num_batched_tokens=max_num_batched_tokens, routers=routers, pd_splits=pd_splits,
+                             kv_link_gbps=link[0], kv_link_latency_ms=link[1])
+    cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour,
+                   inputs=inputs.overrides)
     check_possible(cands, wl, slos, rho_max, budget_per_hour)
     t_theory = time.perf_counter() - t0
     todo = sorted((c for c in cands if c.status != PRUNED), key=Candidate.order)
@@ -335,8 +381,10 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
         while rec is None and i < len(todo):
             batch = todo[i:i + width]
             i += width
+            if stop_after is not None and stats.ran >= stop_after:
+                raise KeyboardInterrupt(f"stopped after {stats.ran} simulations")
             briefs = simulate_configs(scenario, [c.config for c in batch], slos, duration=duration, seed=seed,
-                                      backend=be, out_dir=out_dir, bar=bar, stats=stats)
+                                      backend=be, out_dir=out_dir, bar=bar, stats=stats, inputs=inputs.overrides)
             for c, b in zip(batch, briefs):
                 c.status, c.result = SIMULATED, b
                 c.reason = None if b["meets"] else "; ".join(b["reasons"])
@@ -348,7 +396,7 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
             from llmqueue.plan.sensitivity import sensitivity as run_sensitivity
 
             sens = run_sensitivity(scenario, rec.config, slos, lam=wl.lam, warmup_s=wl.warmup_s, duration=duration,
-                                   seed=seed, backend=be, out_dir=out_dir)
+                                   seed=seed, backend=be, out_dir=out_dir, inputs=inputs.overrides)
         described = be.describe()
     finally:
         bar.close()
@@ -358,11 +406,14 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
             "budget_per_hour": budget_per_hour, "mean_prompt_tokens": wl.mean_prompt,
             "mean_output_tokens": float(wl.output.mean()), "backend": described,
             "simulations_run": stats.ran, "simulations_cached": stats.cached, "theory_wall_s": t_theory,
-            "wall_s": time.perf_counter() - t0,
+            "resumed": {"cached": stats.cached, "points": stats.ran + stats.cached},
+            "wall_s": time.perf_counter() - t0, "step_model_source": inputs.source, "step_inputs": inputs.overrides,
             "space": {"gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "replicas": list(replicas),
+                      "pd_splits": [f"{p}:{d}" for p, d in pd_splits],
+                      "kv_link_gbps": link[0] if pd_splits else None,
+                      "kv_link_latency_ms": link[1] if pd_splits else None,
                       "max_num_seqs": list(max_num_seqs), "max_num_batched_tokens": list(max_num_batched_tokens),
-                      "routers": list(routers)},
-            "not_planned": "P/D splits (aggregated serving only)"}
+                      "routers": list(routers)}}
     if sens is not None:
         meta["sensitivity"] = sens
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)

@@ -19,8 +19,11 @@ process by the same factor (or sets ``workload.trace.rate`` for a replayed trace
 
 Key: :func:`point_key` is the SHA-256 of the factory's name, the package version and the
 point's full parameters (canonical JSON; a scenario contributes its file's bytes, so editing
-the file changes the key). Other files a spec names (traces, ``empirical:``/``fitted:`` files)
-enter by path only.
+the file changes the key). Other files a parameter names (``fitted:FILE``, ``profile:DIR``, a
+trace: any string value ``PATH`` or ``HEAD:PATH`` whose path exists) contribute their bytes
+too (a directory: every file under it), so a recalibrated step model is not answered from the
+cache. The SLO targets are not in the key: a point's simulation does not depend on them, and
+the judgement is made afresh from its summary.
 
 Seed: :func:`derive_seed` gives each grid point its own seed from the base seed and the point's
 grid coordinates (never from its position in the grid or the backend), so the same point gets
@@ -156,7 +159,33 @@ def point_key(factory, params: dict) -> str:
     if _is_scenario(factory):
         _, text, _ = _scenario_data(params["scenario"])
         payload["scenario_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    files = {k: h for k, v in params.items() if k != "scenario" and (h := _file_digest(v)) is not None}
+    if files:
+        payload["files_sha256"] = files
     return hashlib.sha256(canonical(payload).encode()).hexdigest()[:20]
+
+
+def _file_digest(value) -> str | None:
+    """SHA-256 of the file (or of every file under the directory) a parameter value names:
+    ``PATH`` or ``HEAD:PATH``; None when it names none."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 4096 or "\n" in value:
+        return None
+    text = value.strip()
+    for cand in (text, text.partition(":")[2]):
+        if not cand:
+            continue
+        p = Path(cand).expanduser()
+        try:
+            if p.is_file():
+                return hashlib.sha256(p.read_bytes()).hexdigest()
+            if p.is_dir():
+                h = hashlib.sha256()
+                for f in sorted(x for x in p.rglob("*") if x.is_file()):
+                    h.update(str(f.relative_to(p)).encode() + b"\0" + f.read_bytes())
+                return h.hexdigest()
+        except OSError:
+            return None
+    return None
 
 
 def derive_seed(base_seed: int, coords: dict) -> int:

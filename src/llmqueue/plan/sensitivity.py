@@ -32,11 +32,9 @@ def slower_scenario_spec(*, step_scale: float = 1.0, **kw):
     from llmqueue.spec import scenario_spec
 
     spec = scenario_spec(**kw)
-    if spec.fleet is not None:
-        from llmqueue.errors import InputError
-
-        raise InputError("scenario", "has pools: the slowdown row scales one engine's step time")
     spec.step_time = spec.step_time.scaled(step_scale)
+    for p in spec.fleet.pools if spec.fleet is not None else ():  # a P:D split: both pools
+        p.step_time = p.step_time.scaled(step_scale)
     return spec
 
 
@@ -50,8 +48,9 @@ def perturbations(lam: float, warmup_s: float, duration: float) -> list[tuple[st
 
 
 def sensitivity(scenario: str, config, slos: dict, *, lam: float, warmup_s: float, duration: float, seed: int,
-                backend="serial", out_dir=None, margin: bool = True) -> dict:
-    """The rows (see the module docstring) and the margin for ``config``."""
+                backend="serial", out_dir=None, margin: bool = True, inputs: dict | None = None) -> dict:
+    """The rows (see the module docstring) and the margin for ``config`` (``inputs``: the plan's
+    step model and ``M``, :mod:`llmqueue.plan.inputs`)."""
     import time
 
     from llmqueue.plan.backends import get_backend
@@ -60,21 +59,21 @@ def sensitivity(scenario: str, config, slos: dict, *, lam: float, warmup_s: floa
     own = not hasattr(backend, "map")
     backend = get_backend(backend)
     try:
-        return _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir, margin, t0)
+        return _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir, margin, t0, inputs or {})
     finally:
         if own:
             backend.close()
 
 
-def _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir, margin, t0) -> dict:
+def _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir, margin, t0, inputs) -> dict:
     import time
 
     from llmqueue.plan.capacity import capacity_search, judge
     from llmqueue.plan.sweep_run import run_points
     from llmqueue.spec import scenario_spec
 
-    base = {"scenario": scenario, "duration": max(duration, warmup_s + SPIKE_S + 120.0), "seed": seed,
-            **config.knobs()}
+    base = {"scenario": scenario, "duration": max(duration, warmup_s + SPIKE_S + 120.0), "seed": seed, **inputs,
+            **config.point()}
     rows = []
     pert = perturbations(lam, warmup_s, base["duration"])
     plain = [(n, o) for n, o in pert if "step_scale" not in o]

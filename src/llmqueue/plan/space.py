@@ -1,9 +1,13 @@
-"""The planner's configuration space: GPU type x tensor-parallel size x replicas x
-``max_num_seqs`` x ``max_num_batched_tokens`` x router (aggregated serving: every replica
-prefills and decodes; P/D splits are not in this space yet).
+"""The planner's configuration space: GPU type x tensor-parallel size x (aggregated replicas, or
+P:D splits) x ``max_num_seqs`` x ``max_num_batched_tokens`` x router.
+
+Aggregated serving: every one of ``R`` replicas prefills and decodes. A P:D split: ``P`` prefill
+and ``D`` decode replicas of the same engine (same GPU, ``tp`` and knobs), the KV crossing a link
+(``kv_link_gbps``, ``kv_link_latency_ms``), as ``llmqueue simulate --disaggregate P:D`` builds it.
 
 A :class:`Config` is one deployment; :func:`configurations` enumerates the cartesian product;
-:func:`parse_ints` reads the command line's lists (``1,2,4`` or ranges ``1..16``).
+:func:`parse_ints` reads the command line's lists (``1,2,4`` or ranges ``1..16``),
+:func:`parse_splits` the P:D splits (``1:1,1:2,2..3:4``).
 """
 
 from __future__ import annotations
@@ -18,12 +22,19 @@ DEFAULT_REPLICAS = tuple(range(1, 17))
 DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = (2048, 8192)
 DEFAULT_ROUTERS = ("least-outstanding",)
+#: The KV link of a P:D split when none is given: one 100 Gbit/s port, 0.05 ms (as the shipped
+#: ``pd`` example assumes).
+DEFAULT_KV_LINK_GBPS = 100.0
+DEFAULT_KV_LINK_LATENCY_MS = 0.05
 
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """One aggregated deployment: ``replicas`` replicas of ``tensor_parallel_size`` GPUs of type
-    ``gpu``, each a vLLM engine with these knobs, behind ``router``."""
+    """One deployment: ``replicas`` replicas of ``tensor_parallel_size`` GPUs of type ``gpu``,
+    each a vLLM engine with these knobs, behind ``router``. Aggregated when ``prefill_replicas``
+    is 0; else a P:D split, ``replicas = prefill_replicas + decode_replicas``, the KV crossing
+    a link of ``kv_link_gbps`` (Gbit/s) and ``kv_link_latency_ms``; ``router`` routes within each
+    pool."""
 
     gpu: str
     tensor_parallel_size: int
@@ -31,18 +42,58 @@ class Config:
     max_num_seqs: int
     max_num_batched_tokens: int
     router: str
+    prefill_replicas: int = 0
+    decode_replicas: int = 0
+    kv_link_gbps: float = 0.0
+    kv_link_latency_ms: float = 0.0
 
     @property
     def gpus(self) -> int:
         """GPUs the deployment rents: ``tp x replicas``."""
         return self.tensor_parallel_size * self.replicas
 
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_replicas > 0
+
+    @property
+    def split(self) -> str | None:
+        """``"P:D"``, or None for aggregated serving."""
+        return f"{self.prefill_replicas}:{self.decode_replicas}" if self.disaggregated else None
+
     def knobs(self) -> dict:
-        """The scenario overrides under their flag (vLLM) names."""
-        return asdict(self)
+        """The deployment as a record: the vLLM knobs, the replicas, ``disaggregate`` (``"P:D"``
+        or None) and, for a split, its link."""
+        d = asdict(self)
+        for k in ("prefill_replicas", "decode_replicas", "kv_link_gbps", "kv_link_latency_ms"):
+            d.pop(k)
+        d["disaggregate"] = self.split
+        if self.disaggregated:
+            d["kv_link_gbps"], d["kv_link_latency_ms"] = self.kv_link_gbps, self.kv_link_latency_ms
+        return d
+
+    def point(self) -> dict:
+        """The overrides of :func:`llmqueue.spec.scenario_spec` that simulate it: the knobs, and for
+        a split the scenario's ``deployment.pools`` (``prefill`` and ``decode``, each inheriting the
+        knobs) and ``deployment.disaggregation`` (with the link) as ``sets``."""
+        d = {k: v for k, v in asdict(self).items() if k in ("gpu", "tensor_parallel_size", "replicas", "max_num_seqs",
+                                                             "max_num_batched_tokens", "router")}
+        if not self.disaggregated:
+            return d
+        del d["replicas"]
+        import math
+
+        gbps = f"kv_link_gbps: {self.kv_link_gbps!r}, " if math.isfinite(self.kv_link_gbps) else ""  # left out: free
+        d["sets"] = [f"deployment.pools=[{{name: prefill, role: prefill, replicas: {self.prefill_replicas}}}, "
+                     f"{{name: decode, role: decode, replicas: {self.decode_replicas}}}]",
+                     f"deployment.disaggregation={{prefill: prefill, decode: decode, {gbps}"
+                     f"kv_link_latency_ms: {self.kv_link_latency_ms!r}}}"]
+        return d
 
     def label(self) -> str:
-        return (f"{self.replicas} x {self.gpu} tp{self.tensor_parallel_size}, max_num_seqs {self.max_num_seqs}, "
+        who = (f"P:D {self.split} ({self.kv_link_gbps:g} Gbit/s link) x" if self.disaggregated
+               else f"{self.replicas} x")
+        return (f"{who} {self.gpu} tp{self.tensor_parallel_size}, max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens}, {self.router}")
 
 
@@ -79,10 +130,39 @@ def parse_names(name: str, text) -> tuple[str, ...]:
     return out
 
 
-def configurations(*, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers) -> list[Config]:
-    """The cartesian product of the axes (GPU names resolved to the catalog's)."""
+def parse_splits(name: str, text) -> tuple[tuple[int, int], ...]:
+    """``"1:1,1:2,2..3:4"``: P:D pairs (each side an integer or a range ``A..B``, expanded), sorted
+    and distinct; empty text gives none."""
+    items = text if isinstance(text, (list, tuple)) else [t for t in str(text or "").split(",")]
+    out: set[tuple[int, int]] = set()
+    for item in items:
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            item = f"{item[0]}:{item[1]}"
+        t = str(item).strip()
+        if not t:
+            continue
+        p, sep, d = t.partition(":")
+        if not sep:
+            raise InputError(name, f"{t!r} is not P:D", "give prefill:decode replicas, e.g. 1:1,1:2,2..3:4")
+        ps = parse_ints(name, p, minimum=1)
+        ds = parse_ints(name, d, minimum=1)
+        if not ps or not ds:
+            raise InputError(name, f"{t!r} is not P:D", "give prefill:decode replicas, e.g. 1:1,1:2,2..3:4")
+        out.update((a, b) for a in ps for b in ds)
+    return tuple(sorted(out))
+
+
+def configurations(*, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers, pd_splits=(),
+                   kv_link_gbps: float = DEFAULT_KV_LINK_GBPS,
+                   kv_link_latency_ms: float = DEFAULT_KV_LINK_LATENCY_MS) -> list[Config]:
+    """The cartesian product of the axes (GPU names resolved to the catalog's): the aggregated
+    deployments of ``replicas``, then the splits of ``pd_splits`` (``(P, D)`` pairs)."""
     from llmqueue.hardware import get_gpu
 
     names = tuple(dict.fromkeys(get_gpu(g).name for g in gpus))
-    return [Config(g, t, r, s, b, rt) for g in names for t in tp for r in replicas for s in max_num_seqs
+    out = [Config(g, t, r, s, b, rt) for g in names for t in tp for r in replicas for s in max_num_seqs
+           for b in max_num_batched_tokens for rt in routers]
+    out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms))
+            for g in names for t in tp for P, D in pd_splits for s in max_num_seqs
             for b in max_num_batched_tokens for rt in routers]
+    return out

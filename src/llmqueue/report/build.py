@@ -8,6 +8,8 @@
   and output tokens per second over time, latency CDFs, their tails (log-log CCDFs), CDFs per
   request class and the latency decomposition. A panel without data is left out and named in one
   note. A twin (``compare``, or ``validate.json``'s ``sim_dir``) is drawn dashed.
+- a **plan** (``llmqueue plan --out DIR``): :mod:`llmqueue.report.plan_page`, the frontier of cost
+  against p99 TTFT and TPOT, the sensitivity table and the margin;
 - a **sweep**: the table of points and the figures of :mod:`llmqueue.report.sweep_panels`:
   latency against throughput, throughput against offered load, latency percentiles and queue
   growth against offered load and, from the points' run directories (``llmqueue sweep
@@ -128,6 +130,13 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
     """
     _check_output(out)
     kind = sources.kind_of(source)
+    if kind == "plan":
+        if compare is not None:
+            raise InputError("compare", "--compare overlays one run on another; a plan has no twin",
+                             "drop --compare, or report a run directory")
+        from llmqueue.report.plan_page import plan_report
+
+        return plan_report(source, out, png_dir=png_dir, title=title)
     if kind == "sweep":
         if compare is not None:
             raise InputError("compare", "--compare overlays one run on another; a sweep has no twin",

@@ -152,7 +152,7 @@ def _ci(x) -> list | None:
 
 
 def kind_of(path, *, arg: str = ARG) -> str:
-    """``"run"`` or ``"sweep"``; raises :class:`InputError` (naming ``arg``) for anything else."""
+    """``"run"``, ``"sweep"`` or ``"plan"`` (``llmqueue plan --out DIR``); raises :class:`InputError` (naming ``arg``) for anything else."""
     p = Path(path)
     if not p.exists():
         raise InputError(arg, f"{p} does not exist", "give a run directory (llmqueue simulate --out DIR) "
@@ -160,6 +160,8 @@ def kind_of(path, *, arg: str = ARG) -> str:
     if p.is_file():
         if p.name == SWEEP_FILE:
             return "sweep"
+        if p.name == "plan.json":
+            return "plan"
         raise InputError(arg, f"{p} is a file, not a directory", "give the run or sweep directory that holds it")
     if not any(p.iterdir()):
         raise InputError(arg, f"{p} is empty", "give a run directory (requests.parquet) or a sweep directory "
@@ -168,6 +170,8 @@ def kind_of(path, *, arg: str = ARG) -> str:
         return "run"
     if (p / SWEEP_FILE).exists():
         return "sweep"
+    if (p / "plan.json").exists():
+        return "plan"
     raise InputError(arg, f"{p} is neither a run directory (no requests.parquet) nor a sweep directory "
                           f"(no {SWEEP_FILE})", "write one with llmqueue simulate --out DIR or llmqueue sweep --out DIR")
 

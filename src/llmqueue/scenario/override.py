@@ -368,10 +368,12 @@ def scenario_with(scenario, *, rate: float | None = None, sets=(), **overrides) 
     return Overridden(sc, spec_knobs, notes)
 
 
-def overridden_rate(scenario, **overrides) -> float:
-    """The total arrival rate of a scenario after ``overrides`` (an ``arrival`` among them)."""
+def overridden_rate(scenario, *, sets=(), **overrides) -> float:
+    """The total arrival rate of a scenario after ``sets`` and ``overrides`` (an ``arrival`` among
+    them)."""
     data, _, _ = scenario_data(scenario)
     data = copy.deepcopy(data)
     if isinstance(data, dict):
+        apply_sets(data, sets)
         apply_overrides(data, overrides)
     return scenario_rate(data)

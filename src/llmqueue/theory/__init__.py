@@ -6,6 +6,7 @@ Submodules:
   G/G/1 (Kingman), G/G/c (Allen-Cunneen).
 - ``batch``: the batch-service model of Inference Foundations (T_svc(B) = T_fixed + t_req*B).
 - ``kv``: the KV-memory stability model of Nie et al. 2026 (mu = M / (b E[g])).
+- ``pd``: prefill/decode disaggregation as a tandem: each pool's ``mu`` and the KV link's load.
 - ``cost``: tokens per dollar, cost per million tokens, SLO error budgets, replicas.
 
 Names are imported lazily on first use so that ``import llmqueue.theory`` is cheap.
