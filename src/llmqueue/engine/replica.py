@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+from array import array
 import heapq
 import math
 
@@ -54,6 +55,7 @@ from llmqueue.errors import InputError
 WAITING, RUNNING, PREEMPTED, FINISHED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
                                         RequestStatus.FINISHED)
 NAN = math.nan
+_STEP_BUF = 8192 * len(STEP_FIELDS)  # flush the step rows to columns past this many values
 
 
 class Replica:
@@ -159,7 +161,7 @@ class Replica:
         self.epoch_steps = 0
         self.use_epochs = True
         self.on_records = None  # columns of requests an epoch finished without making them objects
-        self._step_buf: list = []
+        self._step_buf = array("d")  # step rows, flat: STEP_FIELDS values per step (no tuple kept per step)
         self._step_chunks: list = []
         self._ts_buf: list = []
         self._ts_chunks: list = []
@@ -379,7 +381,7 @@ class Replica:
                     t = t2
                 iters += 1
                 if not iters & 1023:
-                    if len(self._step_buf) > 8192:
+                    if len(self._step_buf) > _STEP_BUF:
                         self._flush_steps()
                     if len(self._ts_buf) > 8192:
                         self._flush_samples()
@@ -817,7 +819,7 @@ class Replica:
         nw = len(self.waiting)
         if self.next_sample < t_end:
             self._sample_until(t_end, nw, len(self.order), used)
-        self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1))
+        self._step_buf.extend((self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1))
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
             self._pending = (t_end, self._apply_plan, (plan, n, t_end))
@@ -1012,7 +1014,7 @@ class Replica:
         t_end = t + dur
         used = (self.total_blocks - self.free) * self.bs
         self._sample_until(t_end, len(self.waiting), len(self.running), used)
-        self._step_buf.append((self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used,
+        self._step_buf.extend((self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used,
                                preempted, 1))
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
@@ -1212,7 +1214,7 @@ class Replica:
         if marks:
             self._stretch_rows(t, k, n, nw0, marks, used0, cum)
         else:
-            self._step_buf.append((self.steps_taken, t, dur, 0, n, n, nw0,
+            self._step_buf.extend((self.steps_taken, t, dur, 0, n, n, nw0,
                                    (self.total_blocks - self.free) * self.bs, 0, k))
         self.steps_taken += k
         self.D += k
@@ -1250,7 +1252,7 @@ class Replica:
                 w += 1
             e = marks[i] if i < m else k
             c0 = cum(s)
-            buf.append((self.steps_taken + s, t + c0, cum(e) - c0, 0, n, n, w,
+            buf.extend((self.steps_taken + s, t + c0, cum(e) - c0, 0, n, n, w,
                         (used0 + self._blocks_in(e)) * bs, 0, e - s))
             s = e
 
@@ -1330,15 +1332,16 @@ class Replica:
     def _flush_large(self) -> None:
         """Flush the step and sample buffers once large: _run flushes every 1,024 of its
         iterations, and a driver advancing one step a call never reaches that."""
-        if len(self._step_buf) > 8192:
+        if len(self._step_buf) > _STEP_BUF:
             self._flush_steps()
         if len(self._ts_buf) > 8192:
             self._flush_samples()
 
     def _flush_steps(self) -> None:
         if self._step_buf:
-            self._step_chunks.append(_columns(self._step_buf, STEP_FIELDS, ("start_s", "duration_s")))
-            self._step_buf = []
+            rows = np.frombuffer(self._step_buf, dtype=np.float64).reshape(-1, len(STEP_FIELDS))
+            self._step_chunks.append(_columns(rows, STEP_FIELDS, ("start_s", "duration_s")))
+            self._step_buf = array("d")
 
     def _flush_samples(self) -> None:
         if self._ts_buf:
@@ -1361,10 +1364,11 @@ def _concat(chunks: list, names: tuple, float_names: tuple) -> dict:
     return out
 
 
-def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
-    """Record rows (tuples) as named numpy columns, with the replica column."""
-    if rows:
-        a = np.array(rows, dtype=np.float64)
+def _columns(rows, names: tuple, float_names: tuple) -> dict:
+    """Record rows (tuples, or a 2-d float array of them) as named numpy columns, with the
+    replica column."""
+    if len(rows):
+        a = np.asarray(rows, dtype=np.float64)
         out = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64)) for j, name in enumerate(names)}
     else:
         out = {name: np.empty(0, dtype=np.float64 if name in float_names else np.int64) for name in names}
