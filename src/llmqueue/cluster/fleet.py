@@ -428,7 +428,8 @@ class _Fleet(FleetRecords):
         progress = opt.progress
         inf = math.inf
         n_iter = 0
-        # the common fleet (one entry pool, no lanes, gateway or P/D): arrivals routed inline
+        # the common fleet (one entry pool, no lanes, gateway, P/D or p99_ttft autoscaler counting its
+        # arrivals): arrivals routed inline
         entry = self.entry
         simple = not self.spec.lanes and self.gateway is None and self.prefill is None and entry.watch is None
         route, view = entry.router.route, entry.view
