@@ -470,6 +470,11 @@ CASES: list[tuple[str, str, str]] = [
     ("fleet-negative-provisioning",
      "simulate --scenario noon-spike --no-progress --set deployment.autoscalers[0].provisioning_delay_s=-5",
      "deployment.autoscalers[0].provisioning_delay_s"),
+    ("fleet-p99-negative-target",
+     "simulate --scenario noon-spike --no-progress --set deployment.autoscalers[0].metric=p99_ttft "
+     "--set deployment.autoscalers[0].target=-2", "deployment.autoscalers[0].target"),
+    ("fleet-p99-unknown-also", "scenario check noon-spike --set 'deployment.autoscalers[0].also={p99: 2}'",
+     "deployment.autoscalers[0].also.p99"),
     ("fleet-unknown-router", "scenario check lanes --set deployment.pools[0].router=fastest",
      "deployment.pools[0].router"),
     ("fleet-fault-replica", "scenario check noon-spike --set 'deployment.faults=[{pool: chat, replica: 9, at_s: 10}]'",

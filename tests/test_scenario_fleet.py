@@ -164,6 +164,11 @@ ERRORS = [
      "deployment.autoscalers[0].provisioning_delay_s: must be >= 0"),
     ("autoscaler-metric", lambda d: d["deployment"]["autoscalers"][0].update(metric="cpu"),
      "deployment.autoscalers[0].metric: unknown metric 'cpu'"),
+    ("autoscaler-p99-target", lambda d: d["deployment"]["autoscalers"][0].update(metric="p99_ttft", target=-2),
+     "deployment.autoscalers[0].target: must be > 0 (got -2.0)"),
+    ("autoscaler-also-metric", lambda d: d["deployment"]["autoscalers"][0].update(also={"p99": 2.0}),
+     "deployment.autoscalers[0].also.p99: unknown metric 'p99'; choose from: waiting, kv, utilization, queue_age, "
+     "p99_ttft"),
     ("autoscaler-range", lambda d: d["deployment"]["autoscalers"][0].update(max_replicas=1),
      "deployment.autoscalers[0].max_replicas"),
     ("autoscaler-twice", lambda d: d["deployment"]["autoscalers"].append({"pool": "chat"}),

@@ -8,11 +8,21 @@ metrics ``c' = ceil(sum over serving replicas / target)``. It does nothing while
 is within 10 % of 1 (HPA's tolerance). New replicas serve after the provisioning delay (a cold
 start: the queue keeps growing meanwhile, and what it gathered stays on the replicas it was
 routed to); scale-down waits a cooldown after the last change.
+
+``p99_ttft`` (target in seconds, like ``queue_age``) is model-based instead
+(:mod:`llmqueue.cluster.predict`): latency is not linear in ``c``, so rather than scale ``c`` by
+a ratio it asks for the smallest count whose M/M/c prediction of the p99 time to first token
+(from the pool's ``lam``, one replica's ``mu`` and the backlog ``Q``) meets the target. It keeps
+the rest of the rule: ``c`` counts the replicas starting (a scale-up in progress is not ordered
+again), nothing changes while the prediction at ``c`` is within 10 % of the target, and the
+scale-down cooldown and step apply as for the other metrics.
 """
 
 from __future__ import annotations
 
 import math
+
+from llmqueue.cluster.predict import P99, predicted_p99, replicas_for_p99
 
 TOLERANCE = 0.1
 
@@ -21,7 +31,11 @@ def metric_total(metric: str, pool, t: float) -> float:
     """The pool's ``metric`` summed over its serving replicas (``waiting``: requests waiting,
     the pool's gateway queue included; ``kv``: KV usage 0..1 each; ``utilization``: running /
     max_num_seqs each), or for ``queue_age`` the age in seconds of the oldest request without a
-    first token."""
+    first token; for ``p99_ttft`` the :class:`~llmqueue.cluster.predict.P99Load` its prediction
+    reads (``pool.watch``: arrivals since the last evaluation, the lengths seen, and the waiting
+    requests as ``Q``)."""
+    if metric == P99:
+        return pool.watch.read(t, pool.num_waiting())
     v = pool.view
     up = pool.routable
     if metric == "queue_age":
@@ -41,6 +55,9 @@ def desired_replicas(a, current: int, totals: dict) -> int:
     want = 0
     for metric, target in ((a.metric, a.target), *a.also.items()):
         total = totals[metric]
+        if metric == P99:
+            want = max(want, _p99_count(total, target, current, a.min_replicas, a.max_replicas))
+            continue
         base = max(current, 1)
         ratio = total / target if metric == "queue_age" else total / (base * target)  # starting replicas idle
         if current and abs(ratio - 1.0) <= TOLERANCE:
@@ -51,3 +68,13 @@ def desired_replicas(a, current: int, totals: dict) -> int:
             n = math.ceil(base * ratio)
         want = max(want, n)
     return max(a.min_replicas, min(a.max_replicas, want))
+
+
+def _p99_count(load, target: float, current: int, lo: int, hi: int) -> int:
+    """The ``p99_ttft`` rule: ``current`` while its prediction is within the tolerance of
+    ``target``, else the smallest count in ``[lo, hi]`` that meets it."""
+    if current:
+        p = predicted_p99(load.lam, load.mu, current, load.backlog, offset=load.offset)
+        if abs(p / target - 1.0) <= TOLERANCE:
+            return current
+    return replicas_for_p99(load, target, lo, hi)

@@ -45,6 +45,7 @@ from llmqueue.cluster.collect import FleetRecords
 from llmqueue.cluster.events import FAULT, KV, READY, REPAIR, REP, SAMPLE, TICK, WAKE, WINDOW
 from llmqueue.cluster.gateway import GatewayRuntime, uses_queue_age
 from llmqueue.cluster.link import KVLinkQueue
+from llmqueue.cluster.predict import P99, ArrivalWatch
 from llmqueue.cluster.pool import DOWN, DRAINING, GONE, PROVISIONING, UP, PoolRuntime
 from llmqueue.cluster.spec import FleetSpec, Pool
 from llmqueue.engine.admission import reject_reason
@@ -127,6 +128,10 @@ class _Fleet(FleetRecords):
         for k, p in enumerate(spec.pools):
             self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens))
         self.by_name = {p.name: p for p in self.pools}
+        for a in spec.autoscalers:
+            if P99 in (a.metric, *a.also):  # the p99 rule counts the arrivals routed to its pool
+                pool = self.by_name[a.pool]
+                pool.watch = ArrivalWatch(pool.spec)
         self.gateway = GatewayRuntime(spec.gateway) if spec.gateway is not None else None
         d = spec.disaggregation
         self.prefill = self.by_name[d.prefill] if d else None
@@ -235,6 +240,8 @@ class _Fleet(FleetRecords):
     # -- requests entering ------------------------------------------------------------------------------
     def _place(self, pool, r, t: float, at: float | None = None) -> None:
         """``r`` enters ``pool`` at ``t``: routed now, or held in the pool's gateway queue."""
+        if pool.watch is not None:
+            pool.watch.arrive(r)
         if pool.central or not pool.routable or pool.held:
             pool.held.append(r)
             self._dispatch_held(pool, t)
@@ -351,7 +358,7 @@ class _Fleet(FleetRecords):
         a = self.spec.autoscalers[j]
         pool = self.by_name[a.pool]
         current = pool.serving() + pool.count(PROVISIONING)
-        want = desired_replicas(a, current, {m: metric_total(m, pool, t) for m in (a.metric, *a.also)})
+        want = desired_replicas(a, current, {m: metric_total(m, pool, t) for m in dict.fromkeys((a.metric, *a.also))})
         if want > current:
             for _ in range(want - current):
                 i = pool.add_slot(PROVISIONING)
@@ -421,9 +428,10 @@ class _Fleet(FleetRecords):
         progress = opt.progress
         inf = math.inf
         n_iter = 0
-        # the common fleet (one entry pool, no lanes, gateway or P/D): arrivals routed inline
+        # the common fleet (one entry pool, no lanes, gateway, P/D or p99_ttft autoscaler counting its
+        # arrivals): arrivals routed inline
         entry = self.entry
-        simple = not self.spec.lanes and self.gateway is None and self.prefill is None
+        simple = not self.spec.lanes and self.gateway is None and self.prefill is None and entry.watch is None
         route, view = entry.router.route, entry.view
         reps, key, outstanding, by_class, pending = (entry.reps, entry.key, entry.outstanding, entry.by_class,
                                                      entry.pending_prefill)

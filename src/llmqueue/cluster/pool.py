@@ -50,6 +50,7 @@ class PoolRuntime:
         self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config, hash_block_tokens,
                              self.pending_prefill)
         self.last_scale = -np.inf        # the autoscaler's last change (scale-down waits a cooldown after it)
+        self.watch = None                # an ArrivalWatch when a p99_ttft autoscaler reads the pool
         for _ in range(spec.replicas):
             self.add_slot(UP)
 

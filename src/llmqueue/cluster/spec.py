@@ -22,7 +22,7 @@ from llmqueue.errors import InputError
 
 ROLES = ("mixed", "prefill", "decode")
 INFLIGHT = ("fail", "retry")
-METRICS = ("waiting", "kv", "utilization", "queue_age")
+METRICS = ("waiting", "kv", "utilization", "queue_age", "p99_ttft")
 
 
 def _where(path: str, name: str) -> str:
@@ -178,7 +178,9 @@ class Autoscaler:
     ``metric`` (``waiting``: waiting requests per replica; ``kv``: KV usage 0..1; ``utilization``:
     running / max_num_seqs; ``queue_age``: seconds) and asks for ceil(c x metric / target) replicas
     (Kubernetes' HPA rule; replicas still starting count as idle, see
-    :mod:`llmqueue.cluster.autoscaler`); ``also``: more ``{metric: target}``, and it asks for the
+    :mod:`llmqueue.cluster.autoscaler`), or, for ``p99_ttft`` (target in seconds), the fewest
+    replicas whose M/M/c prediction of the p99 time to first token meets the target
+    (:mod:`llmqueue.cluster.predict`); ``also``: more ``{metric: target}``, and it asks for the
     largest count any of them gives (HPA with several metrics). New replicas serve after ``provisioning_delay_s`` (cold
     start); it scales down only ``cooldown_s`` after its last change (up or down), by at most
     ``scale_down_step`` replicas at a time (HPA's scale-down policy), and a replica it removes stops
