@@ -382,7 +382,7 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
     if (calibration is not None or step_time is not None) and len(models) > 1:
         step_inputs(given or "", calibration=calibration, step_time=step_time, gpus=gpus, tp=tp, models=models)
     src = plan_scenario(scenario, trace=trace, workload=workload, models=models, gpus=gpus, tp=tp,
-                        duration=duration, out_dir=out_dir)
+                        duration=duration)
     scenario, duration = src.scenario, src.duration
     if not models:
         from llmqueue.scenario.override import scenario_with
@@ -450,4 +450,7 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
                       "routers": list(routers)}}
     if sens is not None:
         meta["sensitivity"] = sens
+    from llmqueue.plan.workload_source import keep_copy
+
+    keep_copy(src, out_dir)
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)

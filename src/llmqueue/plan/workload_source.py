@@ -20,11 +20,13 @@ defaults and the run's seed and warm-up; its whole ``workload`` section (classes
 behaviour included) is replaced. Without it the model comes from ``--models`` and the run has
 no warm-up and seed 0.
 
-How: :func:`plan_scenario` writes a scenario file (``OUT/plan-scenario.yaml``) holding that
-workload (``workload.trace`` with ``rate: lam``, ``end_s`` for a window; or the fitted
+How: :func:`plan_scenario` writes a scenario file holding that workload (``workload.trace`` with ``rate: lam``, ``end_s`` for a window; or the fitted
 ``arrival`` and ``lengths``/``prompt``/``output`` with absolute paths), so theory, every
 simulation, the sensitivity rows and the margin search read one scenario, as for ``--scenario``
-alone. Its cache keys cover the trace's (and the pairs file's) bytes:
+alone. The file is named by its content's hash in the temporary directory
+(``llmqueue-plan/<sha256>.yaml``: the same inputs give the same path, hence the same cache keys
+on a rerun, and a refused plan writes nothing into ``--out``); :func:`keep_copy` puts a copy in
+the output directory (``plan-scenario.yaml``) once the plan ran. Its cache keys cover the trace's (and the pairs file's) bytes:
 :func:`llmqueue.plan.points.point_key` hashes the files a scenario's workload names.
 
 Two approximations are stated where they apply (``notes``): the fitted pairs are resampled
@@ -58,7 +60,7 @@ class PlanScenario:
 
 
 def plan_scenario(scenario: str | None, *, trace=None, workload=None, models=(), gpus=(), tp=(),
-                  duration: float | None = None, out_dir=None) -> PlanScenario:
+                  duration: float | None = None) -> PlanScenario:
     """The scenario of a plan (see the module docstring). Refuses in one line: ``--trace`` with
     ``--workload``, neither of them without ``--scenario``, no model without ``--scenario``."""
     if trace is not None and workload is not None:
@@ -99,7 +101,7 @@ def plan_scenario(scenario: str | None, *, trace=None, workload=None, models=(),
     run.setdefault("seed", 0)
     data["description"] = f"llmqueue plan: {src['kind']} {src['path']}" + (f" with scenario {scenario}" if scenario
                                                                             else "")
-    path = _write(data, out_dir)
+    path = _write(data)
     src["scenario"] = None if scenario is None else str(scenario)
     src["plan_scenario"] = str(path)
     return PlanScenario(str(path), None if duration is None else float(duration), src, notes)
@@ -216,20 +218,32 @@ def _fitted_workload(workload):
     return w, src, notes
 
 
-def _write(data: dict, out_dir) -> Path:
-    """The scenario file, in ``out_dir`` (a temporary directory without one)."""
+def _write(data: dict) -> Path:
+    """The scenario file, named by the SHA-256 of its text, under the temporary directory."""
+    import hashlib
+    import os
+    import tempfile
+
     import yaml
 
-    if out_dir is None:
-        import tempfile
-
-        d = Path(tempfile.mkdtemp(prefix="llmqueue-plan-"))
-    else:
-        d = Path(out_dir)
-        d.mkdir(parents=True, exist_ok=True)
-    p = d / PLAN_SCENARIO
     text = ("# written by llmqueue plan: the scenario every simulation of the plan runs (its workload from "
             "--trace or --workload)\n" + yaml.safe_dump(data, sort_keys=False))
+    d = Path(tempfile.gettempdir()) / "llmqueue-plan"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.yaml"
     if not p.is_file() or p.read_text() != text:
-        p.write_text(text)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, p)  # atomic: a concurrent plan reads the whole file or none
     return p.resolve()
+
+
+def keep_copy(src: PlanScenario, out_dir) -> None:
+    """Copy the plan's scenario file into ``out_dir`` (``plan-scenario.yaml``) when it was
+    written for ``--trace``/``--workload``; ``src.source["plan_scenario_copy"]`` names it."""
+    if out_dir is None or src.source.get("kind") == "scenario":
+        return
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / PLAN_SCENARIO).write_text(Path(src.scenario).read_text())
+    src.source["plan_scenario_copy"] = str(d / PLAN_SCENARIO)
