@@ -115,6 +115,12 @@ CASES: list[tuple[str, str, str]] = [
     ("plan-empty-space", "plan --scenario chat --tp , --out o", "space is empty"),
     ("plan-unknown-gpu", "plan --scenario chat --gpus h1000 --out o", "h1000"),
     ("plan-out-devnull", "plan --scenario chat --out /dev/null", "--out"),
+    ("plan-no-scenario", "plan --out o", "--scenario"),
+    ("plan-trace-and-workload", "plan --trace t.csv --workload list.yaml --models llama-3.1-8b --out o", "not both"),
+    ("plan-trace-no-model", "plan --trace t.csv --slo-ttft-p99-ms 100 --out o", "--models"),
+    ("plan-unknown-model", "plan --scenario chat --models llama-9b --out o", "llama-9b"),
+    ("plan-step-time-two-models", "plan --scenario chat --models llama-3.1-8b,llama-3.1-70b --step-time 0.03 "
+     "--gpus h100-sxm --tp 1 --out o", "--step-time"),
     ("report-o-proc", f"{SEED2} -o /proc/llmq-x/r.html", "--out"),
     ("report-o-under-file", f"{SEED2} -o t.csv/r.html", "--out"),
     ("report-o-dir", f"{SEED2} -o adir", "--out"),

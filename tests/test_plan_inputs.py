@@ -157,3 +157,11 @@ def test_interrupted_plan_resumes_from_the_cache(files, tmp_path, capsys):
     assert main([*args, "--seed", "4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["resumed"]["cached"] == 0 and d["simulations_run"] >= 1
+
+
+def test_calibration_refuses_two_models(files, tmp_path, capsys):
+    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--models", "llama-3.1-8b,llama-3.1-70b",
+                         "--gpus", "a100-40gb", "--tp", "1", "--calibration", str(files["calibration"]),
+                         "--out", str(tmp_path / "o")])
+    assert "--calibration" in line and "describes one model" in line and "--models" in line
+    assert not (tmp_path / "o").exists()

@@ -24,7 +24,8 @@ from test_plan_planner import TINY
 
 SLOS = {"p99_ttft_ms": 35.0, "p99_tpot_ms": 40.0}
 SPACE = dict(gpus=["l4", "a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2), max_num_seqs=(2, 16),
-             max_num_batched_tokens=(512,), routers=("least-outstanding",), pd_splits=((1, 1), (1, 2), (2, 1)))
+             max_num_batched_tokens=(512,), routers=("least-outstanding",), pd_splits=((1, 1), (1, 2), (2, 1)),
+             models=("llama-3.1-8b",))
 RUN = dict(duration=120.0, seed=3)
 
 

@@ -37,7 +37,7 @@ run:
 """
 SLOS = {"p99_ttft_ms": 45.0, "p99_tpot_ms": 40.0}
 SPACE = dict(gpus=["l4", "a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2, 3, 4), max_num_seqs=(2, 16),
-             max_num_batched_tokens=(512,), routers=("least-outstanding",))
+             max_num_batched_tokens=(512,), routers=("least-outstanding",), models=("llama-3.1-8b",))
 RUN = dict(duration=120.0, seed=3)
 
 

@@ -23,8 +23,16 @@ def _ci(b: dict, key: str) -> str:
 
 
 @command("plan")
-@click.option("--scenario", required=True, help="Workload and model: a scenario file or shipped example "
-              "(llmqueue scenario list).")
+@click.option("--scenario", help="Workload, model, deployment and SLO defaults: a scenario file or shipped example "
+              "(llmqueue scenario list). Optional with --trace or --workload (then give --models and the SLOs).")
+@click.option("--trace", type=InputPath("file"), help="Replay this trace (Azure CSV, Mooncake JSONL, canonical "
+              "Parquet, ... as llmqueue simulate --trace) in place of the scenario's workload: the whole trace, "
+              "or its first --duration seconds; theory takes its lengths and its rate (n-1)/span.")
+@click.option("--workload", "fitted", type=InputPath("file"), help="A fitted workload (llmqueue workload fit -o "
+              "FILE) in place of the scenario's: its arrival process and length distributions.")
+@click.option("--models", help="Models to search, comma-separated (llmqueue kv --list), e.g. "
+              "llama-3.1-8b,llama-3.1-70b. Default: the scenario's. A model changes answer quality, which the "
+              "planner does not judge: the cheapest configuration meeting the latency SLOs wins, whatever its model.")
 @click.option("--slo-ttft-p99-ms", "slo_ttft_ms", type=float, help="Target on p99 TTFT (ms). Default: the scenario's.")
 @click.option("--slo-tpot-p99-ms", "slo_tpot_ms", type=float, help="Target on p99 TPOT (ms). Default: the scenario's.")
 @click.option("--gpus", default=None, help="GPU types, comma-separated (llmqueue kv --list). Default: the whole catalog.")
@@ -66,13 +74,14 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
 @json_option
 @click.pass_context
-def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          pd_splits, kv_link_gbps, kv_link_latency_ms, calibration, step_time, budget_per_hour, rho_max, duration, seed,
          backend, workers, address, out_dir, sensitivity, report, progress, as_json):
     """The cheapest deployment whose simulated p99 TTFT and TPOT meet the targets.
 
-    The space is GPU type x --tp x (--replicas, and the P:D splits of --pd-splits) x
-    --max-num-seqs x --max-num-batched-tokens x --routers. Theory prices each configuration (catalog price x tp x replicas), bounds its
+    The space is model (--models) x GPU type x --tp x (--replicas, and the P:D splits of
+    --pd-splits) x --max-num-seqs x --max-num-batched-tokens x --routers, for the workload of
+    the scenario, of a replayed --trace or of a fitted --workload. Theory prices each configuration (catalog price x tp x replicas), bounds its
     sustainable rate (replicas x the replica's capacity mu) and its single-request latencies,
     and prunes those that cannot meet the SLOs. The rest are simulated cheapest first until one
     meets them: the upper bound of each p99's 95% CI within its target (the estimate when the
@@ -86,6 +95,11 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
 
       llmqueue plan --scenario chat --gpus h100-sxm,a100-80gb,l40s --tp 1,2 --replicas 1..8
       --budget-per-hour 20 --out runs/plan --json
+
+      llmqueue plan --scenario chat --models llama-3.1-8b,llama-3.1-70b --gpus h100-sxm --out runs/plan
+
+      llmqueue plan --trace conv.parquet --models llama-3.1-8b --slo-ttft-p99-ms 2000
+      --slo-tpot-p99-ms 50 --duration 600 --out runs/plan
     """
     import json
     from pathlib import Path
@@ -98,7 +112,16 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
     from llmqueue.plan.space import parse_ints, parse_names, parse_splits
 
     slos = slo_targets(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms)
-    if not slos:
+    if scenario is None and trace is None and fitted is None:
+        raise InputError("scenario", "is required without --trace or --workload",
+                         "give --scenario NAME_OR_FILE (llmqueue scenario list), or --trace FILE / --workload FILE")
+    if trace is not None and fitted is not None:
+        raise InputError("trace", "give --trace or --workload, not both",
+                         "a trace replays recorded requests, a fitted workload generates new ones: choose one")
+    if scenario is None and models is None:
+        raise InputError("models", "is required without --scenario: no model to plan for",
+                         "give --models, e.g. --models llama-3.1-8b (llmqueue kv --list)")
+    if not slos and scenario is not None:
         slos = {k: v for k, v in scenario_slos(scenario).items() if k in ("p99_ttft_ms", "p99_tpot_ms")}
     if not slos:
         raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-p99-ms and/or --slo-tpot-p99-ms")
@@ -106,7 +129,7 @@ def plan(ctx, scenario, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_se
     router_list = tuple(check("router", r) for r in parse_names("routers", routers))
     if duration is not None and not duration > 0:
         raise InputError("duration", f"must be positive (got {duration:g})")
-    res = run_plan(scenario, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), replicas=parse_ints("replicas", replicas),
+    res = run_plan(scenario, models=models, trace=trace, workload=fitted, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), replicas=parse_ints("replicas", replicas),
                    max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
                    max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
                    routers=router_list, pd_splits=parse_splits("pd_splits", pd_splits), kv_link_gbps=kv_link_gbps,
@@ -137,6 +160,8 @@ def print_plan(res, d, out_dir) -> None:
              f"{fmt(cfg.kv_link_gbps)} Gbit/s + {fmt(cfg.kv_link_latency_ms)} ms" if cfg.disaggregated else "")
     rows = [("SLO targets", ", ".join(f"{k} <= {fmt(v)}" for k, v in res.slos.items())),
             ("arrival rate lam (req/s)", res.lam),
+            ("workload", _workload_line(d)),
+            ("model", cfg.model or "-"),
             ("GPU", f"{cfg.gpu} x {cfg.gpus} ({cfg.replicas} replica{'s' if cfg.replicas > 1 else ''} of "
                     f"tensor_parallel_size {cfg.tensor_parallel_size}{split})"),
             ("max_num_seqs", cfg.max_num_seqs), ("max_num_batched_tokens", cfg.max_num_batched_tokens),
@@ -156,9 +181,9 @@ def print_plan(res, d, out_dir) -> None:
     print_kv(rows, title="Plan: the cheapest deployment meeting the SLOs")
     sims = [x for x in sorted(res.candidates, key=lambda x: x.order()) if x.result is not None]
     keys = list(res.slos)
-    print_table(["gpu", "tp", "replicas", "P:D", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets",
+    print_table(["model", "gpu", "tp", "replicas", "P:D", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets",
                  "why not"],
-                [[x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.split or "-",
+                [[x.config.model or "-", x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.split or "-",
                   x.config.max_num_seqs, x.config.max_num_batched_tokens, x.cost_per_hour,
                   *[x.result.get(k) for k in keys], "yes" if x.meets else "no", x.reason or "-"] for x in sims],
                 title="\nSimulated")
@@ -166,6 +191,16 @@ def print_plan(res, d, out_dir) -> None:
         print_sensitivity(d["sensitivity"], res.lam)
     click.echo(f"\nwrote {out_dir}/plan.json" + (f" and {d['report']}" if d.get("report") else
                                                  f" (the page: llmqueue report {out_dir})"))
+
+
+def _workload_line(d: dict) -> str:
+    """Where the workload comes from: the scenario, or the replayed trace / fitted file."""
+    src = d.get("workload_source") or {}
+    if src.get("kind") == "trace":
+        return f"trace {src.get('path')}: replays {src.get('replayed')}"
+    if src.get("kind") == "fitted workload":
+        return f"fitted workload {src.get('path')}: arrival {src.get('arrival')}"
+    return f"scenario {d.get('scenario')}"
 
 
 def resumed_line(d: dict) -> str:
@@ -177,7 +212,8 @@ def resumed_line(d: dict) -> str:
 
 def print_sensitivity(sens: dict, lam: float) -> None:
     rows = [[r["case"], _ci(r, "p99_ttft_ms"), _ci(r, "p99_tpot_ms"), "yes" if r["meets"] else "no",
-             r["failed_share"], r["verdict"]] for r in sens["rows"]]
+             r["failed_share"], r["verdict"]] if not r.get("refused") else
+            [r["case"], "-", "-", "refused", "-", r["refused"]] for r in sens["rows"]]
     print_table(["case", "p99_ttft_ms [95% CI]", "p99_tpot_ms [95% CI]", "meets", "failed share", "verdict"], rows,
                 title=f"\nSensitivity of the recommendation ({sens['duration_s']:g} s simulated each, "
                       f"{fmt(sens['wall_s'])} s wall)")

@@ -13,11 +13,11 @@ only as good as those assumptions. Two inputs replace them with a measurement:
 - ``step_time``: any spec :func:`llmqueue.engine.step_time.parse_step_time` accepts
   (``0.0372``, ``linear:...``, ``fitted:FILE``, ...), ``M`` staying the catalog's.
 
-**Rule.** A measured step model belongs to the one server it was measured on: one GPU type at
-one tensor-parallel size. A plan with either input therefore searches one GPU and one ``tp``
-(``--gpus`` and ``--tp`` naming exactly one each, the measured ones); if the calibration file
-records its GPU (``gpu``) or size (``tensor_parallel_size``, also under ``engine``), they must
-match. Anything else is refused in one line: pricing another GPU with this GPU's steps would
+**Rule.** A measured step model belongs to the one server it was measured on: one model on one
+GPU type at one tensor-parallel size. A plan with either input therefore searches one model, one
+GPU and one ``tp`` (``--models``, ``--gpus`` and ``--tp`` naming at most one model and exactly
+one GPU and size, the measured ones); if the calibration file records its GPU (``gpu``), size
+(``tensor_parallel_size``, also under ``engine``) or model (``model``), they must match. Anything else is refused in one line: pricing another GPU with this GPU's steps would
 be a guess dressed as a measurement.
 
 :func:`step_inputs` returns the scenario overrides (``step_time``, ``capacity_tokens``) that the
@@ -51,9 +51,23 @@ def _absolute(spec: str) -> str:
     return spec
 
 
-def _one_server(flag: str, gpus, tp, recorded_gpu=None, recorded_tp=None) -> None:
+def _one_server(flag: str, gpus, tp, recorded_gpu=None, recorded_tp=None, models=(), recorded_model=None) -> None:
     """Refuse a space wider than the one server a measurement describes (see the module docstring)."""
-    from llmqueue.hardware import get_gpu
+    from llmqueue.hardware import get_gpu, get_model
+
+    models = tuple(m for m in models if m)
+    if len(models) > 1:
+        raise InputError(flag, f"describes one model, but --models lists {len(models)} ({', '.join(models)})",
+                         "give --models with the measured model alone, or drop --calibration/--step-time "
+                         "(the roofline prices each model)")
+    if recorded_model is not None and models:
+        try:  # a served name the catalog does not know (an HF repo id) is not compared
+            other = get_model(str(recorded_model)).name != get_model(models[0]).name
+        except InputError:
+            other = False
+        if other:
+            raise InputError(flag, f"was measured on model {recorded_model}, not {models[0]}",
+                             f"give --models {recorded_model}")
 
     names = tuple(dict.fromkeys(get_gpu(g).name for g in gpus))
     if len(names) != 1 or len(tuple(tp)) != 1:
@@ -67,20 +81,22 @@ def _one_server(flag: str, gpus, tp, recorded_gpu=None, recorded_tp=None) -> Non
                          f"give --tp {recorded_tp}")
 
 
-def scenario_source(scenario: str) -> str:
-    """The default source: the roofline, or the scenario's own ``deployment.step_time``."""
+def scenario_source(scenario: str, models=()) -> str:
+    """The default source: the roofline (of each of ``models``, default the scenario's), or the
+    scenario's own ``deployment.step_time``."""
     from llmqueue.scenario.override import scenario_with
 
     d = scenario_with(scenario).scenario.deployment
     st = d.step_time
+    names = ", ".join(m for m in models if m) or d.model
     if st is None or (isinstance(st, str) and st.strip().lower() == "roofline"):
-        return (f"roofline of {d.model} on each GPU and tensor-parallel size (assumed mfu 0.6, mbu 0.8; not "
+        return (f"roofline of {names} on each GPU and tensor-parallel size (assumed mfu 0.6, mbu 0.8; not "
                 "measured), KV capacity M from vLLM's arithmetic")
     return f"the scenario's deployment.step_time {st} (the same engine speed on every GPU of the space)"
 
 
-def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=()) -> StepInputs:
-    """The plan's step model and ``M`` (see the module docstring)."""
+def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=(), models=()) -> StepInputs:
+    """The plan's step model and ``M`` (see the module docstring); ``models``: the space's models."""
     from llmqueue.engine.step_time import parse_step_time
 
     if calibration is not None and step_time is not None:
@@ -92,7 +108,8 @@ def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=
         d = load_calibration(calibration)
         eng = d.get("engine") if isinstance(d.get("engine"), dict) else {}
         _one_server("calibration", gpus, tp, d.get("gpu") or eng.get("gpu"),
-                    d.get("tensor_parallel_size") or eng.get("tensor_parallel_size"))
+                    d.get("tensor_parallel_size") or eng.get("tensor_parallel_size"), models,
+                    d.get("model") if isinstance(d.get("model"), str) else None)
         spec = d.get("step_time_linear") or d.get("step_time")
         which = "linear step model" if d.get("step_time_linear") else (
             "constant step b (no linear model in the file: measured at the calibrated server's batch)")
@@ -106,6 +123,6 @@ def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=
     if step_time is not None and str(step_time).strip().lower() != "roofline":
         spec = _absolute(str(step_time).strip())
         parse_step_time(spec, field="step_time")
-        _one_server("step_time", gpus, tp)
+        _one_server("step_time", gpus, tp, models=models)
         return StepInputs({"step_time": spec}, f"step-time {spec} (given); KV capacity M from vLLM's arithmetic")
-    return StepInputs({}, scenario_source(scenario))
+    return StepInputs({}, scenario_source(scenario, models))

@@ -1,10 +1,15 @@
 """The planner: the cheapest deployment whose simulated p99s meet the SLOs.
 
-**Space** (:mod:`llmqueue.plan.space`): GPU type x tensor-parallel size ``tp`` x (replicas ``R``
-of aggregated serving, or P:D splits with a KV link) x ``max_num_seqs`` x
-``max_num_batched_tokens`` x router, for a scenario's model and workload (arrival rate ``lam``,
-prompt and output lengths ``s``, ``o``). The step model is the roofline unless a calibration or
-a step-time spec replaces it (:mod:`llmqueue.plan.inputs`).
+**Space** (:mod:`llmqueue.plan.space`): model x GPU type x tensor-parallel size ``tp`` x (replicas
+``R`` of aggregated serving, or P:D splits with a KV link) x ``max_num_seqs`` x
+``max_num_batched_tokens`` x router, for a workload (arrival rate ``lam``, prompt and output
+lengths ``s``, ``o``): the scenario's, a replayed trace's or a fitted workload's
+(:mod:`llmqueue.plan.workload_source`). The models default to the scenario's one; each
+configuration's step model (the roofline of its model on its GPU and ``tp``) and KV capacity
+``M`` follow from its model. A model changes answer quality too, which the planner does not
+judge: the cheapest configuration meeting the latency SLOs wins, whatever its model. The step
+model is the roofline unless a calibration or a step-time spec replaces it
+(:mod:`llmqueue.plan.inputs`).
 
 **Theory first** (:mod:`llmqueue.plan.bounds`): each configuration's cost (USD/h), its rate
 bound ``R mu`` and single-request latency bounds. A configuration is *pruned* (it cannot meet
@@ -132,7 +137,9 @@ class PlanResult:
 # --- the workload ---------------------------------------------------------------------------------
 
 def scenario_workload(scenario: str, *, seed: int = 0, duration: float | None = None) -> Workload:
-    """``lam`` and length samples of the scenario's workload (its request stream for ``seed``)."""
+    """``lam`` and length samples of the scenario's workload (its request stream for ``seed``).
+    ``lam``: the arrival process's long-run rate; for a replayed trace, ``(n - 1) / span`` of the
+    replayed requests (the trace's empirical rate)."""
     import numpy as np
 
     from llmqueue.scenario.override import scenario_with
@@ -148,7 +155,15 @@ def scenario_workload(scenario: str, *, seed: int = 0, duration: float | None = 
     if len(reqs) == 0:
         raise InputError("scenario", "its workload has no requests", "give a longer --duration")
     shared = getattr(reqs, "hash_ids", None) is not None or sc.workload.trace is not None
-    return Workload(lam=float(sc.mix.rate), prompt=np.asarray(reqs.prompt_tokens, dtype=np.float64),
+    lam = float(sc.mix.rate)
+    if sc.workload.trace is not None:
+        t = np.asarray(reqs.arrival_s, dtype=np.float64)
+        span = float(t.max() - t.min()) if len(t) > 1 else 0.0
+        if not span > 0:
+            raise InputError("trace", "the replayed requests have no time span, so no arrival rate",
+                             "give a trace with at least 2 distinct arrival times")
+        lam = (len(t) - 1) / span
+    return Workload(lam=lam, prompt=np.asarray(reqs.prompt_tokens, dtype=np.float64),
                     output=np.asarray(reqs.output_tokens, dtype=np.float64), shared_prefixes=shared,
                     arrivals=np.sort(np.asarray(reqs.arrival_s, dtype=np.float64)),
                     warmup_s=float(sc.run.warmup_s or 0.0))
@@ -169,8 +184,8 @@ def default_duration(scenario: str, lam: float) -> float:
 def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rho_max: float = RHO_MAX,
            budget_per_hour: float | None = None, inputs: dict | None = None) -> list[Candidate]:
     """Cost, rate bound and latency bounds of every configuration, and the pruning verdicts
-    (see the module docstring). Replica-level closed forms are computed once per GPU, ``tp``,
-    ``max_num_seqs`` and ``max_num_batched_tokens``. ``inputs``: the scenario overrides that
+    (see the module docstring). Replica-level closed forms are computed once per model, GPU, ``tp``,
+    ``max_num_seqs`` and ``max_num_batched_tokens`` (and model). ``inputs``: the scenario overrides that
     replace the roofline (``step_time``, ``capacity_tokens``; :mod:`llmqueue.plan.inputs`)."""
     from llmqueue.plan.bounds import split_theory
 
@@ -179,14 +194,16 @@ def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rh
     splits: dict = {}
     out = []
     for cfg in configs:
-        key = (cfg.gpu, cfg.tensor_parallel_size)
+        key = (cfg.model, cfg.gpu, cfg.tensor_parallel_size)
         if key not in deploys:
-            deploys[key] = try_deployment(scenario, *key, **(inputs or {}))
+            model = {"model": cfg.model} if cfg.model else {}
+            deploys[key] = try_deployment(scenario, cfg.gpu, cfg.tensor_parallel_size, **model, **(inputs or {}))
         c = Candidate(cfg, gpu_price(cfg.gpu) * cfg.gpus)
         out.append(c)
         dep = deploys[key]
         if isinstance(dep, str):
-            c.status, c.reason = PRUNED, f"does not fit: {dep}"
+            where = f"{cfg.model} on {cfg.tensor_parallel_size} x {cfg.gpu}: " if cfg.model else ""
+            c.status, c.reason = PRUNED, f"does not fit: {where}{dep}"
             continue
         M, st, thr, kv_tok = dep
         if cfg.disaggregated:
@@ -321,18 +338,20 @@ def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, durati
     return out
 
 
-def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          pd_splits=(), kv_link_gbps: float | None = None, kv_link_latency_ms: float | None = None,
          budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
          rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
          out_dir=None, progress: bool = False, sensitivity: bool = False, calibration=None, step_time=None,
-         stop_after: int | None = None) -> PlanResult:
+         stop_after: int | None = None, models=None, trace=None, workload=None) -> PlanResult:
     """The cheapest configuration of the space meeting ``slos`` (see the module docstring).
 
     ``pd_splits``: ``(P, D)`` pairs added to the space beside the aggregated ``replicas``, their
     KV link ``kv_link_gbps`` / ``kv_link_latency_ms`` (default 100 Gbit/s, 0.05 ms).
     ``calibration`` / ``step_time``: a measured step model (and ``M``) in place of the roofline
-    (:mod:`llmqueue.plan.inputs`). ``out_dir``: the point cache; a rerun with the same one
+    (:mod:`llmqueue.plan.inputs`). ``models``: the model axis (catalog names; default: the
+    scenario's model). ``trace`` / ``workload``: the workload in place of the scenario's
+    (:mod:`llmqueue.plan.workload_source`; ``scenario`` may then be None). ``out_dir``: the point cache; a rerun with the same one
     simulates only what is not there yet (``meta["resumed"]``). ``stop_after``: raise
     ``KeyboardInterrupt`` after that many simulations (an interrupted plan, for tests)."""
     from llmqueue._progress import bar as progress_bar
@@ -355,7 +374,21 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
         raise InputError("kv_link_gbps", f"must be positive (got {link[0]:g})", "e.g. --kv-link-gbps 100")
     if not (link[1] >= 0 and math.isfinite(link[1])):
         raise InputError("kv_link_latency_ms", f"must be >= 0 (got {link[1]:g})")
-    inputs = step_inputs(scenario, calibration=calibration, step_time=step_time, gpus=gpus, tp=tp)
+    from llmqueue.plan.space import model_names
+    from llmqueue.plan.workload_source import plan_scenario
+
+    given = scenario
+    models = model_names(models) if models is not None else ()
+    if (calibration is not None or step_time is not None) and len(models) > 1:
+        step_inputs(given or "", calibration=calibration, step_time=step_time, gpus=gpus, tp=tp, models=models)
+    src = plan_scenario(scenario, trace=trace, workload=workload, models=models, gpus=gpus, tp=tp,
+                        duration=duration)
+    scenario, duration = src.scenario, src.duration
+    if not models:
+        from llmqueue.scenario.override import scenario_with
+
+        models = (str(scenario_with(scenario).scenario.deployment.model),)
+    inputs = step_inputs(scenario, calibration=calibration, step_time=step_time, gpus=gpus, tp=tp, models=models)
     seed = base_seed(scenario_spec, {"scenario": scenario}) if seed is None else int(seed)
     wl = scenario_workload(scenario, seed=seed, duration=duration)
     if duration is None:  # the burst bound needs the whole arrival path the simulation serves
@@ -364,7 +397,7 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
     duration = float(duration)
     configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, routers=routers, pd_splits=pd_splits,
-                             kv_link_gbps=link[0], kv_link_latency_ms=link[1])
+                             kv_link_gbps=link[0], kv_link_latency_ms=link[1], models=models)
     cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour,
                    inputs=inputs.overrides)
     check_possible(cands, wl, slos, rho_max, budget_per_hour)
@@ -402,13 +435,14 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
         bar.close()
         if own:
             be.close()
-    meta = {"scenario": scenario, "duration_s": duration, "seed": seed, "rho_max": rho_max,
+    meta = {"scenario": given, "plan_scenario": scenario, "workload_source": src.source,
+            "workload_notes": src.notes, "models": list(models), "duration_s": duration, "seed": seed, "rho_max": rho_max,
             "budget_per_hour": budget_per_hour, "mean_prompt_tokens": wl.mean_prompt,
             "mean_output_tokens": float(wl.output.mean()), "backend": described,
             "simulations_run": stats.ran, "simulations_cached": stats.cached, "theory_wall_s": t_theory,
             "resumed": {"cached": stats.cached, "points": stats.ran + stats.cached},
             "wall_s": time.perf_counter() - t0, "step_model_source": inputs.source, "step_inputs": inputs.overrides,
-            "space": {"gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "replicas": list(replicas),
+            "space": {"models": list(models), "gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "replicas": list(replicas),
                       "pd_splits": [f"{p}:{d}" for p, d in pd_splits],
                       "kv_link_gbps": link[0] if pd_splits else None,
                       "kv_link_latency_ms": link[1] if pd_splits else None,
@@ -416,4 +450,7 @@ def plan(scenario: str, *, slos: dict, gpus, tp, replicas, max_num_seqs, max_num
                       "routers": list(routers)}}
     if sens is not None:
         meta["sensitivity"] = sens
+    from llmqueue.plan.workload_source import keep_copy
+
+    keep_copy(src, out_dir)
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)

@@ -19,7 +19,8 @@ process by the same factor (or sets ``workload.trace.rate`` for a replayed trace
 
 Key: :func:`point_key` is the SHA-256 of the factory's name, the package version and the
 point's full parameters (canonical JSON; a scenario contributes its file's bytes, so editing
-the file changes the key). Other files a parameter names (``fitted:FILE``, ``profile:DIR``, a
+the file changes the key, and the bytes of the files its workload names, :func:`scenario_files`:
+a replayed trace, joint or empirical lengths). Other files a parameter names (``fitted:FILE``, ``profile:DIR``, a
 trace: any string value ``PATH`` or ``HEAD:PATH`` whose path exists) contribute their bytes
 too (a directory: every file under it), so a recalibrated step model is not answered from the
 cache. The SLO targets are not in the key: a point's simulation does not depend on them, and
@@ -157,12 +158,42 @@ def point_key(factory, params: dict) -> str:
 
     payload = {"factory": factory_name(factory), "version": __version__, "params": params}
     if _is_scenario(factory):
-        _, text, _ = _scenario_data(params["scenario"])
+        data, text, path = _scenario_data(params["scenario"])
         payload["scenario_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        named = scenario_files(data, Path(path).resolve().parent)
+        if named:
+            payload["scenario_files_sha256"] = named
     files = {k: h for k, v in params.items() if k != "scenario" and (h := _file_digest(v)) is not None}
     if files:
         payload["files_sha256"] = files
     return hashlib.sha256(canonical(payload).encode()).hexdigest()[:20]
+
+
+def scenario_files(data, base: Path) -> dict:
+    """SHA-256 of each file a scenario's workload names (``workload.trace.path``, the ``joint:`` /
+    ``empirical:`` length files of the workload and its classes; relative to ``base``, the
+    scenario's directory), by field: a replayed trace edited in place changes the key."""
+    w = data.get("workload") if isinstance(data, dict) else None
+    if not isinstance(w, dict):
+        return {}
+    found = {}
+    tr = w.get("trace")
+    if isinstance(tr, dict) and isinstance(tr.get("path"), str):
+        found["workload.trace.path"] = tr["path"]
+    sections = [("workload", w)] + [(f"workload.classes[{i}]", c) for i, c in enumerate(w.get("classes") or [])
+                                    if isinstance(c, dict)]
+    for where, sec in sections:
+        for k in ("prompt", "output", "lengths"):
+            v = sec.get(k)
+            if isinstance(v, str) and v.strip().split(":", 1)[0].lower() in ("joint", "empirical"):
+                found[f"{where}.{k}"] = v.strip().split(":")[1]
+    out = {}
+    for k, f in found.items():
+        p = Path(f).expanduser()
+        h = _file_digest(str(p if p.is_absolute() else base / p))
+        if h is not None:
+            out[k] = h
+    return out
 
 
 def _file_digest(value) -> str | None:

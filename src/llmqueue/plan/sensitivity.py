@@ -15,6 +15,13 @@ with one thing changed:
 - ``engine 10% slower``: every step time x 1.1 (the step-time model's ``scaled``): ``mu``
   falls by about 9%, the load rises by 10%.
 
+For a **replayed trace** (``llmqueue plan --trace``) the recorded arrival times are the
+workload, so: ``+20% traffic`` replays the same requests with the trace's time axis scaled by
+1/1.2 (``workload.trace.rate`` = ``1.2 lam``: every gap 1/1.2 as long, the burst pattern kept);
+the burstier-arrivals and spike rows are *refused* (``refused`` says why, no simulation):
+replacing the trace's arrival times by a Gamma or spike process would no longer be the trace.
+Plan with ``--workload`` (a fitted workload) to vary its arrival process.
+
 The **margin** is the highest rate (the scenario's arrival process rescaled, its shape kept) at
 which the configuration still meets the SLOs: :func:`llmqueue.plan.capacity.capacity_search` on
 that configuration; ``margin_factor`` = margin / ``lam``.
@@ -36,6 +43,11 @@ def slower_scenario_spec(*, step_scale: float = 1.0, **kw):
     for p in spec.fleet.pools if spec.fleet is not None else ():  # a P:D split: both pools
         p.step_time = p.step_time.scaled(step_scale)
     return spec
+
+
+#: Why a replayed trace refuses the rows that replace its arrival process.
+TRACE_REFUSAL = ("a replayed trace keeps its recorded arrival times (its burstiness is the trace's own); "
+                 "plan with --workload FILE (a fitted workload) to vary the arrival process")
 
 
 def perturbations(lam: float, warmup_s: float, duration: float) -> list[tuple[str, dict]]:
@@ -72,10 +84,15 @@ def _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir
     from llmqueue.plan.sweep_run import run_points
     from llmqueue.spec import scenario_spec
 
+    from llmqueue.scenario.override import scenario_with
+
+    replay = scenario_with(scenario).scenario.workload.trace is not None
     base = {"scenario": scenario, "duration": max(duration, warmup_s + SPIKE_S + 120.0), "seed": seed, **inputs,
             **config.point()}
     rows = []
     pert = perturbations(lam, warmup_s, base["duration"])
+    refused = [(n, o) for n, o in pert if replay and "arrival" in o]
+    pert = [(n, o) for n, o in pert if (n, o) not in refused]
     plain = [(n, o) for n, o in pert if "step_scale" not in o]
     slow = [(n, o) for n, o in pert if "step_scale" in o]
     pts = run_points(scenario_spec, base, [o for _, o in plain], seeds="common", backend=backend, cache_dir=out_dir)
@@ -88,7 +105,15 @@ def _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir
                "verdict": s.get("verdict"), "failed_share": j["failed_share"]}
         for k in ("p99_ttft_ms", "p99_tpot_ms"):
             row[k], row[k + "_ci"] = s.get(k), s.get(k + "_ci")
+        if replay and "rate" in o:
+            row["how"] = "the trace's time axis scaled by 1/1.2 (the same requests, every gap 1/1.2 as long)"
         rows.append(row)
+    for name, o in refused:
+        rows.append({"case": name, "overrides": o, "meets": None, "refused": TRACE_REFUSAL, "reasons": [],
+                     "basis": None, "verdict": None, "failed_share": None, "p99_ttft_ms": None,
+                     "p99_ttft_ms_ci": None, "p99_tpot_ms": None, "p99_tpot_ms_ci": None})
+    order = {n: i for i, n in enumerate(SPEC_ROWS)}
+    rows.sort(key=lambda r: order.get(r["case"], len(order)))
     out = {"duration_s": base["duration"], "rows": rows, "margin_rate": None, "margin_factor": None}
     if margin:
         cap = capacity_search(scenario_spec, {k: v for k, v in base.items()}, slos=slos, backend=backend,

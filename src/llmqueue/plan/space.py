@@ -1,5 +1,9 @@
-"""The planner's configuration space: GPU type x tensor-parallel size x (aggregated replicas, or
-P:D splits) x ``max_num_seqs`` x ``max_num_batched_tokens`` x router.
+"""The planner's configuration space: model x GPU type x tensor-parallel size x (aggregated
+replicas, or P:D splits) x ``max_num_seqs`` x ``max_num_batched_tokens`` x router.
+
+The model axis (``--models``) changes the step model ``b(P, D, C)`` (the roofline of that model
+on that GPU and ``tp``) and the KV capacity ``M`` of each configuration; it also changes answer
+quality, which the planner does not judge.
 
 Aggregated serving: every one of ``R`` replicas prefills and decodes. A P:D split: ``P`` prefill
 and ``D`` decode replicas of the same engine (same GPU, ``tp`` and knobs), the KV crossing a link
@@ -46,6 +50,8 @@ class Config:
     decode_replicas: int = 0
     kv_link_gbps: float = 0.0
     kv_link_latency_ms: float = 0.0
+    #: the served model (a catalog name or a config.json path); "" is the scenario's own
+    model: str = ""
 
     @property
     def gpus(self) -> int:
@@ -78,6 +84,8 @@ class Config:
         knobs) and ``deployment.disaggregation`` (with the link) as ``sets``."""
         d = {k: v for k, v in asdict(self).items() if k in ("gpu", "tensor_parallel_size", "replicas", "max_num_seqs",
                                                              "max_num_batched_tokens", "router")}
+        if self.model:
+            d["model"] = self.model
         if not self.disaggregated:
             return d
         del d["replicas"]
@@ -93,7 +101,8 @@ class Config:
     def label(self) -> str:
         who = (f"P:D {self.split} ({self.kv_link_gbps:g} Gbit/s link) x" if self.disaggregated
                else f"{self.replicas} x")
-        return (f"{who} {self.gpu} tp{self.tensor_parallel_size}, max_num_seqs {self.max_num_seqs}, "
+        model = f"{self.model} on " if self.model else ""
+        return (f"{model}{who} {self.gpu} tp{self.tensor_parallel_size}, max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens}, {self.router}")
 
 
@@ -154,15 +163,37 @@ def parse_splits(name: str, text) -> tuple[tuple[int, int], ...]:
 
 def configurations(*, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers, pd_splits=(),
                    kv_link_gbps: float = DEFAULT_KV_LINK_GBPS,
-                   kv_link_latency_ms: float = DEFAULT_KV_LINK_LATENCY_MS) -> list[Config]:
+                   kv_link_latency_ms: float = DEFAULT_KV_LINK_LATENCY_MS, models=("",)) -> list[Config]:
     """The cartesian product of the axes (GPU names resolved to the catalog's): the aggregated
-    deployments of ``replicas``, then the splits of ``pd_splits`` (``(P, D)`` pairs)."""
+    deployments of ``replicas``, then the splits of ``pd_splits`` (``(P, D)`` pairs), for each of
+    ``models`` (names as :func:`model_names` gives them; ``""``: the scenario's own model)."""
     from llmqueue.hardware import get_gpu
 
     names = tuple(dict.fromkeys(get_gpu(g).name for g in gpus))
-    out = [Config(g, t, r, s, b, rt) for g in names for t in tp for r in replicas for s in max_num_seqs
-           for b in max_num_batched_tokens for rt in routers]
-    out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms))
-            for g in names for t in tp for P, D in pd_splits for s in max_num_seqs
+    models = tuple(dict.fromkeys(models)) or ("",)
+    out = [Config(g, t, r, s, b, rt, model=m) for m in models for g in names for t in tp for r in replicas
+           for s in max_num_seqs for b in max_num_batched_tokens for rt in routers]
+    out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms), model=m)
+            for m in models for g in names for t in tp for P, D in pd_splits for s in max_num_seqs
             for b in max_num_batched_tokens for rt in routers]
     return out
+
+
+def model_names(text) -> tuple[str, ...]:
+    """``--models``: catalog names (or aliases, resolved to the catalog's name) or config.json
+    paths (made absolute), distinct, in the order given. An unknown name is an error on ``models``."""
+    from pathlib import Path
+
+    from llmqueue.hardware import get_model
+    from llmqueue.hardware.catalog import _looks_like_path
+
+    out = []
+    for m in parse_names("models", text):
+        try:
+            spec = get_model(m)
+        except InputError as e:
+            raise InputError("models", e.problem, e.fix) from None
+        out.append(str(Path(m).expanduser().resolve()) if _looks_like_path(m) and spec.name != m else spec.name)
+    if not out:
+        raise InputError("models", "names no model", "e.g. --models llama-3.1-8b,llama-3.1-70b (llmqueue kv --list)")
+    return tuple(dict.fromkeys(out))

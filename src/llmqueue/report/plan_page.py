@@ -45,7 +45,8 @@ def load_plan(plan_dir) -> dict:
 
 def deployment_label(c: dict) -> str:
     who = (f"P:D {c['disaggregate']}" if c.get("disaggregate") else f"{c.get('replicas')} x")
-    return (f"{who} {c.get('gpu')} tp{c.get('tensor_parallel_size')}, max_num_seqs {c.get('max_num_seqs')}, "
+    model = f"{c['model']} on " if c.get("model") else ""
+    return (f"{model}{who} {c.get('gpu')} tp{c.get('tensor_parallel_size')}, max_num_seqs {c.get('max_num_seqs')}, "
             f"max_num_batched_tokens {c.get('max_num_batched_tokens')}, {c.get('router')}")
 
 
@@ -177,6 +178,12 @@ def summary_table(d: dict) -> H.Table:
         t.add("verdict", str(s.get("verdict", "-")))
         t.add("theory: rho = lam / rate bound", f"{H.num(rec.get('rho'))} (rate bound {H.num(rec.get('rate_bound'))} "
                                                 f"req/s, {rec.get('binding')} binds)")
+    src = d.get("workload_source") or {}
+    if src.get("kind") in ("trace", "fitted workload"):
+        t.add("workload", f"{src['kind']} {src.get('path')}" + (f": replays {src['replayed']}" if src.get("replayed")
+                                                               else f": arrival {src.get('arrival')}"))
+    if len(d.get("models") or ()) > 1:
+        t.add("models searched", ", ".join(d["models"]) + " (quality not judged: the cheapest meeting the SLOs wins)")
     t.add("step model", str(d.get("step_model_source") or "-"))
     t.add("configurations", f"{d.get('configurations')}: {d.get('pruned')} pruned by theory, {d.get('simulated')} "
                             f"simulated, {d.get('not_needed')} not needed")
@@ -191,6 +198,9 @@ def summary_table(d: dict) -> H.Table:
 def sensitivity_table(sens: dict, lam) -> H.Table:
     t = H.Table(["case", "p99 TTFT (ms) [95% CI]", "p99 TPOT (ms) [95% CI]", "meets", "failed share", "verdict"])
     for r in sens.get("rows") or []:
+        if r.get("refused"):
+            t.add(r["case"], "-", "-", "refused", "-", str(r["refused"]))
+            continue
         t.add(r["case"], H.Raw(H.with_ci(r.get("p99_ttft_ms"), r.get("p99_ttft_ms_ci"))),
               H.Raw(H.with_ci(r.get("p99_tpot_ms"), r.get("p99_tpot_ms_ci"))), "yes" if r.get("meets") else "no",
               "-" if r.get("failed_share") is None else f"{100 * r['failed_share']:.3g}%", str(r.get("verdict") or "-"))
