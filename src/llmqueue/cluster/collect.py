@@ -52,7 +52,14 @@ class FleetRecords:
         parts = [*self.chunks, self._columns([*self.done, *left])]
         seq = np.concatenate([p.pop("seq") for p in parts])
         order = np.argsort(seq, kind="stable")
-        req = {name: np.concatenate([p[name] for p in parts])[order] for name in parts[0]}
+        same = {}  # object columns with one value in every row (one pool, no lanes): filled, not gathered
+        if self.columns and len(self.pools) == 1:
+            same = {"pool": self.pools[0].name, "model": self.pools[0].spec.model}
+            if not self.spec.lanes:
+                same["lane"] = ""
+        n = len(seq)
+        req = {name: (np.full(n, same[name], dtype=object) if name in same
+                      else np.concatenate([p[name] for p in parts])[order]) for name in parts[0]}
         steps, ts = [], []
         for pool in self.pools:
             for i, rep in pool.all_replicas():
@@ -82,9 +89,10 @@ class FleetRecords:
         req = request_columns(reqs)
         req["replica"] = np.fromiter((i for _, i, _ in rows), np.int64, len(rows))
         req["seq"] = np.fromiter((q.seq for q in reqs), np.int64, len(rows))
-        for q in reqs:
-            if q.reason:
-                self.reasons[q.seq] = q.reason
+        if not (req["status"] == "ok").all():  # only a failed request has a reason
+            for q in reqs:
+                if q.reason:
+                    self.reasons[q.seq] = q.reason
         if self.columns:
             self._fleet_columns(req, rows)
         return req
