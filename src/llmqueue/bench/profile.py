@@ -234,20 +234,21 @@ def logged_decode_cycles(steps, batch: int) -> tuple[np.ndarray, np.ndarray]:
     return cyc[m], np.asarray(steps["duration_s"], dtype=np.float64)[m]
 
 
-def fit_prefill(lengths, seconds) -> dict:
-    """``seconds = intercept + per_token x length`` by non-negative least squares, with R2."""
+def fit_prefill(lengths, seconds, weights=None) -> dict:
+    """``seconds = intercept + per_token x length`` by (weighted) non-negative least squares, with R2."""
     from scipy.optimize import nnls
 
     x = np.asarray(lengths, dtype=np.float64)
     y = np.asarray(seconds, dtype=np.float64)
+    w = np.sqrt(np.ones(len(x)) if weights is None else np.asarray(weights, dtype=np.float64))
     X = np.column_stack([np.ones(len(x)), x])
     sc = np.maximum(np.abs(X).max(axis=0), 1e-12)
-    coef, _ = nnls(X / sc, y)
+    coef, _ = nnls((X / sc) * w[:, None], y * w)
     coef = coef / sc
     pred = X @ coef
-    ss = float(np.sum((y - y.mean()) ** 2))
+    ss = float(np.sum(w * w * (y - np.average(y, weights=w * w)) ** 2))
     return {"intercept_s": float(coef[0]), "per_token_s": float(coef[1]),
-            "r2": 1 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else 1.0}
+            "r2": 1 - float(np.sum(w * w * (y - pred) ** 2)) / ss if ss > 0 else 1.0}
 
 
 class _Budget:
@@ -349,10 +350,12 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
         else:
             notes.append("prefill probes: the iteration log's prefill steps did not match the probes one to one; "
                          "fitted on TTFT (the frontend delay inside the intercept)")
-    fit = fit_prefill(plen, pre_y)
     points = [{"prompt_tokens": int(L), "ttft_median_s": float(np.median(ttft[plen == L])),
                "prefill_median_s": float(np.median(pre_y[plen == L])), "count": int((plen == L).sum())}
               for L in np.unique(plen)]
+    # the line through the lengths' medians (a late probe on a busy machine moves no fit)
+    fit = fit_prefill([q["prompt_tokens"] for q in points], [q["prefill_median_s"] for q in points],
+                      [q["count"] for q in points])
     prefill = {**fit, "source": pre_src, "frontend_latency_s": frontend, "points": points}
 
     # -- decode ladders -----------------------------------------------------------------------
