@@ -286,7 +286,7 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
                 output_tokens: int = DEFAULT_OUTPUT_TOKENS, prefill_lengths=None, prefill_repeats: int = 5,
                 budget_s: float = DEFAULT_BUDGET_S, server_log=None, server_flags: dict | None = None,
                 api_key: str | None = None, vocab_size: int | None = None, seed: int = 0,
-                on_level=None) -> dict:
+                passes: int = 2, on_level=None) -> dict:
     """Measure the step-time surface (see the module docstring); writes ``out_dir/profile.json``,
     ``out_dir/server.json`` and ``out_dir/runs/``; returns the profile. ``on_level(text, total)``
     is called before each level (a progress bar), ``total`` the number of levels planned."""
@@ -299,6 +299,8 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     if output_tokens < 8:
         raise InputError("output_tokens", f"must be at least 8 (got {output_tokens}): the ladder reads the gaps "
                          "while every request decodes")
+    if not isinstance(passes, int) or passes < 1:
+        raise InputError("passes", f"must be a positive integer (got {passes!r})")
     if prefill_repeats < 1:
         raise InputError("prefill_repeats", f"must be at least 1 (got {prefill_repeats})")
     if server_log is not None:
@@ -315,7 +317,7 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     notes = list(levels["notes"])
     budget = _Budget(float(budget_s))
     net = dict(api_key=api_key, vocab_size=vocab_size, seed=seed, progress=False)
-    total = 1 + sum(len(v) for v in levels["contexts"].values())
+    total = 1 + passes * sum(len(v) for v in levels["contexts"].values())
     tell = on_level or (lambda text, total: None)
     M = server.get("M_usable")
 
@@ -358,39 +360,28 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
                       [q["count"] for q in points])
     prefill = {**fit, "source": pre_src, "frontend_latency_s": frontend, "points": points}
 
-    # -- decode ladders -----------------------------------------------------------------------
-    cells: list[dict] = []
+    # -- decode ladders, ``passes`` times over (an engine's speed wanders: pooled passes average it) --
+    measured: dict[tuple[int, int], list[dict]] = {}
     skipped: list[str] = []
     ctx_list = list(levels["contexts"].items())
-    for ci, (p, batch_list) in enumerate(ctx_list):
-        share_end = budget.elapsed() + budget.left() / (len(ctx_list) - ci)
-        for bi, c in enumerate(batch_list):
-            est = _estimate(cells, p, c, output_tokens, prefill)
-            if budget.left() <= 0 or (est is not None and budget.elapsed() + est > share_end):
-                skipped.append(f"context {p}: batches {', '.join(map(str, batch_list[bi:]))} (time budget)")
-                break
-            tell(f"context {p}, batch {c}", total)
-            name = f"ctx{p}-b{c}"
-            off = offset()
-            reqs = RequestArrays(np.arange(c), np.zeros(c), np.full(c, p), np.full(c, output_tokens))
-            res = run_bench(url, model, reqs, out_dir=runs / name, concurrency=c,
-                            drain_timeout_s=max(share_end - budget.elapsed(), 1.0), **net)
-            gaps, ctx, (lo, hi) = level_itl(res.records, res.tokens, p)
-            if len(gaps) < 5:
-                notes.append(f"{name}: {len(gaps)} inter-token gaps while all {c} requests decoded; left out")
-                continue
-            cell = {"prompt_tokens": int(p), "batch": int(c), "context_tokens": float(ctx.mean()),
-                    **_quartiles(gaps), "source": "inter-token latencies", "itl_median_s": float(np.median(gaps))}
-            if server_log is not None:
-                steps = _level_steps(runs / name, server_log, off, res, M)
-                if steps is not None:
-                    cyc, el = logged_decode_cycles(steps, c)
-                    if len(cyc) >= MIN_LOG_STEPS:
-                        cell.update(_quartiles(cyc), source="iteration log", elapsed_median_s=float(np.median(el)))
-                    else:
-                        notes.append(f"{name}: {len(cyc)} logged decode steps of {c} sequences; "
-                                     "the inter-token latencies used")
-            cells.append(cell)
+    for k in range(passes):
+        pass_end = budget.elapsed() + budget.left() / (passes - k)
+        for ci, (p, batch_list) in enumerate(ctx_list):
+            share_end = budget.elapsed() + (pass_end - budget.elapsed()) / (len(ctx_list) - ci)
+            todo = batch_list if k == 0 else [c for c in batch_list if (p, c) in measured]
+            for bi, c in enumerate(todo):
+                est = _estimate(pool_cells(measured), p, c, output_tokens, prefill)
+                if budget.left() <= 0 or (est is not None and budget.elapsed() + est > share_end):
+                    if k == 0:
+                        skipped.append(f"context {p}: batches {', '.join(map(str, todo[bi:]))} (time budget)")
+                    break
+                tell(f"pass {k + 1}: context {p}, batch {c}", total)
+                cell = measure_level(url, model, p, c, output_tokens, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
+                                     server_log=server_log, M=M, notes=notes,
+                                     drain_timeout_s=max(share_end - budget.elapsed(), 1.0), **net)
+                if cell is not None:
+                    measured.setdefault((p, c), []).append(cell)
+    cells = pool_cells(measured)
     if not cells:
         raise InputError("budget", f"no decode level was measured within {budget_s:g} s",
                          "give a larger --budget or fewer --output-tokens")
@@ -403,6 +394,69 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
            "server": {k: v for k, v in server.items() if k != "cache_config_info"}}
     (out / PROFILE_FILE).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return doc
+
+
+def measure_level(url: str, model: str, prompt: int, batch: int, output: int, run_dir, *, server_log=None,
+                  M=None, drain_timeout_s: float | None = None, notes: list | None = None, **bench) -> dict | None:
+    """One ladder level: ``batch`` requests of ``prompt`` + ``output`` tokens sent together (records
+    in ``run_dir``); the decode step at that batch from the gaps while all of them decode, and from
+    the server's iteration log when it has at least :data:`MIN_LOG_STEPS` such steps. Returns the
+    cell (``median_s`` from the preferred source, ``itl_median_s`` always), or None (noted) when
+    fewer than 5 gaps fell in the window."""
+    from llmqueue.bench.client import run_bench
+    from llmqueue.workload.generate import RequestArrays
+
+    notes = notes if notes is not None else []
+    name = Path(run_dir).name
+    off = 0
+    if server_log is not None:
+        from llmqueue.bench.steplog import log_offset
+
+        off = log_offset(server_log)
+    c = int(batch)
+    reqs = RequestArrays(np.arange(c), np.zeros(c), np.full(c, int(prompt)), np.full(c, int(output)))
+    res = run_bench(url, model, reqs, out_dir=run_dir, concurrency=c, drain_timeout_s=drain_timeout_s, **bench)
+    gaps, ctx, _ = level_itl(res.records, res.tokens, int(prompt))
+    if len(gaps) < 5:
+        notes.append(f"{name}: {len(gaps)} inter-token gaps while all {c} requests decoded; left out")
+        return None
+    cell = {"prompt_tokens": int(prompt), "batch": c, "context_tokens": float(ctx.mean()),
+            **_quartiles(gaps), "source": "inter-token latencies", "itl_median_s": float(np.median(gaps)),
+            "_itl": gaps, "_ctx": ctx}
+    if server_log is not None:
+        steps = _level_steps(Path(run_dir), server_log, off, res, M)
+        if steps is not None:
+            cyc, el = logged_decode_cycles(steps, c)
+            if len(cyc) >= MIN_LOG_STEPS:
+                cell.update(_quartiles(cyc), source="iteration log", elapsed_median_s=float(np.median(el)),
+                            _cycles=cyc, _elapsed=el)
+            else:
+                notes.append(f"{name}: {len(cyc)} logged decode steps of {c} sequences; the inter-token "
+                             "latencies used")
+    return cell
+
+
+def pool_cells(measured) -> list[dict]:
+    """One cell per (prompt, batch) from the repeated measurements of :func:`measure_level`
+    (``{(prompt, batch): [cells]}`` or a list of cells): their samples pooled, the iteration log's
+    when every pass had it, else the inter-token gaps; the raw sample arrays left out."""
+    if not isinstance(measured, dict):
+        groups: dict = {}
+        for c in measured:
+            groups.setdefault((c["prompt_tokens"], c["batch"]), []).append(c)
+        measured = groups
+    out = []
+    for (p, b), cs in measured.items():
+        itl = np.concatenate([c["_itl"] for c in cs])
+        ctx = np.concatenate([c["_ctx"] for c in cs])
+        cell = {"prompt_tokens": int(p), "batch": int(b), "context_tokens": float(ctx.mean()), **_quartiles(itl),
+                "source": "inter-token latencies", "itl_median_s": float(np.median(itl)), "passes": len(cs)}
+        if all("_cycles" in c for c in cs):
+            cyc = np.concatenate([c["_cycles"] for c in cs])
+            el = np.concatenate([c["_elapsed"] for c in cs])
+            cell.update(_quartiles(cyc), source="iteration log", elapsed_median_s=float(np.median(el)))
+        out.append(cell)
+    return out
 
 
 def _logged_prefills(steps, send: np.ndarray, prompt: np.ndarray) -> np.ndarray | None:

@@ -40,6 +40,8 @@ def _profile_outputs(p) -> list:
 @click.option("--prefill-lengths", metavar="P,P,...", help="Prompt lengths of the isolated prefill probes "
               "[default: 16, 128, 512, 2048 up to one prefill step].")
 @click.option("--prefill-repeats", type=int, default=5, show_default=True, help="Probes per prompt length.")
+@click.option("--passes", type=int, default=2, show_default=True,
+              help="Times over the ladder; each level's samples are pooled (an engine's speed wanders over seconds).")
 @click.option("--budget", type=float, default=180.0, show_default=True,
               help="Seconds the whole profile may take; levels that would not fit are skipped (noted).")
 @click.option("--server-log", type=InputPath("file", reads=()), help="The server's log file, written while the "
@@ -61,7 +63,7 @@ def _profile_outputs(p) -> list:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the prompts' token ids.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over the levels (default: on a terminal).")
 @json_option
-def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengths, prefill_repeats, budget,
+def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengths, prefill_repeats, passes, budget,
             server_log, server_max_num_seqs, server_max_num_batched_tokens, server_num_gpu_blocks,
             server_block_size, server_max_model_len, vocab_size, api_key, seed, progress, as_json):
     """Measure a server's step-time surface through the OpenAI API, within a time budget.
@@ -109,7 +111,7 @@ def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengt
         doc = run_profile(url, model, out_dir, contexts=ctx_list, batches=batch_list, output_tokens=output_tokens,
                           prefill_lengths=pre_list, prefill_repeats=prefill_repeats, budget_s=budget,
                           server_log=server_log, server_flags=flags, api_key=api_key, vocab_size=vocab_size,
-                          seed=seed, on_level=on_level)
+                          seed=seed, passes=passes, on_level=on_level)
     finally:
         if state["bar"] is not None:
             state["bar"].close()
