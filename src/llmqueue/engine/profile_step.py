@@ -13,7 +13,8 @@ took 19.6 ms where the line said 9.7 ms, so TPOT at low load was under-predicted
   size ``n`` (the median inter-token latency of a closed loop of ``n`` sequences, or the median
   step cycle of the server's iteration log), made non-decreasing in ``n`` (pool-adjacent-violators,
   weighted by the samples) and joined by monotone cubic interpolation (PCHIP: it passes through
-  every point, never overshoots, and keeps a concave curve concave). Below a row's smallest
+  every point, never overshoots, and keeps a concave curve concave); at each batch the rows are
+  made non-decreasing in the context the same way (more KV read never costs less). Below a row's smallest
   batch the step costs what it costs there; above its largest, the row's last segment goes on
   (its slope at least 0). Between rows the step is linear in the per-sequence context
   ``C / n`` (exact for attention whose cost is proportional to the KV tokens read); below the
@@ -185,6 +186,13 @@ class ProfileStepTime:
                 v = np.full(len(n), s[0])
             table[j] = v
             tail[j] = slope
+        if len(rows) > 1:  # non-decreasing in the context too, at every batch (more KV read never costs less)
+            w = np.array([float(r[3].sum()) for r in rows])
+            for n_ in range(self.nmax + 1):
+                col = table[:, n_]
+                if (np.diff(col) < 0).any():
+                    table[:, n_] = isotonic(col, w)
+            tail = np.maximum.accumulate(tail) if (np.diff(tail) < 0).any() else tail
         self.table = table
         self.tail = tail
         self._hi = float(self.contexts[-1])
