@@ -41,6 +41,7 @@ BENCH = "bench --url http://127.0.0.1:9 --model m --prompt fixed:10 --output fix
 STAB = "stability --capacity-tokens 131000 --step-time 0.0372 --prompt uniform:10:1600 --output uniform:10:1600"
 BATCH = "batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5"
 SEED2 = "report --batch-figure"
+PROF = "profile --url http://127.0.0.1:9 --model m --out o --no-progress"
 
 
 def _write_files(d: Path) -> None:
@@ -338,6 +339,24 @@ CASES: list[tuple[str, str, str]] = [
     ("import-map-absent-column", "import csv t.csv --out imp --map send_s=t0", "t0"),
     ("import-vllm-binary", "import vllm-bench bin.yaml --out imp", "bin.yaml"),
     ("import-time-origin-text", "import csv t.csv --out imp --time-origin soon", "--time-origin"),
+    # --- profile --------------------------------------------------------------------------------
+    ("profile-unreachable", f"{PROF} --server-max-num-seqs 4", "--url"),
+    ("profile-url-not-http", "profile --url ftp://x --model m --out o", "--url"),
+    ("profile-out-under-file", f"{PROF} --out t.csv/p", "--out"),
+    ("profile-out-devnull", f"{PROF} --out /dev/null", "--out"),
+    ("profile-contexts-text", f"{PROF} --contexts a,b", "--contexts"),
+    ("profile-batches-zero", f"{PROF} --batches 0,2", "--batches"),
+    ("profile-seqs-zero", f"{PROF} --server-max-num-seqs 0", "--server-max-num-seqs"),
+    ("profile-server-log-missing", f"{PROF} --server-log nope.log", "--server-log"),
+    ("profile-server-log-dir", f"{PROF} --server-log adir", "--server-log"),
+    ("simulate-step-profile-missing", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time profile:nope", "--step-time"),
+    ("simulate-step-profile-empty-dir", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time profile:emptydir", "--step-time"),
+    ("simulate-step-profile-not-json", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time profile:notjson.json", "--step-time"),
+    ("simulate-step-profile-bad-key", f"simulate --capacity-tokens 131000 {WL} --no-progress "
+     "--step-time profile:emptydir:speed=2", "--step-time"),
     # --- calibrate / validate -------------------------------------------------------------------
     ("calibrate-run-missing", "calibrate nope -o c.yaml", "nope"),
     ("calibrate-run-empty-dir", "calibrate emptydir -o c.yaml", "emptydir"),

@@ -170,6 +170,45 @@ def test_a_model_written_to_the_protocol_runs_on_both_replicas(wrap):
     assert fast.requests["preemptions"].sum() > 0  # a KV-bound run
 
 
+def _profile_dir(tmp_path):
+    """A measured-looking profile (``llmqueue profile``'s file): two context rows, concave in the batch."""
+    import json
+
+    cells = []
+    for prompt, ctx, times in ((64, 96, (0.010, 0.013, 0.015, 0.018, 0.022)),
+                               (512, 544, (0.012, 0.016, 0.020, 0.027, 0.040))):
+        cells += [{"prompt_tokens": prompt, "context_tokens": ctx, "batch": b, "median_s": t, "count": 40}
+                  for b, t in zip((1, 2, 4, 8, 16), times)]
+    doc = {"format": "llmqueue-profile", "version": 1, "decode": cells,
+           "prefill": {"per_token_s": 2e-5, "intercept_s": 0.011}}
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+@pytest.mark.parametrize("suffix", ["", ":noise=gamma:cv=0.4", ":drift=0.2:span=0.7", ":scale=1.3"])
+def test_a_profile_model_runs_on_both_replicas(tmp_path, suffix):
+    """``profile:DIR`` (llmqueue profile's surface) through both replicas: equal records, and the
+    one-sequence decode steps priced at the profile's batch-1 row values."""
+    from llmqueue.engine.step_time import parse_step_time
+
+    spec = f"profile:{_profile_dir(tmp_path)}{suffix}"
+    reqs = Workload("poisson:30", prompt="uniform:1:300", output="uniform:1:100").generate(seed=5, n=300)
+    cfg = EngineConfig.from_capacity(3000, block_size=4, max_num_batched_tokens=256, max_num_seqs=64)
+    fast = simulate(cfg, spec, reqs, options=SimOptions(seed=2))
+    ref = simulate(cfg, spec, reqs, options=SimOptions(seed=2), reference=True)
+    _compare(fast, ref)
+    assert fast.stretches > 0  # decode runs were priced by decode_stretch, the rest by base
+    d = fast.steps["duration_s"] / fast.steps["steps"]
+    one = (fast.steps["decode_seqs"] == 1) & (fast.steps["prefill_tokens"] == 0)
+    assert one.any()
+    if suffix in ("", ":scale=1.3"):  # between the rows' batch-1 steps (contexts 96..544), times the scale
+        f = 1.3 if suffix else 1.0
+        assert (d[one] >= 0.010 * f - 1e-12).all() and (d[one] <= 0.012 * f + 1e-12).all()
+        assert parse_step_time(spec).base(0, 1, 96) == pytest.approx(0.010 * f)
+    else:
+        assert d[one].std() > 0
+
+
 @pytest.mark.parametrize("step", ["0.0372", "linear:c0=0.02:prefill=1e-6:decode=4e-5"])
 def test_kv_bound_overload_equals_reference(step, monkeypatch):
     """Seed 004's 1:1 setting (M = 131,000, chunk 512) at 3x its KV capacity for 150 s: the cache

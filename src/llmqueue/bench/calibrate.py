@@ -27,11 +27,18 @@ step time ``b`` and the joint (prompt, output) length distribution. From a run d
 The result is written as YAML; ``step_time:`` holds the constant-b spec the simulator reads
 (``--step-time fitted:calibration.yaml``), ``step_time_linear:`` the fitted linear model when
 there was one, and ``capacity_tokens:`` the KV capacity.
+
+With a profile (``llmqueue profile``, ``profile=DIR``) the profile gives the step time's shape
+over batch size and context, and the run its level: one factor, the run's busy step cycles over
+the profile's price of the same steps (:func:`profile_level`). ``step_time:`` is then the scaled
+profile (``profile:DIR:scale=X``, so ``fitted:`` gives it to simulate, sweep and capacity),
+``step_time_constant:`` the constant b and ``step_time_profile:`` the profile again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +70,9 @@ class Calibration(Result):
     frontend_source: str | None = None
     speed_sd: float | None = None
     speed_windows: int = 0
+    step_time_constant: str | None = None
+    step_time_profile: str | None = None
+    profile_scale: float | None = None
 
 
 def _itl_from_tokens(path: Path, window: tuple[float, float] | None = None) -> np.ndarray:
@@ -228,6 +238,33 @@ def run_speed(steps, lin: dict) -> float | None:
     return float(took[mask].sum() / said[mask].sum())
 
 
+def profile_level(steps, model, window: tuple[float, float] | None = None,
+                  block_size: int | None = None) -> tuple[float, int]:
+    """The level of a profile's step times on a run: ``(scale, steps)``, scale the run's busy step
+    cycles (:func:`step_cycles`, in ``window``) over ``model``'s price of the same steps (each row
+    at its prefill tokens, decodes and KV tokens; the KV tokens are whole blocks, so half a block
+    a sequence is taken off: the context it attends over). A profile measured on another day, or
+    on an engine that has since slowed, keeps its shape and takes the run's speed."""
+    mask, cyc, k = step_cycles(steps, window)
+    if mask.sum() < 20:
+        return math.nan, int(mask.sum())
+    P = np.asarray(steps["prefill_tokens"], dtype=np.int64)[mask].tolist()
+    D = np.asarray(steps["decode_seqs"], dtype=np.int64)[mask].tolist()
+    C = np.asarray(steps["kv_tokens"], dtype=np.int64)[mask]
+    if block_size:
+        C = np.maximum(C - (np.asarray(steps["decode_seqs"], dtype=np.int64)[mask] * (int(block_size) - 1)) // 2, 0)
+    C = C.tolist()
+    K = k[mask].astype(np.int64).tolist()
+    said = 0.0
+    for p, d, c, n in zip(P, D, C, K):
+        if n > 1 and p == 0 and d > 0:  # a simulated decode stretch: KV held at its end, context grew by d a step
+            said += float(model.decode_stretch(d, max(c - d * (n - 1), d), n).sum())
+        else:
+            said += model.base(p, d, c) * n
+    took = cyc[mask] * k[mask]
+    return float(took.sum() / said), int(k[mask].sum())
+
+
 def last_send_s(run_dir) -> float:
     """The run second of the client's last request send (``dispatched_s``).
 
@@ -257,7 +294,7 @@ CALIBRATE_STAGES = ("read the run", "inter-token latencies", "b estimators", "li
 def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str = "auto",
               busy_only: bool = True, window: tuple[float, float] | None = None, steps_from=(),
               on_stage=None, max_num_seqs: int | None = None,
-              max_num_batched_tokens: int | None = None) -> Calibration:
+              max_num_batched_tokens: int | None = None, profile=None) -> Calibration:
     """Measure ``M``, ``b`` (and a linear step model when step records exist) from a run directory.
 
     ``estimator``: ``auto`` (default) takes ``cycle``, the mean busy step cycle (steps per
@@ -280,7 +317,9 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     ``max_num_seqs``/``max_num_batched_tokens``: the server's, when the run did not record them
     (``server.json``, or a simulated run's summary); a setting neither gives is an
     :class:`InputError` naming the flag that supplies it (never a default: vLLM's differ by
-    version and hardware, :mod:`llmqueue.bench.server_info`).
+    version and hardware, :mod:`llmqueue.bench.server_info`). ``profile``: a directory of
+    ``llmqueue profile``: its step-time surface, set to this run's level (:func:`profile_level`;
+    needs the run's step records), becomes ``step_time``.
     """
     from llmqueue.records import read_run
 
@@ -391,11 +430,27 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             front = fe["frontend_latency_s"]
             front_src = f"step log: {fe['samples']} low-load requests of {run_dir}"
     stage(CALIBRATE_STAGES[5])
+    step_time, prof_spec, scale = f"{b:.6g}", None, None
+    if profile is not None:
+        from llmqueue.engine.profile_step import load_profile_model, profile_path
+
+        pm = load_profile_model(profile, field="profile")
+        if steps is None or not len(steps) or "prefill_tokens" not in steps:
+            raise InputError("profile", f"{run_dir} has no step records to set the profile's level from",
+                             "benchmark with --server-log (the server's iteration log), or simulate with --out")
+        scale, n = profile_level(steps, pm, window, block_size=block)
+        if not math.isfinite(scale):
+            raise InputError("profile", f"{run_dir} has {n} busy steps; need >= 20 to set the profile's level",
+                             "run longer")
+        prof_spec = f"profile:{profile_path(profile, 'profile').parent.resolve()}:scale={scale:.6g}"
+        notes.append(f"step_time: the profile {profile} at this run's level (x{scale:.4g}, from {n} busy steps)")
+        step_time = prof_spec
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
-                       b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=f"{b:.6g}",
+                       b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=step_time,
                        step_time_linear=step_linear, engine=engine, notes=tuple(notes),
                        frontend_latency_s=front, frontend_source=front_src,
-                       speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0)
+                       speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0,
+                       step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
 
 
 def write_calibration(cal: Calibration, path) -> Path:

@@ -13,6 +13,13 @@ It answers like vLLM's OpenAI server, without a model:
 
 Timing: the first token is sent ``first_token_delay_s`` after the request arrives, each further
 token ``token_delay_s`` after the previous one (0: all at once, written in one piece).
+A batch-dependent engine, for ``llmqueue profile`` to measure: ``prefill_token_s`` adds that many
+seconds per prompt token to the first token's delay (a prefill line), and ``decode_steps``
+(``"1:0.020,2:0.024,4:0.030"``: running requests -> seconds) makes each further token come
+``step(n)`` after the previous one was due, ``n`` the requests streaming at that moment,
+interpolated linearly between the table's points (flat outside them). Tokens are due on a
+schedule (due times add up; the event loop's lateness does not), so the gaps a client sees
+average ``step(n)`` exactly.
 
 Fault injection (deterministic for a given ``seed`` and request order): ``reject_fraction`` of
 requests are answered ``reject_status`` (429 or 503, vLLM-style error JSON); ``malformed_fraction``
@@ -97,9 +104,13 @@ class StubConfig:
     sse_ids: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
+    decode_steps: str | None = None
+    prefill_token_s: float = 0.0
 
     def __post_init__(self):
-        for name in ("token_delay_s", "first_token_delay_s", "reject_fraction", "malformed_fraction"):
+        self.step_table = _step_table(self.decode_steps) if self.decode_steps else None
+        for name in ("token_delay_s", "first_token_delay_s", "reject_fraction", "malformed_fraction",
+                     "prefill_token_s"):
             v = float(getattr(self, name))
             if not v >= 0:
                 raise InputError(name, f"must be >= 0 (got {v!r})")
@@ -118,6 +129,32 @@ class StubConfig:
         if self.reject_status not in (400, 408, 429, 500, 502, 503, 504):
             raise InputError("reject_status", f"unsupported status {self.reject_status}",
                              "use 429 or 503 (or 400/408/500/502/504)")
+
+
+def _step_table(text: str) -> tuple[list[float], list[float]]:
+    """``"1:0.02,4:0.03"`` -> ``([1, 4], [0.02, 0.03])`` (running requests ascending, seconds > 0)."""
+    ns, ts = [], []
+    try:
+        for part in str(text).split(","):
+            n, t = part.split(":")
+            ns.append(float(n))
+            ts.append(float(t))
+    except ValueError:
+        raise InputError("decode_steps", f"cannot parse {text!r}", "e.g. 1:0.020,2:0.024,4:0.030") from None
+    if not all(t > 0 for t in ts) or not all(n >= 1 for n in ns) or ns != sorted(set(ns)):
+        raise InputError("decode_steps", f"{text!r}: running counts must be >= 1 and ascending, seconds > 0")
+    return ns, ts
+
+
+def step_seconds(table, n: int) -> float:
+    """The table's step time at ``n`` running requests (linear between points, flat outside)."""
+    ns, ts = table
+    if n <= ns[0]:
+        return ts[0]
+    for i in range(1, len(ns)):
+        if n <= ns[i]:
+            return ts[i - 1] + (ts[i] - ts[i - 1]) * (n - ns[i - 1]) / (ns[i] - ns[i - 1])
+    return ts[-1]
 
 
 def aiohttp_web():
@@ -310,7 +347,9 @@ def _routes(cfg: StubConfig) -> dict:
         n_tok = 3 * n_out if bad == "over-max-tokens" else n_out
         stats["running"] += 1
         try:
-            if cfg.token_delay_s == 0 and cfg.first_token_delay_s == 0:
+            table = cfg.step_table
+            first = cfg.first_token_delay_s + cfg.prefill_token_s * n_in
+            if cfg.token_delay_s == 0 and first == 0 and table is None:
                 stats["generation_tokens"] += n_tok
                 stats["completed"] += 1
                 return web.Response(body="".join(parts).encode(), content_type="text/event-stream")
@@ -318,10 +357,17 @@ def _routes(cfg: StubConfig) -> dict:
                                                "Cache-Control": "no-cache"})
             await resp.prepare(request)
             try:
-                if cfg.first_token_delay_s:
-                    await asyncio.sleep(cfg.first_token_delay_s)
+                if first:
+                    await asyncio.sleep(first)
+                loop = asyncio.get_running_loop()
+                due = loop.time()
                 for i in range(n_tok):
-                    if i and cfg.token_delay_s:
+                    if i and table is not None:
+                        due += step_seconds(table, stats["running"])
+                        wait = due - loop.time()
+                        if wait > 0:
+                            await asyncio.sleep(wait)
+                    elif i and cfg.token_delay_s:
                         await asyncio.sleep(cfg.token_delay_s)
                     await resp.write(parts[i].encode())
                     stats["generation_tokens"] += 1
@@ -420,7 +466,8 @@ def make_server(cfg: StubConfig):
 async def _whole(web, request, st: _Stub, chat: bool, rid: str, n_in: int, n_out: int):
     """``stream: false``: one JSON answer after all tokens."""
     cfg = st.cfg
-    delay = cfg.first_token_delay_s + cfg.token_delay_s * max(n_out - 1, 0)
+    per = step_seconds(cfg.step_table, st.stats["running"] + 1) if cfg.step_table else cfg.token_delay_s
+    delay = cfg.first_token_delay_s + cfg.prefill_token_s * n_in + per * max(n_out - 1, 0)
     if delay:
         await asyncio.sleep(delay)
     st.stats["generation_tokens"] += n_out
@@ -509,7 +556,9 @@ class StubServer:
              "--reject-status", str(c.reject_status), "--malformed-fraction", repr(c.malformed_fraction),
              "--cached-tokens", str(c.cached_tokens), "--seed", str(c.seed),
              "--misbehave-fraction", repr(c.misbehave_fraction), "--long-line-bytes", str(c.long_line_bytes),
-             "--sse-line-end", c.sse_line_end]
+             "--sse-line-end", c.sse_line_end, "--prefill-token-delay", repr(c.prefill_token_s)]
+        if c.decode_steps:
+            a += ["--decode-steps", c.decode_steps]
         if c.misbehave is not None:
             a += ["--misbehave", c.misbehave]
         if c.sse_ids:
@@ -626,6 +675,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="stub-model")
     ap.add_argument("--token-delay", type=float, default=0.0, dest="token_delay_s")
     ap.add_argument("--first-token-delay", type=float, default=0.0, dest="first_token_delay_s")
+    ap.add_argument("--prefill-token-delay", type=float, default=0.0, dest="prefill_token_s",
+                    help="seconds per prompt token added to the first token's delay")
+    ap.add_argument("--decode-steps", default=None, help="running requests -> seconds between tokens, "
+                    "e.g. 1:0.020,2:0.024,4:0.030")
     ap.add_argument("--reject-fraction", type=float, default=0.0)
     ap.add_argument("--reject-status", type=int, default=429)
     ap.add_argument("--malformed-fraction", type=float, default=0.0)

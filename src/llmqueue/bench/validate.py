@@ -234,8 +234,13 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         if not calibration.get("step_time_linear"):
             raise InputError("step_model", "the calibration has no linear step-time model (no step records)")
         step = parse_step_time(calibration["step_time_linear"])
-    else:
-        step = parse_step_time(calibration["step_time"])
+    elif step_model == "profile":
+        if not calibration.get("step_time_profile"):
+            raise InputError("step_model", "the calibration has no profile step-time model",
+                             "calibrate with --profile DIR (llmqueue profile's output)")
+        step = parse_step_time(calibration["step_time_profile"])
+    else:  # the constant b (step_time itself in a calibration made without a profile)
+        step = parse_step_time(calibration.get("step_time_constant") or calibration["step_time"])
     horizon = horizon_s or measured.get("horizon_s") or float(np.nanmax(run.requests["finish_s"]))
     front = float(calibration.get("frontend_latency_s") or 0.0) if frontend else 0.0
 
@@ -357,7 +362,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
             "drift": drift, "drift_reps": drift_reps if drift > 0 else 0,
             "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
-                                                            "step_time_linear", "frontend_latency_s",
+                                                            "step_time_linear", "step_time_profile", "frontend_latency_s",
                                                             "speed_sd")}}
 
 

@@ -45,13 +45,17 @@ def _run_second(run, value, option: str):
 @click.option("--steps-from", "steps_from", type=InputPath("dir"), multiple=True,
               help="Another run of the same server whose step records join the linear step model's fit "
                    "(repeatable; e.g. a low-load run: the small batches a saturation run hardly samples).")
+@click.option("--profile", "profile_dir", type=InputPath("dir", reads=("profile.json",)), default=None,
+              help="A profile of the same server (llmqueue profile --out DIR): its step-time shape over batch "
+                   "size and context, at this run's level (one factor from the run's step records), becomes "
+                   "step_time (profile:DIR:scale=X).")
 @click.option("--max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs, when the run did not "
               "record it (bench --server-max-num-seqs or --server-log) [default: the run's; never assumed].")
 @click.option("--max-num-batched-tokens", type=int, metavar="N", help="The server's --max-num-batched-tokens, when "
               "the run did not record it [default: the run's; never assumed].")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over the stages (default: on a terminal).")
 @json_option
-def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, max_num_seqs,
+def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_from, profile_dir, max_num_seqs,
               max_num_batched_tokens, progress, as_json):
     """Measure M, b-bar (and a linear step-time model when step records exist) from a run directory.
 
@@ -81,7 +85,8 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 
     try:
         cal = cal_fn(run, capacity_tokens=capacity_tokens, estimator=estimator, window=window, steps_from=steps_from,
-                     on_stage=done, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                     on_stage=done, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                     profile=profile_dir)
         if probe is not None:
             from llmqueue.bench.calibrate import with_frontend_latency
 
@@ -102,6 +107,8 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
     if cal.linear:
         rows.append(("linear step model", "c0={c0:.4g} prefill={prefill:.3g} decode={decode:.3g} ctx={ctx:.3g} (R2 {r2:.3f})"
                      .format(**cal.linear)))
+    if cal.step_time_profile:
+        rows.append(("profile step model", f"{cal.step_time_profile} (the step_time)"))
     if cal.speed_sd is not None:
         rows.append(("engine speed sd (10-s windows)", cal.speed_sd))
     rows += [("note", n) for n in cal.notes]
@@ -117,8 +124,9 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 @click.option("--horizon", default=None, metavar="SECONDS|last-send",
               help="Measure up to this run second, or last-send: up to the client's last send (a "
                    "concurrency-capped saturation run's saturated part).")
-@click.option("--step-model", type=click.Choice(["constant", "linear"]), default="constant", show_default=True,
-              help="Simulate with the constant b-bar (Nie et al. 2026) or the fitted linear step-time model.")
+@click.option("--step-model", type=click.Choice(["constant", "linear", "profile"]), default="constant",
+              show_default=True, help="Simulate with the constant b-bar (Nie et al. 2026), the fitted linear "
+              "step-time model, or the profile at the run's level (calibrate --profile).")
 @click.option("--token-g", is_flag=True, help="Theory: count E[g] in tokens (the paper) instead of whole KV blocks.")
 @click.option("--no-frontend", is_flag=True, help="Leave out the calibration's frontend latency.")
 @click.option("--arrivals", type=click.Choice(["auto", "sent", "intended"]), default="auto", show_default=True,

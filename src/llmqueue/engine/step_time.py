@@ -12,6 +12,9 @@ Models (spec syntax, shared by the CLI and scenario files):
 - ``roofline``: built by :func:`roofline_model` from a model and a GPU: the larger of compute
   time and memory time, plus a fixed overhead.
 - ``fitted:FILE``: a calibration file (YAML with ``step_time:`` holding one of the above).
+- ``profile:DIR`` (or ``profile:DIR/profile.json``, optionally ``:scale=X``): the step-time
+  surface ``llmqueue profile`` measured, decode steps interpolated over batch size and context
+  (:mod:`llmqueue.engine.profile_step`).
 
 Noise (the Queueing System essay section 5: service-time variance widens the tail): any model may carry
 ``:noise=exp`` (the step time is the model's value times an Exp(1) factor) or
@@ -121,6 +124,17 @@ class Perturbed:
 
     def drift_stream(self, seed):
         return DriftStream(self.drift_sd, self.drift_span_s, seed) if self.drift_sd > 0 else None
+
+    def scaled(self, f: float) -> "Perturbed":
+        """The inner model ``f`` times as long (it must have ``scaled``), the same noise and drift."""
+        inner = getattr(self.inner, "scaled", None)
+        if inner is None:
+            raise InputError("step_time", f"{self.inner.spec} cannot be scaled", "give it a scaled(f) method")
+        return Perturbed(inner(f), noise=self.noise, noise_cv=self.noise_cv, drift_sd=self.drift_sd,
+                         drift_span_s=self.drift_span_s)
+
+    def with_drift(self, sd: float, span_s: float = 10.0) -> "Perturbed":
+        return with_drift(self, sd, span_s)
 
 
 def with_noise(model, kind: str, cv: float = 0.0) -> Perturbed:
@@ -376,6 +390,8 @@ def parse_step_time(spec, field: str = "step_time") -> StepTimeModel:
         raise InputError(field, f"cannot parse {s!r}: no step-time model before the noise/drift suffix")
     m = _model_of(parts, noise, cv, field, s)
     if drift > 0:
+        if not isinstance(m, StepTimeModel):
+            return with_drift(m, drift, span)
         import dataclasses
 
         m = dataclasses.replace(m, drift_sd=drift, drift_span_s=span, spec=s)
@@ -417,8 +433,27 @@ def _model_of(parts: list[str], noise: str, cv: float, field: str, s: str) -> St
         if len(parts) < 2:
             raise InputError(field, f"cannot parse {s!r}: fitted needs a FILE")
         return load_fitted(":".join(parts[1:]), field=field)
+    if head == "profile":
+        return _profile_of(parts, noise, cv, field, s)
     raise InputError(field, f"cannot parse {s!r}: unknown step-time model {head!r}",
-                     "use a number, const:B, exp:B, linear:c0=..:prefill=..:decode=..:ctx=.., or fitted:FILE")
+                     "use a number, const:B, exp:B, linear:c0=..:prefill=..:decode=..:ctx=.., fitted:FILE "
+                     "or profile:DIR")
+
+
+def _profile_of(parts: list[str], noise: str, cv: float, field: str, s: str):
+    """``profile:DIR[:scale=X]`` (:mod:`llmqueue.engine.profile_step`), with its noise suffix."""
+    from llmqueue.engine.profile_step import load_profile_model
+
+    path = ":".join(p for p in parts[1:] if "=" not in p)
+    kv = _kv_args([p for p in parts[1:] if "=" in p], field, s)
+    unknown = set(kv) - {"scale"}
+    if unknown:
+        raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(unknown)}", "profile takes scale=X")
+    if not path.strip():
+        raise InputError(field, f"cannot parse {s!r}: profile needs a DIR", "e.g. profile:runs/profile")
+    scale = positive(field, _num(field, s, "scale", kv["scale"])) if "scale" in kv else 1.0
+    m = load_profile_model(path.strip(), scale=scale, field=field)
+    return Perturbed(m, noise=noise, noise_cv=cv) if noise != "none" else m
 
 
 def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:

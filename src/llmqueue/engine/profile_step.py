@@ -1,0 +1,271 @@
+"""A measured step-time surface (``llmqueue profile``) as a step-time model: ``profile:DIR``.
+
+In queueing terms the engine is a batch server whose service time per step depends on the
+batch it serves. A linear law ``c0 + c_decode n`` fitted where a saturation run spends its time
+(batches of 30-60) misses the small batches a lightly loaded server runs, because a decode
+step's cost is concave in the batch: the weights are read once per step whatever the batch, so
+the first sequences cost little more than one. Measured on vLLM (issue 17): one-sequence steps
+took 19.6 ms where the line said 9.7 ms, so TPOT at low load was under-predicted by 40 %.
+
+:class:`ProfileStepTime` prices a step from the measured surface instead:
+
+- **decode**: per profiled context length (a row), the measured step time at each decode batch
+  size ``n`` (the median inter-token latency of a closed loop of ``n`` sequences, or the median
+  step cycle of the server's iteration log), made non-decreasing in ``n`` (pool-adjacent-violators,
+  weighted by the samples) and joined by monotone cubic interpolation (PCHIP: it passes through
+  every point, never overshoots, and keeps a concave curve concave); at each batch the rows are
+  made non-decreasing in the context the same way (more KV read never costs less). Below a row's smallest
+  batch the step costs what it costs there; above its largest, the row's last segment goes on
+  (its slope at least 0). Between rows the step is linear in the per-sequence context
+  ``C / n`` (exact for attention whose cost is proportional to the KV tokens read); below the
+  shortest profiled context it costs what it costs there, above the longest the two longest
+  rows' slope goes on (at least 0).
+- **prefill**: ``intercept + per_token x P`` fitted on isolated requests' prefill times (their
+  TTFT, less the server's frontend delay where the iteration log measured it).
+- **mixed step** (``P`` prompt tokens and ``n >= 1`` decodes): ``decode(n, C) + per_token x P``.
+  A step's fixed cost (weights streamed once, scheduling, sampling) is paid once per step: it is
+  already in the decode curve (a one-sequence step is mostly that) and in the prefill
+  intercept, so only the prompt tokens' marginal cost (the prefill line's slope) is added.
+  A prefill-only step is ``intercept + per_token x P``.
+
+``scale``: every step that many times as long (``calibrate --profile``: the profile gives the
+shape, a saturation run the level). Noise and drift suffixes wrap the model as for the built-in
+ones. Spec: ``profile:DIR`` or ``profile:DIR/profile.json``, optionally ``:scale=X``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from llmqueue.errors import InputError
+
+PROFILE_FILE = "profile.json"
+FORMAT = "llmqueue-profile"
+
+_cache: dict = {}
+
+
+def isotonic(y, w=None) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in weighted least squares (pool adjacent violators)."""
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(len(y)) if w is None else np.asarray(w, dtype=np.float64)
+    vals: list[float] = []
+    wts: list[float] = []
+    sizes: list[int] = []
+    for yi, wi in zip(y.tolist(), w.tolist()):
+        vals.append(yi)
+        wts.append(wi)
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            wsum = wts[-2] + wts[-1]
+            v = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / wsum
+            vals[-2:] = [v]
+            wts[-2:] = [wsum]
+            sizes[-2:] = [sizes[-2] + sizes[-1]]
+    return np.repeat(vals, sizes)
+
+
+def profile_path(where, field: str = "step_time") -> Path:
+    """``DIR/profile.json`` for a directory, the file itself for a file; an :class:`InputError` otherwise."""
+    p = Path(str(where)).expanduser()
+    if p.is_dir():
+        p = p / PROFILE_FILE
+    if not p.is_file():
+        raise InputError(field, f"no profile at {where} (no {PROFILE_FILE})",
+                         "give the --out directory of llmqueue profile")
+    return p
+
+
+def read_profile(where, field: str = "step_time") -> dict:
+    """The content of a ``profile.json`` (checked: the keys the model needs, finite positive times)."""
+    p = profile_path(where, field)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise InputError(field, f"{p} is not a readable profile ({type(e).__name__})",
+                         "rerun llmqueue profile") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise InputError(field, f"{p} is not an llmqueue profile (format is not {FORMAT!r})", "rerun llmqueue profile")
+    cells = doc.get("decode")
+    pre = doc.get("prefill")
+    if not isinstance(cells, list) or not cells or not isinstance(pre, dict):
+        raise InputError(field, f"{p} has no decode cells or no prefill fit", "rerun llmqueue profile")
+    for i, c in enumerate(cells):
+        try:
+            ok = (isinstance(c, dict) and int(c["batch"]) >= 1 and math.isfinite(float(c["median_s"]))
+                  and float(c["median_s"]) > 0 and math.isfinite(float(c["context_tokens"]))
+                  and float(c["context_tokens"]) >= 0 and not isinstance(c["batch"], bool))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise InputError(field, f"{p}: decode cell {i} is malformed",
+                             "each needs batch >= 1, median_s > 0 and context_tokens >= 0")
+    try:
+        slope, icpt = float(pre["per_token_s"]), float(pre["intercept_s"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(field, f"{p}: the prefill fit needs per_token_s and intercept_s") from None
+    if not (math.isfinite(slope) and math.isfinite(icpt) and slope >= 0 and icpt >= 0 and slope + icpt > 0):
+        raise InputError(field, f"{p}: the prefill fit must be finite and >= 0, not both 0 "
+                                f"(per_token_s {slope!r}, intercept_s {icpt!r})")
+    return doc
+
+
+def _rows(cells) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
+    """Decode cells grouped by their row (``row`` key, else the prompt length, else the context):
+    ``(context per sequence, batches, seconds, samples)`` sorted by context, batches ascending."""
+    groups: dict = {}
+    for c in cells:
+        key = c.get("row", c.get("prompt_tokens", c["context_tokens"]))
+        groups.setdefault(key, []).append(c)
+    rows = []
+    for cs in groups.values():
+        by_batch: dict[int, list] = {}
+        for c in cs:
+            by_batch.setdefault(int(c["batch"]), []).append(c)
+        b = np.array(sorted(by_batch), dtype=np.int64)
+        # one cell per batch (a repeated batch: the sample-weighted mean of its medians)
+        w = np.array([sum(max(float(c.get("count", 1)), 1.0) for c in by_batch[k]) for k in b.tolist()])
+        s = np.array([np.average([float(c["median_s"]) for c in by_batch[k]],
+                                 weights=[max(float(c.get("count", 1)), 1.0) for c in by_batch[k]]) for k in b.tolist()])
+        ctx = float(np.mean([float(c["context_tokens"]) for c in cs]))
+        rows.append((ctx, b, s, w))
+    rows.sort(key=lambda r: r[0])
+    # two rows at one context: keep them apart by merging (their mean at each shared batch)
+    merged: list = []
+    for r in rows:
+        if merged and r[0] == merged[-1][0]:
+            cells2 = [{"row": 0, "batch": int(b), "median_s": float(s), "count": float(w), "context_tokens": r[0]}
+                      for b, s, w in zip(*r[1:])]
+            cells2 += [{"row": 0, "batch": int(b), "median_s": float(s), "count": float(w), "context_tokens": r[0]}
+                       for b, s, w in zip(*merged[-1][1:])]
+            merged[-1] = _rows(cells2)[0]
+        else:
+            merged.append(r)
+    return merged
+
+
+class ProfileStepTime:
+    """A step-time model from a measured profile (see the module docstring).
+
+    ``contexts``: per-sequence context of each row (tokens); ``rows``: per row, ``(batches,
+    seconds)`` as measured; ``table[j, n]``: row ``j``'s (monotone) decode step at ``n``
+    sequences for ``n <= nmax``; ``tail[j]``: its slope beyond. ``prefill_per_token_s``,
+    ``prefill_intercept_s``: the prefill line. ``scale``: a factor on every step.
+    """
+
+    def __init__(self, doc: dict, *, source: str = "", scale: float = 1.0):
+        from scipy.interpolate import PchipInterpolator
+
+        self.source = str(source)
+        self.scale = float(scale)
+        self.doc = doc
+        pre = doc["prefill"]
+        self.prefill_per_token_s = float(pre["per_token_s"])
+        self.prefill_intercept_s = float(pre["intercept_s"])
+        self.frontend_latency_s = pre.get("frontend_latency_s")
+        rows = _rows(doc["decode"])
+        self.contexts = np.array([r[0] for r in rows], dtype=np.float64)
+        self.rows = [(r[1], isotonic(r[2], r[3])) for r in rows]
+        self.nmax = int(max(int(b.max()) for b, _ in self.rows))
+        n = np.arange(self.nmax + 1, dtype=np.float64)
+        table = np.empty((len(rows), self.nmax + 1))
+        tail = np.zeros(len(rows))
+        for j, (b, s) in enumerate(self.rows):
+            bf = b.astype(np.float64)
+            if len(b) >= 2:
+                slope = max(float((s[-1] - s[-2]) / (bf[-1] - bf[-2])), 0.0)
+                inside = np.clip(n, bf[0], bf[-1])
+                v = PchipInterpolator(bf, s)(inside)
+                v = np.where(n > bf[-1], s[-1] + slope * (n - bf[-1]), v)
+            else:
+                slope = 0.0
+                v = np.full(len(n), s[0])
+            table[j] = v
+            tail[j] = slope
+        if len(rows) > 1:  # non-decreasing in the context too, at every batch (more KV read never costs less)
+            w = np.array([float(r[3].sum()) for r in rows])
+            for n_ in range(self.nmax + 1):
+                col = table[:, n_]
+                if (np.diff(col) < 0).any():
+                    table[:, n_] = isotonic(col, w)
+            tail = np.maximum.accumulate(tail) if (np.diff(tail) < 0).any() else tail
+        self.table = table
+        self.tail = tail
+        self._hi = float(self.contexts[-1])
+        self.spec = f"profile:{self.source}" + (f":scale={self.scale:g}" if self.scale != 1.0 else "")
+
+    # -- the decode surface ---------------------------------------------------------------------
+    def _row_values(self, n: int) -> np.ndarray:
+        """Every row's decode step at ``n`` sequences."""
+        if n <= self.nmax:
+            return self.table[:, n]
+        return self.table[:, self.nmax] + self.tail * (n - self.nmax)
+
+    def _hi_slope(self, v: np.ndarray) -> float:
+        if len(v) < 2:
+            return 0.0
+        s = (v[-1] - v[-2]) / (self.contexts[-1] - self.contexts[-2])
+        return float(s) if s > 0 else 0.0
+
+    def decode_step(self, n: int, per_seq_context) -> np.ndarray | float:
+        """The (unscaled) decode step of ``n`` sequences at this per-sequence context (array or number)."""
+        v = self._row_values(int(n))
+        x = np.interp(per_seq_context, self.contexts, v)
+        hs = self._hi_slope(v)
+        if hs > 0:
+            x = x + hs * np.maximum(np.asarray(per_seq_context, dtype=np.float64) - self._hi, 0.0)
+        return x
+
+    # -- the StepTime protocol --------------------------------------------------------------------
+    def base(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
+        """Seconds of a step of ``prefill_tokens`` prompt tokens and ``decode_seqs`` decodes over
+        ``context_tokens`` KV tokens (see the module docstring for the mixed-step rule)."""
+        if decode_seqs >= 1:
+            d = self.decode_step(decode_seqs, np.array([context_tokens / decode_seqs]))[0]
+            if prefill_tokens:
+                d = d + self.prefill_per_token_s * prefill_tokens
+            return float(d * self.scale)
+        return float((self.prefill_intercept_s + self.prefill_per_token_s * prefill_tokens) * self.scale)
+
+    def decode_stretch(self, n: int, ctx0: int, k: int) -> np.ndarray:
+        """``k`` decode-only steps of ``n`` sequences, the context growing by ``n`` a step: the
+        same prices as :meth:`base`, vectorized."""
+        ctx = ctx0 + n * np.arange(k, dtype=np.float64)
+        return self.decode_step(n, ctx / n) * self.scale
+
+    # -- what the commands ask of a step-time model ------------------------------------------------
+    def scaled(self, f: float) -> "ProfileStepTime":
+        """This model with every step ``f`` times as long."""
+        from llmqueue._validate import positive
+
+        return ProfileStepTime(self.doc, source=self.source, scale=self.scale * positive("scale", f))
+
+    def with_drift(self, sd: float, span_s: float = 10.0):
+        """This model with the engine's speed drifting by ``sd`` over windows of ``span_s`` seconds."""
+        from llmqueue.engine.step_time import with_drift
+
+        return with_drift(self, sd, span_s) if sd > 0 else self
+
+    def mean_factor(self) -> float:
+        return 1.0
+
+
+def load_profile_model(where, *, scale: float = 1.0, field: str = "step_time") -> ProfileStepTime:
+    """The :class:`ProfileStepTime` of ``DIR`` (or ``DIR/profile.json``), cached by path and mtime."""
+    p = profile_path(where, field)
+    key = (str(p.resolve()), p.stat().st_mtime_ns)
+    doc = _cache.get(key)
+    if doc is None:
+        doc = read_profile(p, field)
+        _cache.clear()
+        _cache[key] = doc
+    src = str(where)
+    try:
+        return ProfileStepTime(doc, source=src, scale=scale)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise InputError(field, f"{p}: the decode cells do not make a step-time surface ({e})",
+                         "rerun llmqueue profile") from None

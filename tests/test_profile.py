@@ -1,0 +1,251 @@
+"""``llmqueue profile`` and the ``profile:DIR`` step-time model.
+
+Against the stub server with known timings (a batch-dependent decode step, a prefill line): the
+profile recovers each decode step and the TTFT within 5 %. The model: monotone in the batch,
+through the measured points, linear in the per-sequence context, its stretches equal to its
+steps; ``profile:DIR`` runs in ``simulate``; bad input is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llmqueue.cli.main import main
+from llmqueue.errors import InputError
+
+STEPS = {1: 0.015, 2: 0.018, 4: 0.022, 8: 0.030}   # the stub's decode step (s) at n running requests
+FIRST_S, PER_TOKEN_S = 0.020, 2e-5                  # its TTFT: 20 ms + 20 us per prompt token
+PREFILL_LENGTHS = (16, 256, 1024)
+
+
+def _doc(rows, prefill=(2e-5, 0.011)):
+    cells = [{"prompt_tokens": p, "context_tokens": ctx, "batch": b, "median_s": t, "count": 30}
+             for p, ctx, pts in rows for b, t in pts]
+    return {"format": "llmqueue-profile", "version": 1, "decode": cells,
+            "prefill": {"per_token_s": prefill[0], "intercept_s": prefill[1]}}
+
+
+def _write(d, doc):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "profile.json").write_text(json.dumps(doc))
+    return d
+
+
+CONCAVE = [(64, 96, [(1, 0.010), (2, 0.013), (4, 0.015), (8, 0.018), (32, 0.030)]),
+           (512, 544, [(1, 0.012), (2, 0.016), (4, 0.020), (8, 0.027), (32, 0.060)])]
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+def test_the_model_hits_the_points_and_is_monotone(tmp_path):
+    from llmqueue.engine.step_time import StepTime, parse_step_time
+
+    m = parse_step_time(f"profile:{_write(tmp_path, _doc(CONCAVE))}")
+    assert isinstance(m, StepTime)
+    for _, ctx, pts in CONCAVE:
+        for b, t in pts:
+            assert m.base(0, b, b * ctx) == pytest.approx(t, rel=1e-12)
+    for _, ctx, _ in CONCAVE:
+        v = np.array([m.base(0, n, n * ctx) for n in range(1, 80)])
+        assert (np.diff(v) >= -1e-15).all()
+    # between points: no overshoot, and concave data give a curve above the chord (n = 3 of 2..4)
+    v3 = m.base(0, 3, 3 * 96)
+    assert (0.013 + 0.015) / 2 <= v3 <= 0.015
+    # beyond the last batch: the last segment goes on
+    assert m.base(0, 64, 64 * 96) == pytest.approx(0.030 + 32 * (0.012 / 24), rel=1e-9)
+
+
+def test_context_is_linear_between_rows_and_flat_below(tmp_path):
+    from llmqueue.engine.step_time import parse_step_time
+
+    m = parse_step_time(f"profile:{_write(tmp_path, _doc(CONCAVE))}")
+    mid = (96 + 544) / 2
+    assert m.base(0, 4, int(4 * mid)) == pytest.approx((0.015 + 0.020) / 2, rel=1e-9)
+    assert m.base(0, 4, 4 * 10) == pytest.approx(0.015)            # below the shortest row: its value
+    slope = (0.020 - 0.015) / (544 - 96)
+    assert m.base(0, 4, 4 * 1000) == pytest.approx(0.020 + slope * (1000 - 544), rel=1e-9)
+
+
+def test_stretch_equals_steps_and_the_mixed_rule(tmp_path):
+    from llmqueue.engine.step_time import parse_step_time
+
+    m = parse_step_time(f"profile:{_write(tmp_path, _doc(CONCAVE))}/profile.json:scale=1.5")
+    for n, ctx0 in ((1, 50), (3, 3 * 200), (8, 8 * 700), (40, 40 * 90)):
+        s = m.decode_stretch(n, ctx0, 200)
+        assert s.tolist() == [m.base(0, n, ctx0 + n * j) for j in range(200)]  # exactly
+    # mixed: decode part + the prefill line's slope x P (the fixed cost once); prefill-only: the line
+    assert m.base(300, 4, 4 * 96) == pytest.approx(1.5 * (0.015 + 300 * 2e-5))
+    assert m.base(300, 0, 0) == pytest.approx(1.5 * (0.011 + 300 * 2e-5))
+    assert m.scaled(2).base(0, 1, 96) == pytest.approx(3 * 0.010)
+
+
+def test_noisy_measurements_are_made_monotone(tmp_path):
+    from llmqueue.engine.profile_step import isotonic
+    from llmqueue.engine.step_time import parse_step_time
+
+    np.testing.assert_allclose(isotonic([1, 3, 2, 4]), [1, 2.5, 2.5, 4])
+    np.testing.assert_allclose(isotonic([5, 1], [1, 3]), [2, 2])
+    m = parse_step_time(f"profile:{_write(tmp_path, _doc([(64, 96, [(1, 0.012), (2, 0.011), (4, 0.015)])]))}")
+    v = [m.base(0, n, 96 * n) for n in (1, 2, 3, 4)]
+    assert v[0] == v[1] == pytest.approx(0.0115) and v[3] == pytest.approx(0.015)
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (None, "no profile"),
+    ("{not json", "not a readable profile"),
+    ('{"format": "other"}', "not an llmqueue profile"),
+    ('{"format": "llmqueue-profile", "decode": [], "prefill": {}}', "no decode cells"),
+    ('{"format": "llmqueue-profile", "decode": [{"batch": 0, "median_s": 0.01, "context_tokens": 5}], '
+     '"prefill": {"per_token_s": 0, "intercept_s": 0.01}}', "decode cell 0"),
+    ('{"format": "llmqueue-profile", "decode": [{"batch": 1, "median_s": 0.01, "context_tokens": 5}], '
+     '"prefill": {"per_token_s": -1, "intercept_s": 0.01}}', "prefill fit"),
+])
+def test_a_bad_profile_is_an_input_error(tmp_path, content, fragment):
+    from llmqueue.engine.step_time import parse_step_time
+
+    if content is not None:
+        (tmp_path / "profile.json").write_text(content)
+    with pytest.raises(InputError, match=fragment) as e:
+        parse_step_time(f"profile:{tmp_path}")
+    assert e.value.field == "step_time"
+
+
+def test_plan_stops_at_max_num_seqs_and_the_kv_cache():
+    from llmqueue.bench.profile import ladder, plan
+
+    assert ladder(1) == [1] and ladder(8) == [1, 2, 4, 8] and ladder(48) == [1, 2, 4, 8, 16, 32, 48]
+    server = {"max_num_seqs": 64, "num_gpu_blocks": 201, "block_size": 32, "M_usable": 6400, "max_model_len": 1024,
+              "max_num_batched_tokens": 512}
+    p = plan(server, contexts=[64, 480], output_tokens=32)
+    assert p["contexts"][64] == [1, 2, 4, 8, 16, 32, 64]        # 3 blocks a request: 66 fit, max_num_seqs binds
+    assert p["contexts"][480] == [1, 2, 4, 8, 12]                # 16 blocks a request: 200 // 16 = 12
+    assert max(p["prefill"]) <= 512                              # one prefill step a probe
+    with pytest.raises(InputError, match="max_num_seqs"):
+        plan({"M_usable": 6400}, contexts=[64])
+    with pytest.raises(InputError, match="--server-num-gpu-blocks"):
+        plan({"max_num_seqs": 8}, contexts=[64])
+    with pytest.raises(InputError, match="max_model_len"):
+        plan(server, contexts=[1020], output_tokens=32)
+
+
+# --- against the stub server ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stub():
+    from llmqueue.bench.stub_server import StubServer
+
+    table = ",".join(f"{n}:{t}" for n, t in STEPS.items())
+    with StubServer(decode_steps=table, first_token_delay_s=FIRST_S, prefill_token_s=PER_TOKEN_S,
+                    max_model_len=4096) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def profiled(stub, tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile") / "p"
+    code = main(["profile", "--url", stub.url, "--out", str(out), "--contexts", "32", "--output-tokens", "40",
+                 "--prefill-lengths", ",".join(map(str, PREFILL_LENGTHS)), "--prefill-repeats", "5",
+                 "--server-max-num-seqs", "8", "--server-num-gpu-blocks", "10000", "--server-block-size", "16",
+                 "--no-progress", "--json"])
+    assert code == 0
+    return out
+
+
+def test_profile_recovers_the_stubs_decode_steps_and_ttft(profiled):
+    from llmqueue.engine.step_time import parse_step_time
+
+    doc = json.loads((profiled / "profile.json").read_text())
+    cells = {c["batch"]: c for c in doc["decode"]}
+    assert sorted(cells) == [1, 2, 4, 8]                         # the ladder up to max_num_seqs
+    model = parse_step_time(f"profile:{profiled}")
+    for n, t in STEPS.items():
+        assert cells[n]["median_s"] == pytest.approx(t, rel=0.05), n
+        assert cells[n]["count"] >= 2 * 30 * n
+        assert model.base(0, n, int(n * cells[n]["context_tokens"])) == pytest.approx(t, rel=0.05)
+    # TTFT: a lone request's prefill step under the model, against the stub's TTFT
+    for L in PREFILL_LENGTHS:
+        assert model.base(L, 0, 0) == pytest.approx(FIRST_S + PER_TOKEN_S * L, rel=0.05), L
+    pre = doc["prefill"]
+    assert pre["per_token_s"] == pytest.approx(PER_TOKEN_S, rel=0.05)
+    assert pre["source"] == "ttft" and pre["frontend_latency_s"] is None
+    # the raw records of every level are kept
+    assert (profiled / "runs" / "ctx32-b8" / "pass2" / "requests.parquet").is_file()
+    assert all(c["passes"] == 2 for c in doc["decode"])           # two passes over the ladder, pooled
+    assert (profiled / "runs" / "prefill" / "tokens.parquet").is_file()
+    server = json.loads((profiled / "server.json").read_text())
+    assert server["max_num_seqs"] == 8 and server["sources"]["max_num_seqs"].startswith("flag")
+
+
+def test_profile_dir_runs_in_simulate(profiled, tmp_path, capsys):
+    code = main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{profiled}",
+                 "--prompt", "uniform:10:200", "--output", "uniform:10:100", "--arrival", "poisson:5",
+                 "--duration", "20", "--seed", "1", "--max-num-seqs", "8", "--no-progress", "--json"])
+    assert code == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["completed"] > 50
+    # TPOT near the profile's decode steps (1-8 sequences: 15-30 ms, plus prompt chunks in mixed steps)
+    assert 14 < s["mean_tpot_ms"] < 40
+
+
+def _one_line(capsys, argv, fragment):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("llmqueue: error: ") and "Traceback" not in err
+    assert fragment in err, err
+
+
+def test_bad_inputs_are_one_line(tmp_path, capsys, stub):
+    base = ["--out", str(tmp_path / "o"), "--model", "m", "--no-progress"]
+    _one_line(capsys, ["profile", "--url", "http://127.0.0.1:9", *base, "--server-max-num-seqs", "4"], "connect")
+    _one_line(capsys, ["profile", "--url", stub.url, *base], "--server-max-num-seqs")
+    _one_line(capsys, ["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4"], "--server-num-gpu-blocks")
+    _one_line(capsys, ["profile", "--url", stub.url, *base, "--contexts", "a,b"], "--contexts")
+    _one_line(capsys, ["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4", "--server-block-size",
+                       "16", "--server-num-gpu-blocks", "100", "--contexts", "4090"], "max_model_len")
+    assert not (tmp_path / "o").exists()
+    sim = ["simulate", "--capacity-tokens", "20000", "--prompt", "fixed:10", "--output", "fixed:10",
+           "--arrival", "poisson:1", "--duration", "5", "--no-progress"]
+    _one_line(capsys, [*sim, "--step-time", f"profile:{tmp_path / 'nope'}"], "--step-time")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "profile.json").write_text("{oops")
+    _one_line(capsys, [*sim, "--step-time", f"profile:{tmp_path / 'bad'}"], "--step-time")
+
+
+# --- calibrate --profile: the profile's shape at a run's level --------------------------------------
+
+def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path, capsys):
+    """A run simulated with the profile 1.3x slower: calibrate --profile finds the factor, writes the
+    scaled profile as step_time (so fitted:FILE gives it), and validate --step-model profile
+    reproduces the run."""
+    prof = _write(tmp_path / "prof", _doc(CONCAVE))
+    run = tmp_path / "run"
+    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
+                 "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
+                 "--duration", "120", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json"]) == 0
+    capsys.readouterr()
+    cal = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(run), "-o", str(cal), "--profile", str(prof), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["profile_scale"] == pytest.approx(1.3, rel=0.01)
+    assert d["step_time"].startswith("profile:") and d["step_time"] == d["step_time_profile"]
+    assert float(d["step_time_constant"]) == pytest.approx(d["b"])
+    from llmqueue.engine.step_time import parse_step_time
+
+    fitted = parse_step_time(f"fitted:{cal}")
+    assert fitted.base(0, 4, 4 * 96) == pytest.approx(1.3 * 0.015, rel=0.02)
+    assert main(["validate", str(run), "--calibration", str(cal), "--step-model", "profile", "--drift", "0",
+                 "--speed-band", "0", "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    rows = {r["quantity"]: r for r in v["rows"]}
+    assert abs(rows["median_tpot_ms"]["rel_err_sim"]) < 0.03, rows["median_tpot_ms"]
+    assert abs(rows["request_throughput"]["rel_err_sim"]) < 0.03, rows["request_throughput"]
+    # no profile there: one line naming the flag
+    _one_line(capsys, ["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "no")],
+              "--profile")
+    (tmp_path / "empty").mkdir()
+    _one_line(capsys, ["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "empty")],
+              "--profile")
