@@ -14,10 +14,9 @@ import json
 import pytest
 
 from llmqueue.cli.main import main
-from llmqueue.plan.planner import PRUNED, Candidate, plan, scenario_workload, simulate_configs, theory
-from llmqueue.plan.space import configurations
+from llmqueue.plan.planner import PRUNED, plan
 
-from test_plan_planner import RUN, TINY
+from test_plan_planner import RUN, simulate_all, write_tiny
 
 #: loose enough for the 70b on two h100s (its decode step alone is about 27 ms), so cost decides
 SLOS = {"p99_ttft_ms": 300.0, "p99_tpot_ms": 60.0}
@@ -29,9 +28,7 @@ SPACE = dict(gpus=["a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2, 3), max_
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    p = tmp_path_factory.mktemp("plan_models") / "tiny.yaml"
-    p.write_text(TINY)
-    return str(p)
+    return write_tiny(tmp_path_factory, "plan_models")
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +39,7 @@ def planned(scenario):
 @pytest.fixture(scope="module")
 def exhaustive(scenario):
     """Every configuration that fits, simulated, in the planner's order."""
-    wl = scenario_workload(scenario, seed=RUN["seed"], duration=RUN["duration"])
-    cands = theory(scenario, configurations(**SPACE), wl, slos=SLOS)
-    fits = [c for c in cands if not (c.reason or "").startswith("does not fit")]
-    briefs = simulate_configs(scenario, [c.config for c in fits], SLOS, **RUN)
-    return sorted(zip(fits, briefs), key=lambda x: Candidate.order(x[0])), cands
+    return simulate_all(scenario, SPACE, SLOS, RUN, keep=lambda c: not (c.reason or "").startswith("does not fit"))
 
 
 def test_unfit_model_is_pruned_with_its_reason(planned):

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from llmqueue.cli.main import main
-from llmqueue.plan.planner import PRUNED, SIMULATED, Candidate, plan, scenario_workload, simulate_configs, theory
+from llmqueue.plan.planner import PRUNED, SIMULATED, plan
 from llmqueue.plan.space import Config, configurations, parse_splits
 
-from test_plan_planner import TINY
+from test_plan_planner import simulate_all, write_tiny
 
 SLOS = {"p99_ttft_ms": 35.0, "p99_tpot_ms": 40.0}
 SPACE = dict(gpus=["l4", "a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2), max_num_seqs=(2, 16),
@@ -31,9 +31,7 @@ RUN = dict(duration=120.0, seed=3)
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    p = tmp_path_factory.mktemp("plan_pd") / "tiny.yaml"
-    p.write_text(TINY)
-    return str(p)
+    return write_tiny(tmp_path_factory, "plan_pd")
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +41,7 @@ def planned(scenario):
 
 @pytest.fixture(scope="module")
 def exhaustive(scenario):
-    wl = scenario_workload(scenario, seed=RUN["seed"], duration=RUN["duration"])
-    cands = theory(scenario, configurations(**SPACE), wl, slos=SLOS)
-    briefs = simulate_configs(scenario, [c.config for c in cands], SLOS, **RUN)
-    return sorted(zip(cands, briefs), key=lambda x: Candidate.order(x[0]))
+    return simulate_all(scenario, SPACE, SLOS, RUN)[0]
 
 
 def test_space_and_splits():

@@ -41,11 +41,26 @@ SPACE = dict(gpus=["l4", "a100-40gb", "h100-sxm"], tp=(1, 2), replicas=(1, 2, 3,
 RUN = dict(duration=120.0, seed=3)
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
-    p = tmp_path_factory.mktemp("plan") / "tiny.yaml"
+def write_tiny(tmp_path_factory, name: str) -> str:
+    """The tiny scenario in a fresh directory (shared by the plan test modules)."""
+    p = tmp_path_factory.mktemp(name) / "tiny.yaml"
     p.write_text(TINY)
     return str(p)
+
+
+def simulate_all(scenario, space: dict, slos: dict, run: dict, keep=lambda c: True) -> tuple[list, list]:
+    """Every configuration of ``space`` that ``keep`` keeps, simulated (pruned ones included), in
+    the planner's order, as (candidate, brief) pairs; and all the candidates."""
+    wl = scenario_workload(scenario, seed=run["seed"], duration=run["duration"])
+    cands = theory(scenario, configurations(**space), wl, slos=slos)
+    kept = [c for c in cands if keep(c)]
+    briefs = simulate_configs(scenario, [c.config for c in kept], slos, **run)
+    return sorted(zip(kept, briefs), key=lambda x: Candidate.order(x[0])), cands
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    return write_tiny(tmp_path_factory, "plan")
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +71,7 @@ def planned(scenario):
 @pytest.fixture(scope="module")
 def exhaustive(scenario):
     """Every configuration simulated (pruned ones included), in the planner's order."""
-    wl = scenario_workload(scenario, seed=RUN["seed"], duration=RUN["duration"])
-    cands = theory(scenario, configurations(**SPACE), wl, slos=SLOS)
-    briefs = simulate_configs(scenario, [c.config for c in cands], SLOS, **RUN)
-    return sorted(zip(cands, briefs), key=lambda x: Candidate.order(x[0]))
+    return simulate_all(scenario, SPACE, SLOS, RUN)[0]
 
 
 def test_space_size():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import stat
 import tempfile
@@ -70,6 +71,24 @@ def reading(field: str, path):
     except OSError as e:
         raise InputError(field, f"cannot read {name}: {_one_line(e)}", "check that the file is complete and "
                          "readable") from None
+
+
+def jsonl_objects(field: str, path, fix: str):
+    """The JSON objects of the JSONL file ``path`` as (line number, dict), blank lines skipped; a
+    line that is not a JSON object is one InputError naming it (``fix``: what to give instead).
+    The caller reads inside :func:`reading`."""
+    p = str(path)
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except ValueError as e:
+                raise InputError(field, f"{p!r} line {i} is not JSON ({e})", fix) from None
+            if not isinstance(d, dict):
+                raise InputError(field, f"{p!r} line {i} is not a JSON object", fix)
+            yield i, d
 
 
 def read_text(field: str, path, *, what: str = "file") -> str:

@@ -28,7 +28,6 @@ record schema's ``cancelled``. Records of the ``warmup`` phase are left out.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -59,21 +58,14 @@ def _metric(metrics: dict, name: str, *, where: str, seconds: bool = False):
 
 def columns(path) -> tuple[dict, list[str]]:
     """The raw per-request fields of an AIPerf ``profile_export.jsonl`` and notes."""
-    from llmqueue._files import input_file, reading
+    from llmqueue._files import input_file, jsonl_objects, reading
 
     p = input_file("file", Path(path))
     rows = []
     warm = 0
-    with reading("file", p), open(p, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except ValueError as e:
-                raise InputError("file", f"{str(p)!r} line {i} is not JSON ({e})",
-                                 "give AIPerf's profile_export.jsonl (one record a line)") from None
-            if not isinstance(d, dict) or not isinstance(d.get("metadata"), dict):
+    with reading("file", p):
+        for i, d in jsonl_objects("file", p, "give AIPerf's profile_export.jsonl (one record a line)"):
+            if not isinstance(d.get("metadata"), dict):
                 raise InputError("file", f"{str(p)!r} line {i} is not an AIPerf record (no metadata object)",
                                  "give AIPerf's profile_export.jsonl (--export-level records), not its "
                                  "profile_export_aiperf.json summary")

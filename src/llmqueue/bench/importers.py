@@ -113,24 +113,13 @@ def _as_list(x) -> list:
 
 
 def _read_rows(path: Path, fmt: str) -> list[dict]:
-    from llmqueue._files import input_file, reading
+    from llmqueue._files import input_file, jsonl_objects, reading
 
     p = input_file("file", path)
     rows: list[dict] = []
     with reading("file", p):
         if fmt == "jsonl":
-            with open(p, encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        d = json.loads(line)
-                    except ValueError as e:
-                        raise InputError("file", f"{str(p)!r} line {i} is not JSON ({e})",
-                                         "give one JSON object a line (JSONL)") from None
-                    if not isinstance(d, dict):
-                        raise InputError("file", f"{str(p)!r} line {i} is not a JSON object")
-                    rows.append(d)
+            rows += [d for _, d in jsonl_objects("file", p, "give one JSON object a line (JSONL)")]
         else:
             import csv
 
