@@ -37,6 +37,8 @@ import math
 from array import array
 from dataclasses import dataclass
 
+from llmqueue.theory.classic import _erlang_b
+
 P99 = "p99_ttft"
 QUANTILE = 0.99
 
@@ -83,13 +85,6 @@ def replicas_for_p99(load: P99Load, target: float, lo: int, hi: int, *, q: float
         if c > lo and c * mu > lam and _p99(a, c, b, c * mu - lam, Q, off, q) <= target:
             return c
     return hi
-
-
-def _erlang_b(a: float, c: int) -> float:
-    b = 1.0
-    for k in range(1, c + 1):
-        b = a * b / (k + a * b)
-    return b
 
 
 def _p99(a: float, c: int, b: float, d: float, Q: float, offset: float, q: float) -> float:

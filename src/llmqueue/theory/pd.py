@@ -98,16 +98,26 @@ def prefill_capacity(base, *, M: float, max_num_seqs: int, max_num_batched_token
     return _fixed_point(bounds_of, step_of, float(base(min(Es, budget), 0, 0)))
 
 
-def decode_capacity(base, *, M: float, max_num_seqs: int, max_num_batched_tokens: int, prompt_tokens,
-                    output_tokens) -> PoolCapacity | None:
-    """``mu_D`` of one decode replica over the requests that decode (``o > 1``); None when none
-    does or without a fixed point."""
+
+def _decoding(prompt_tokens, output_tokens):
+    """The (prompt, output) lengths of the requests that decode (``o > 1``: they reach the decode
+    pool), as float arrays; None when none does."""
     s = np.asarray(prompt_tokens, dtype=np.float64)
     o = np.asarray(output_tokens, dtype=np.float64)
     keep = o > 1
     if not keep.any():
         return None
-    s, o = s[keep], o[keep]
+    return s[keep], o[keep]
+
+
+def decode_capacity(base, *, M: float, max_num_seqs: int, max_num_batched_tokens: int, prompt_tokens,
+                    output_tokens) -> PoolCapacity | None:
+    """``mu_D`` of one decode replica over the requests that decode (``o > 1``); None when none
+    does or without a fixed point."""
+    got = _decoding(prompt_tokens, output_tokens)
+    if got is None:
+        return None
+    s, o = got
     k = o - 1.0
     Ek = float(k.mean())
     g = float(np.mean(k * s + k * o / 2.0))
@@ -144,12 +154,10 @@ def tpot_floor(base, *, gbps: float, latency_ms: float, kv_bytes_per_token: floa
     """The median over requests (``o > 1``) of ``base(0, 1, s) + (beta s / r + latency) / (o - 1)``
     (seconds), ``s`` rounded down to one of ``grid`` quantiles for ``base``; None when no request
     decodes."""
-    s = np.asarray(prompt_tokens, dtype=np.float64)
-    o = np.asarray(output_tokens, dtype=np.float64)
-    keep = o > 1
-    if not keep.any():
+    got = _decoding(prompt_tokens, output_tokens)
+    if got is None:
         return None
-    s, o = s[keep], o[keep]
+    s, o = got
     pts = np.unique(np.quantile(s, np.linspace(0.0, 1.0, grid), method="lower"))
     step = np.array([float(base(0, 1, float(p))) for p in pts])
     idx = np.searchsorted(pts, s, side="right") - 1  # the grid point at or below s
