@@ -98,7 +98,6 @@ def prefill_capacity(base, *, M: float, max_num_seqs: int, max_num_batched_token
     return _fixed_point(bounds_of, step_of, float(base(min(Es, budget), 0, 0)))
 
 
-
 def _decoding(prompt_tokens, output_tokens):
     """The (prompt, output) lengths of the requests that decode (``o > 1``: they reach the decode
     pool), as float arrays; None when none does."""
