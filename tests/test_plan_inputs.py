@@ -12,22 +12,22 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from llmqueue.cli.main import main
 from llmqueue.plan.planner import plan
 
-from test_plan_planner import RUN, SLOS, SPACE, TINY
+from test_plan_planner import RUN, SLOS, SPACE, write_tiny
 
 ONE = dict(SPACE, gpus=["a100-40gb"], tp=(1,))
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("plan_inputs")
-    sc = d / "tiny.yaml"
-    sc.write_text(TINY)
+    sc = Path(write_tiny(tmp_path_factory, "plan_inputs"))
+    d = sc.parent
     run = d / "run"
     assert main(["simulate", "--scenario", str(sc), "--gpu", "a100-40gb", "--max-num-seqs", "16",
                  "--max-num-batched-tokens", "512", "--duration", "120", "--out", str(run)]) == 0

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from llmqueue.cli.main import main
 
-from test_plan_planner import TINY
+from test_plan_planner import write_tiny
 
 
 @pytest.fixture(scope="module")
 def plan_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("plan_report")
-    sc = d / "tiny.yaml"
-    sc.write_text(TINY)
+    sc = Path(write_tiny(tmp_path_factory, "plan_report"))
+    d = sc.parent
     out = d / "out"
     assert main(["plan", "--scenario", str(sc), "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas", "1..4",
                  "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120", "--seed", "3",
@@ -93,19 +93,11 @@ def test_report_command_on_a_plan_dir(plan_dir, tmp_path, capsys):
 
 @pytest.mark.browser
 def test_plan_page_renders_in_headless_chromium(plan_dir, tmp_path):
-    from test_report import CHECK, CHROMIUM, chromium
+    from test_report import CHROMIUM, render_check
 
     if CHROMIUM is None:
         pytest.skip("no Chromium installed (Debian: apt-get install -y chromium)")
-    html = (plan_dir / "report.html").read_text()
-    probe = tmp_path / "probe.html"
-    probe.write_text(html.replace("</head>", CHECK + "</head>", 1))
-    r = chromium("--virtual-time-budget=20000", "--window-size=1280,1000", "--dump-dom", probe.as_uri(),
-                 profile=tmp_path / "profile")
-    assert r.returncode == 0, r.stderr[-2000:]
-    m = re.search(r'<pre id="llmq-check">(.*?)</pre>', r.stdout, flags=re.S)
-    assert m, r.stderr[-1000:]
-    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    check, _ = render_check((plan_dir / "report.html").read_text(), tmp_path)
     assert check["plots"] == check["drawn"] == 1, check
     assert check["images"] == 0 and check["loads"] == [] and check["errors"] == [], check
     assert all(events >= 1 and labels >= 1 for _, events, labels in check["hover"]), check["hover"]

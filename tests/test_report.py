@@ -767,6 +767,20 @@ def chromium(*args, profile: Path, timeout: float = 90):
                           capture_output=True, text=True, timeout=timeout)
 
 
+
+def render_check(html: str, tmp_path) -> tuple[dict, str]:
+    """Load ``html`` in headless Chromium with the CHECK probe; returns what it found (plots,
+    drawn, images, loads, errors, hover, axes) and Chromium's stderr; asserts the page loaded."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</head>", CHECK + "</head>", 1))
+    r = chromium("--virtual-time-budget=20000", "--window-size=1280,1000", "--dump-dom", probe.as_uri(),
+                 profile=tmp_path / "profile")
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r'<pre id="llmq-check">(.*?)</pre>', r.stdout, flags=re.S)
+    assert m, f"the page did not finish loading: {r.stdout[:300]!r} {r.stderr[-1000:]}"
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), r.stderr
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (Debian: apt-get install -y chromium)")
 @pytest.mark.parametrize("kind", ["run", "sweep"])
@@ -783,20 +797,13 @@ def test_report_renders_in_headless_chromium(compare_report, kept_sweep, tmp_pat
     assert_self_contained(html)
     names = plots(html)
     assert len(names) == (len(RUN_PLOTS) if kind == "run" else 6)
-    probe = tmp_path / "probe.html"
-    probe.write_text(html.replace("</head>", CHECK + "</head>", 1))
-    r = chromium("--virtual-time-budget=20000", "--window-size=1280,1000", "--dump-dom", probe.as_uri(),
-                 profile=tmp_path / "profile")
-    assert r.returncode == 0, r.stderr[-2000:]
-    m = re.search(r'<pre id="llmq-check">(.*?)</pre>', r.stdout, flags=re.S)
-    assert m, f"the page did not finish loading: {r.stdout[:300]!r} {r.stderr[-1000:]}"
-    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    check, stderr = render_check(html, tmp_path)
     assert check["plots"] == check["drawn"] == len(names), check
     assert check["images"] == 0 and check["loads"] == [] and check["errors"] == [], check
     assert [h[0] for h in check["hover"]] == [f"fig-{n}" for n in names]
     assert all(events >= 1 and labels >= 1 for _, events, labels in check["hover"]), check["hover"]
     assert check["axes"][0] != check["axes"][1], check["axes"]  # linear <-> log
-    console = [ln for ln in r.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    console = [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
     assert console == [], console
     shot = tmp_path / "shot.png"
     r = chromium("--window-size=1280,1600", f"--screenshot={shot}", out.as_uri(), profile=tmp_path / "profile")

@@ -38,6 +38,17 @@ from llmqueue.errors import InputError
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
 
 
+def _count(m: dict, name: str, fallback: str, where: str) -> float:
+    """A token count: metric ``name``, else ``fallback`` (AIPerf's name in other record kinds)."""
+    v = _metric(m, name, where=where)
+    if v is None:
+        v = _metric(m, fallback, where=where)
+    if v is None:
+        raise InputError("file", f"{where} has no metrics.{name} (nor {fallback})",
+                         "give the records AIPerf exported, unedited")
+    return float(v)
+
+
 def _metric(metrics: dict, name: str, *, where: str, seconds: bool = False):
     """A metric's value (seconds for a time, a list for a list metric) or None."""
     m = metrics.get(name)
@@ -96,13 +107,7 @@ def columns(path) -> tuple[dict, list[str]]:
         cancelled = bool(md.get("was_cancelled"))
         if cancelled and md.get("cancellation_time_ns") is not None:
             end[j] = int(md["cancellation_time_ns"]) * 1e-9
-        isl = _metric(m, "input_sequence_length", where=where)
-        if isl is None:
-            isl = _metric(m, "error_isl", where=where)
-        if isl is None:
-            raise InputError("file", f"{where} has no metrics.input_sequence_length (nor error_isl)",
-                             "give the records AIPerf exported, unedited")
-        prompt[j] = float(isl)
+        prompt[j] = _count(m, "input_sequence_length", "error_isl", where)
         if cancelled:
             status.append("cancelled")
         elif err:
@@ -120,13 +125,7 @@ def columns(path) -> tuple[dict, list[str]]:
                 raise InputError("file", f"{where} (a successful request) has no metrics.{name}",
                                  "profile with --streaming: AIPerf measures TTFT only on streamed responses")
             ttft[j], e2el[j] = t, lat
-            osl = _metric(m, "output_sequence_length", where=where)
-            if osl is None:
-                osl = _metric(m, "output_token_count", where=where)
-            if osl is None:
-                raise InputError("file", f"{where} has no metrics.output_sequence_length (nor output_token_count)",
-                                 "give the records AIPerf exported, unedited")
-            out[j] = float(osl)
+            out[j] = _count(m, "output_sequence_length", "output_token_count", where)
             itl = _metric(m, "inter_chunk_latency", where=where, seconds=True)
         itls.append(itl)
     cols = {"n": n, "send_s": send, "ttft_s": ttft, "e2el_s": e2el, "prompt_tokens": prompt,

@@ -20,6 +20,7 @@ from llmqueue.cli.common import (
     OutputPath,
     command,
     json_option,
+    server_setting_options,
     print_json,
     print_kv,
     run_outputs,
@@ -185,16 +186,7 @@ class _BenchCommand(Command):
 @click.option("--server-log", type=click.Path(), help="The server's log file, written while the run goes (vLLM with "
               "--enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): its per-step lines "
               "become steps.parquet, for calibrate's step cycle and linear step-time model.")
-@click.option("--server-max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs, recorded in "
-              "server.json for calibrate/validate (else read from --server-log; never assumed).")
-@click.option("--server-max-num-batched-tokens", type=int, metavar="N", help="The server's "
-              "--max-num-batched-tokens, recorded in server.json (else read from --server-log; never assumed).")
-@click.option("--server-block-size", type=int, metavar="N", help="The server's --block-size [default: from "
-              "/metrics or --server-log].")
-@click.option("--server-max-model-len", type=int, metavar="N", help="The server's --max-model-len [default: "
-              "from --server-log].")
-@click.option("--server-num-gpu-blocks", type=int, metavar="N", help="The server's KV blocks [default: from "
-              "/metrics or --server-log].")
+@server_setting_options
 @click.option("--server-enable-chunked-prefill/--server-no-enable-chunked-prefill", default=None,
               help="Whether the server chunks prefills [default: from --server-log].")
 @click.option("--prefix-hashes/--no-prefix-hashes", default=True, show_default=True,

@@ -136,6 +136,27 @@ class Renamed(click.Option):
             self.opts = opts
 
 
+def server_setting_options(f):
+    """The ``--server-*`` flags that say what a vLLM server runs with (``max_num_seqs``,
+    ``max_num_batched_tokens``, ``block_size``, ``max_model_len``, KV blocks), shared by the commands
+    that measure a server (bench, profile): recorded in server.json, never assumed."""
+    opts = [
+        click.option("--server-max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs, recorded "
+                     "in server.json [default: from --server-log; never assumed]."),
+        click.option("--server-max-num-batched-tokens", type=int, metavar="N", help="The server's "
+                     "--max-num-batched-tokens, recorded in server.json [default: from --server-log; never assumed]."),
+        click.option("--server-block-size", type=int, metavar="N", help="The server's --block-size [default: from "
+                     "/metrics or --server-log]."),
+        click.option("--server-max-model-len", type=int, metavar="N", help="The server's --max-model-len [default: "
+                     "from /v1/models or --server-log]."),
+        click.option("--server-num-gpu-blocks", type=int, metavar="N", help="The server's KV blocks [default: from "
+                     "/metrics or --server-log]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def renamed_option(*decls, old=(), **kwargs):
     """``click.option`` with earlier flag names ``old`` accepted but hidden (:class:`Renamed`)."""
     return click.option(*decls, *old, cls=Renamed, old=old, **kwargs)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, print_table
+from llmqueue.cli.common import (InputPath, OutputPath, command, json_option, print_json, print_kv, print_table,
+                                 server_setting_options)
 
 
 def _ints(text: str | None, option: str):
@@ -47,16 +48,7 @@ def _profile_outputs(p) -> list:
 @click.option("--server-log", type=InputPath("file", reads=()), help="The server's log file, written while the "
               "profile runs (vLLM with --enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): "
               "its step times are preferred to the client's inter-token gaps; its startup lines give the settings.")
-@click.option("--server-max-num-seqs", type=int, metavar="N", help="The server's --max-num-seqs (the ladder's top) "
-              "[default: from --server-log; never assumed].")
-@click.option("--server-max-num-batched-tokens", type=int, metavar="N",
-              help="The server's --max-num-batched-tokens (caps the prefill probes at one step) [default: from --server-log].")
-@click.option("--server-num-gpu-blocks", type=int, metavar="N", help="The server's KV blocks [default: from /metrics "
-              "or --server-log].")
-@click.option("--server-block-size", type=int, metavar="N", help="The server's --block-size [default: from /metrics "
-              "or --server-log].")
-@click.option("--server-max-model-len", type=int, metavar="N", help="The server's --max-model-len [default: from "
-              "/v1/models or --server-log].")
+@server_setting_options
 @click.option("--vocab-size", type=int, help="Tokenizer vocabulary size: prompt ids come from its middle 90% "
               "[default: ids 100-499].")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
