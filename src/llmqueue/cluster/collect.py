@@ -13,7 +13,8 @@ import numpy as np
 from llmqueue.cluster.events import KV, SAMPLE
 from llmqueue.cluster.pool import PROVISIONING
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
-from llmqueue.engine.run import SimResult, _concat_steps, request_columns
+from llmqueue.engine.replica import stack_columns
+from llmqueue.engine.run import SimResult, merge_by_seq, request_columns
 
 
 
@@ -49,30 +50,27 @@ class FleetRecords:
         for _, _, q in left:
             q.outcome = "unfinished"
             q.finish_time = math.nan
-        parts = [*self.chunks, self._columns([*self.done, *left])]
-        seq = np.concatenate([p.pop("seq") for p in parts])
-        order = np.argsort(seq, kind="stable")
         same = {}  # object columns with one value in every row (one pool, no lanes): filled, not gathered
         if self.columns and len(self.pools) == 1:
             same = {"pool": self.pools[0].name, "model": self.pools[0].spec.model}
             if not self.spec.lanes:
                 same["lane"] = ""
-        n = len(seq)
-        req = {name: (np.full(n, same[name], dtype=object) if name in same
-                      else np.concatenate([p[name] for p in parts])[order]) for name in parts[0]}
-        steps, ts = [], []
+        req = merge_by_seq([*self.chunks, self._columns([*self.done, *left])], fill=same)
+        steps, ts, pools = [], [], []
         for pool in self.pools:
             for i, rep in pool.all_replicas():
-                s, x = rep.step_columns(), rep.timeseries_columns()
-                s["replica"][:] = pool.gid[i]
-                x["replica"][:] = pool.gid[i]
-                if self.columns:
-                    x["pool"] = np.full(len(x["t_s"]), pool.name, dtype=object)
-                steps.append(s)
-                ts.append(x)
+                steps.append((pool.gid[i], rep.step_chunks()))
+                ts.append((pool.gid[i], rep.timeseries_chunks()))
+                pools.append(pool.name)
+        step_cols = stack_columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
+        ts_cols = stack_columns(ts, TS_FIELDS, ("t_s",))
+        if self.columns:
+            counts = [sum(len(c["t_s"]) for c in chunks) for _, chunks in ts]
+            rep = ts_cols.pop("replica")  # the column order of before: the pool, then the replica
+            ts_cols["pool"] = np.repeat(np.asarray(pools, dtype=object), counts)
+            ts_cols["replica"] = rep
         fin = req["finish_s"]
-        ts_names = (*TS_FIELDS, "pool") if self.columns else TS_FIELDS
-        res = SimResult(requests=req, steps=_concat_steps(steps, STEP_FIELDS), timeseries=_concat_steps(ts, ts_names),
+        res = SimResult(requests=req, steps=step_cols, timeseries=ts_cols,
                         horizon_s=horizon if horizon < math.inf else (float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0),
                         wall_s=time.perf_counter() - t0,
                         num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),

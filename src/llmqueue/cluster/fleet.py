@@ -189,7 +189,11 @@ class _Fleet(FleetRecords):
                 pool.no_token.pop(r, None)
         if self.pd_out or r.outcome != "ok":
             return self._record(pool, i, r)
-        self._keep(pool.k, pool.gid[i], r)  # _record's common case: an ok request's record is kept
+        done = self.done  # _record's common case: an ok request's record is kept (_keep, inline)
+        done.append((pool.k, pool.gid[i], r))
+        if len(done) >= RECORD_BATCH:
+            self.chunks.append(self._columns(done))
+            self.done = []
 
     def _record(self, pool, i: int, r) -> None:
         """``r``'s attempt ended (``i``: -1 when no replica held it): hand a finished prefill to the

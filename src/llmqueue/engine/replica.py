@@ -569,7 +569,7 @@ class Replica:
         need, gate = self._admit_blocks(r, comp, new, held)
         if gate + extra > self.free:
             return None
-        self.waiting.pop()
+        self.waiting.take_head(r)
         if k:
             pc.take(r.hash_ids, k)
             self.free -= extra
@@ -788,7 +788,8 @@ class Replica:
             for r, new in plan:
                 blocks[r] = cdiv(r.num_computed_tokens + new, bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
-        while not preempted and budget > 0 and self.waiting and len(self.order) < cfg.max_num_seqs:
+        waiting = self.waiting
+        while not preempted and budget > 0 and waiting.size and len(self.order) < cfg.max_num_seqs:
             got = self._admit_head(budget)
             if got is None:
                 break
@@ -1061,13 +1062,13 @@ class Replica:
         blocks admission requires: the chunk's, or with ``scheduler_reserve_full_isl`` (vLLM's
         gate) those of its whole sequence so far (prompt + tokens generated before a preemption)."""
         bs = self.bs
-        need = cdiv(comp + new, bs) - held
+        need = -(-(comp + new) // bs) - held  # cdiv, inline
         cfg = self.cfg
         if cfg.scheduler_reserve_full_isl:
             full = r.num_prompt_tokens + r.num_output_tokens
             if cfg.max_model_len and full > cfg.max_model_len:
                 full = cfg.max_model_len
-            g = cdiv(full, bs) - held
+            g = -(-full // bs) - held
             if g > need:
                 return need, g
         return need, need
@@ -1348,19 +1349,38 @@ class Replica:
             self._ts_chunks.append(_columns(self._ts_buf, TS_FIELDS, ("t_s",)))
             self._ts_buf = []
 
-    def step_columns(self) -> dict:
+    def step_chunks(self) -> list:
+        """The step records so far, as column chunks (the buffer flushed)."""
         self._flush_steps()
-        return _concat(self._step_chunks, STEP_FIELDS, ("start_s", "duration_s"))
+        return self._step_chunks
+
+    def timeseries_chunks(self) -> list:
+        self._flush_samples()
+        return self._ts_chunks
+
+    def step_columns(self) -> dict:
+        return stack_columns([(0, self.step_chunks())], STEP_FIELDS, ("start_s", "duration_s"))
 
     def timeseries_columns(self) -> dict:
-        self._flush_samples()
-        return _concat(self._ts_chunks, TS_FIELDS, ("t_s",))
+        return stack_columns([(0, self.timeseries_chunks())], TS_FIELDS, ("t_s",))
 
 
-def _concat(chunks: list, names: tuple, float_names: tuple) -> dict:
-    out = {name: (np.concatenate([c[name] for c in chunks]).astype(np.float64 if name in float_names else np.int64)
-                  if chunks else np.empty(0, dtype=np.float64 if name in float_names else np.int64)) for name in names}
-    out["replica"] = np.zeros(len(out[names[0]]), dtype=np.int64)
+def stack_columns(groups: list, names: tuple, float_names: tuple) -> dict:
+    """Step or time-series columns of ``groups`` ((replica id, column chunks) each), one replica
+    after another, with the ``replica`` column: each chunk copied once into its place."""
+    sizes = [len(c[names[0]]) for _, chunks in groups for c in chunks]
+    n = sum(sizes)
+    out = {name: np.empty(n, dtype=np.float64 if name in float_names else np.int64) for name in names}
+    rep = out["replica"] = np.empty(n, dtype=np.int64)
+    a = 0
+    for gid, chunks in groups:
+        start = a
+        for c in chunks:
+            b = a + len(c[names[0]])
+            for name in names:
+                out[name][a:b] = c[name]
+            a = b
+        rep[start:a] = gid
     return out
 
 

@@ -26,14 +26,14 @@ class RequestQueue:
         self.policy = ordering_policy(policy)
         self._fifo: deque | None = deque() if self.policy.fifo else None
         self._heap: list = []
-        self._len = 0
+        self.size = 0
         self._by_class: Counter = Counter()
 
     def __len__(self) -> int:
-        return self._len
+        return self.size
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return self.size > 0
 
     def __iter__(self):
         """The waiting requests in queue order."""
@@ -45,7 +45,7 @@ class RequestQueue:
         return self._by_class[class_name]
 
     def add(self, request) -> None:
-        self._len += 1
+        self.size += 1
         self._by_class[request.class_name] += 1
         if self._fifo is not None:
             self._fifo.append(request)
@@ -55,7 +55,7 @@ class RequestQueue:
     def prepend(self, request) -> None:
         """A preempted request rejoins: at the front (FCFS), else under its key."""
         if self._fifo is not None:
-            self._len += 1
+            self.size += 1
             self._by_class[request.class_name] += 1
             self._fifo.appendleft(request)
         else:
@@ -75,15 +75,19 @@ class RequestQueue:
 
     def pop(self):
         r = self.peek()
+        self.take_head(r)
+        return r
+
+    def take_head(self, r) -> None:
+        """Remove the head ``r`` that :meth:`peek` just returned."""
         if self._fifo is not None:
             self._fifo.popleft()
         else:
             heapq.heappop(self._heap)
-        self._len -= 1
+        self.size -= 1
         self._by_class[r.class_name] -= 1
-        return r
 
     def remove(self, request) -> None:
         """Take out a waiting request that leaves (mark it finished: its entry is skipped later)."""
-        self._len -= 1
+        self.size -= 1
         self._by_class[request.class_name] -= 1

@@ -109,7 +109,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
 
     rows = sorted([*done, *left], key=attrgetter("seq"))
     if chunks:
-        req = _merge_by_seq([_with_seq(rows), *chunks])
+        req = merge_by_seq([_with_seq(rows), *chunks], fill={"replica": 0})
     else:
         req = request_columns(rows)
     if reference:
@@ -190,27 +190,44 @@ def _with_seq(rows: list) -> dict:
     return {**request_columns(rows), "seq": np.fromiter(map(attrgetter("seq"), rows), np.int64, len(rows))}
 
 
-def _merge_by_seq(parts: list) -> dict:
-    """Request columns from several parts (each with a ``seq`` column), in ``seq`` order."""
-    seq = np.concatenate([p["seq"] for p in parts])
-    order = np.argsort(seq, kind="stable")
+def merge_by_seq(parts: list, fill: dict | None = None) -> dict:
+    """Request columns from several parts (each with a ``seq`` column, taken out), in ``seq``
+    order: each part's rows are scattered to their places, ``seq`` itself when the parts hold
+    0..n-1 once each (a run's attempts, the common case), else its stable rank. A column named in
+    ``fill`` holds its one value in every row (an int: int64; else an object column)."""
+    seqs = [p.pop("seq") for p in parts]
+    n = sum(len(s) for s in seqs)
+    at = seqs
+    if not _dense(seqs, n):
+        order = np.argsort(np.concatenate(seqs), kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        at = np.split(rank, np.cumsum([len(s) for s in seqs])[:-1])
     out = {}
     for name in parts[0]:
-        if name == "seq":
+        if fill and name in fill:
+            v = fill[name]
+            out[name] = np.full(n, v, dtype=np.int64 if isinstance(v, int) else object)
             continue
-        if name == "replica":
-            out[name] = np.zeros(len(seq), dtype=np.int64)
-            continue
-        out[name] = np.concatenate([np.asarray(p[name]) for p in parts])[order]
+        cols = [np.asarray(p[name]) for p in parts]
+        col = np.empty(n, dtype=np.result_type(*cols))
+        for c, a in zip(cols, at):
+            col[a] = c
+        out[name] = col
     return out
+
+
+def _dense(seqs: list, n: int) -> bool:
+    """Whether the ``seq`` arrays together hold each of 0..n-1 exactly once."""
+    seen = np.zeros(n, dtype=bool)
+    for s in seqs:
+        if len(s) and (s.min() < 0 or s.max() >= n):
+            return False
+        seen[s] = True
+    return bool(seen.all())
 
 
 def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
     from llmqueue.engine.replica import _columns as columns
 
     return columns(rows, names, float_names)
-
-
-def _concat_steps(parts: list, names: tuple) -> dict:
-    """Step or time-series columns of several replicas, one after another (``replica`` kept)."""
-    return {name: np.concatenate([p[name] for p in parts]) for name in (*names, "replica")}
