@@ -40,7 +40,8 @@ capacity from the simulator within 5 % and from theory within 10 %; verdicts at 
 or the simulator's "metastable" with a margin that contains what the server did (the server's
 verdict is the simulator's at 1x, stable, or at an engine ``1 + margin`` slower); cross-shape
 simulated capacity within 5 %. ``--seeds 6,7`` runs the protocol per seed (``OUT/seed6/``, ...)
-and sums the seeds up together.
+and sums the seeds up together; ``--resume`` goes on with a run cut short (the shapes already in
+each seed's fidelity.json are kept).
 
 Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 60] [--run-s 100]
        [--step-model linear|profile] [--cross-shape balanced] [--seeds 6,7] [--out runs/fidelity] [--json]
