@@ -8,18 +8,43 @@ max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/
    engine for the two cores) and measure the completion rate after warm-up, up to the client's
    last send (the cap keeps a backlog at the client, so the sends go on past --sat-s: the whole
    saturated part is measured, not only the scheduled arrival period);
-2. calibrate from that run's steady part (the same window): M from the server's
+2. with ``--step-model profile``: profile the same server right after (``llmqueue profile``'s
+   :func:`llmqueue.bench.profile.run_profile`: decode ladders at two prompt lengths and prefill
+   probes, within ``--profile-budget`` seconds, ``profile/``);
+3. calibrate from the saturation run's steady part (the same window): M from the server's
    cache_config_info (usable blocks), b-bar as the mean busy step cycle from the iteration log
    (the other estimators are kept in the file), a linear step-time model on the step cycles,
-   and the server's delay outside the engine from 30 isolated requests (``probe/``, spaced
-   1.5 x the longest one's calibrated time alone);
-3. predict the capacity with seed 004's mu = M / (b E[g]) and with the simulator (replaying the
-   run's request stream), and compare with the measured rate;
-4. run at 0.5, 0.8, 0.9 and 1.3 x the measured capacity: stability verdicts (measured,
-   simulated, theory) and TTFT/TPOT p50/p99 (measured vs simulated) at 0.5 and 0.8.
+   with a profile its surface at the run's level (``calibrate --profile``: one factor, the run's
+   busy cycles over the profile's price of the same steps), and the server's delay outside the
+   engine from 30 isolated requests (``probe/``, spaced 1.5 x the longest one's calibrated time
+   alone);
+4. predict the capacity with seed 004's mu = M / (b E[g]) and with the simulator (replaying the
+   run's request stream; constant b, the linear model and, with a profile, the profile), and
+   compare with the measured rate;
+5. run at 0.5, 0.8, 0.9, 1.2 and 1.5 x the measured capacity (``--factors``; the earlier default
+   was 0.5,0.8,0.9,1.3: ``--factors legacy``): stability verdicts (measured, simulated, theory;
+   the simulator's with ``validate --margin``, so "metastable" near the preemption cliff) and
+   TTFT/TPOT p50/p99 (measured vs simulated) at 0.5 and 0.8, with the step model of
+   ``--step-model`` (``linear``, the default, or ``profile``; the constant b is kept beside it).
+
+``--cross-shape SHAPE``: after the shapes, predict every shape's capacity (simulator and theory)
+from SHAPE's calibration alone (its saturation run, and its profile with ``--step-model profile``)
+and compare with each shape's measured capacity: the step model as a property of the engine,
+not of one workload. It reuses the saturation runs already taken (no extra server time), so the
+profile is SHAPE's server's; ``--analyze-only`` redoes it (and the summary) on saved runs.
+
+Acceptance summary (printed, and ``acceptance`` in fidelity.json / ``acceptance.json``), against
+the fidelity issue's bars: latency p50 and p99 TTFT and TPOT at 0.5x and 0.8x within 15 %;
+capacity from the simulator within 5 % and from theory within 10 %; verdicts at 0.5x, 0.9x,
+1.2x and 1.5x right (stable below 1x, unstable above, for the server, the simulator and theory),
+or the simulator's "metastable" with a margin that contains what the server did (the server's
+verdict is the simulator's at 1x, stable, or at an engine ``1 + margin`` slower); cross-shape
+simulated capacity within 5 %. ``--seeds 6,7`` runs the protocol per seed (``OUT/seed6/``, ...)
+and sums the seeds up together; ``--resume`` goes on with a run cut short (the shapes already in
+each seed's fidelity.json are kept).
 
 Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 60] [--run-s 100]
-       [--out runs/fidelity] [--json]
+       [--step-model linear|profile] [--cross-shape balanced] [--seeds 6,7] [--out runs/fidelity] [--json]
 Needs: bash scripts/vllm_cpu_env.sh (the vLLM CPU venv). Loopback only.
 """
 
@@ -28,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 SHAPES = {  # (prompt, output): seed 004's 1:1, 2:1, 1:2 mixes scaled to max_model_len 512
@@ -38,10 +64,25 @@ SHAPES = {  # (prompt, output): seed 004's 1:1, 2:1, 1:2 mixes scaled to max_mod
 MODEL = dict(hidden_size=512, num_layers=4, heads=8, kv_heads=4, vocab_size=4096, max_position_embeddings=2048, seed=0)
 SERVER = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=256, max_model_len=512,
               num_gpu_blocks_override=64)
-FACTORS = (0.5, 0.8, 0.9, 1.3)
+FACTORS = (0.5, 0.8, 0.9, 1.2, 1.5)  # the acceptance's loads
+LEGACY_FACTORS = (0.5, 0.8, 0.9, 1.3)  # the default before the profile protocol (--factors legacy)
+LATENCY_FACTORS = (0.5, 0.8)  # loads whose latencies are compared
+VERDICT_FACTORS = (0.5, 0.9, 1.2, 1.5)  # loads whose stability verdicts are judged
+BARS = {"latency": 0.15, "capacity_sim": 0.05, "capacity_theory": 0.10, "cross_shape_sim": 0.05}
+LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
 SAT_CONCURRENCY = 32
-RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.3: 100.0}  # arrival period per load (--run-s scales them)
+RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.2: 100.0, 1.3: 100.0, 1.5: 100.0}  # arrival period per load (--run-s scales them)
+DEFAULT_RUN_S = 100.0  # a load RUN_S does not list
 LOWLOAD_S = 200.0  # arrival period of the --lowload calibration run
+# the profile after each saturation run: prompt lengths 32 and 256 (per-sequence contexts of about
+# 64 and 290 tokens while decoding, the shapes' bulk; 256 + 64 fits max_model_len 512), one pass
+# over the ladder 1, 2, 4, ... up to max_num_seqs or the KV cache (about 130 s on the 1024x8 model)
+PROFILE = dict(contexts=(32, 256), output_tokens=64, budget_s=240.0, passes=1)
+
+
+def run_seconds(f: float, percent: float = 100.0) -> float:
+    """The arrival period of the load run at ``f`` x capacity (RUN_S, scaled by ``--run-s``)."""
+    return RUN_S.get(f, DEFAULT_RUN_S) * percent / 100.0
 
 
 def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration: float):
@@ -55,6 +96,49 @@ def exact_rate_stream(lam: float, prompt: str, output: str, seed: int, duration:
     r = Workload(f"poisson:{lam}", prompt=prompt, output=output).generate(seed, n=n)
     t = (r.arrival_s - r.arrival_s[0]) * ((n - 1) / lam) / (r.arrival_s[-1] - r.arrival_s[0])
     return RequestArrays(r.request_id, t, r.prompt_tokens, r.output_tokens, r.class_name)
+
+
+def server_flags(knobs: dict) -> dict:
+    """The server's launch flags under llmqueue's setting names (``--server-*``), as recorded."""
+    return {**{k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len")},
+            "num_gpu_blocks": knobs["num_gpu_blocks_override"], "enable_chunked_prefill": True}
+
+
+def engine_setup(model: str) -> tuple:
+    """``(model_dir, work_dir, vllm version)``: the random Llama ``HIDDENxLAYERS`` built (once) under
+    ``$LLMQUEUE_VLLM_WORK`` (default ``.vllm-work``); MODEL is updated to it."""
+    import os
+
+    from llmqueue.bench.engine import build_tiny_model, vllm_version
+
+    work = Path(os.environ.get("LLMQUEUE_VLLM_WORK") or ".vllm-work").expanduser().absolute()
+    hidden, layers = (int(x) for x in model.split("x"))
+    MODEL.update(hidden_size=hidden, num_layers=layers, heads=hidden // 64)  # head size 64, 4 KV heads
+    model_dir = build_tiny_model(work / "models" / f"tiny-llama-{model}-v{MODEL['vocab_size']}", **MODEL)
+    return model_dir, work, vllm_version()
+
+
+def open_server(model_dir, work, log_path):
+    """A vLLM CPU server with SERVER's settings and its iteration log at ``log_path`` (a context manager)."""
+    from llmqueue.bench.engine import VllmServer
+
+    return VllmServer(model_dir, work_dir=work, log_path=log_path, **SERVER)
+
+
+def take_profile(srv, out_dir: Path, *, knobs: dict, contexts=PROFILE["contexts"],
+                 output_tokens: int = PROFILE["output_tokens"], budget_s: float = PROFILE["budget_s"],
+                 passes: int = PROFILE["passes"]) -> dict:
+    """``llmqueue profile`` of the running server into ``out_dir`` (profile.json, server.json, runs/);
+    its settings from the server (/metrics, /v1/models, the log) and ``knobs``' launch flags.
+    Returns a short account (elapsed seconds, cells, what was skipped)."""
+    from llmqueue.bench.profile import run_profile
+
+    doc = run_profile(srv.url, srv.model, out_dir, contexts=list(contexts), output_tokens=output_tokens,
+                      budget_s=budget_s, server_log=getattr(srv, "log_path", None), server_flags=server_flags(knobs),
+                      vocab_size=MODEL["vocab_size"], passes=passes,
+                      on_level=lambda text, total: print(f"  profile: {text}", file=sys.stderr, flush=True))
+    return {"dir": str(out_dir), "elapsed_s": doc["elapsed_s"], "budget_s": doc["budget_s"], "source": doc["source"],
+            "cells": [[c["prompt_tokens"], c["batch"]] for c in doc["decode"]], "skipped": doc["skipped"]}
 
 
 def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurrency: int | None = None,
@@ -72,10 +156,7 @@ def one_run(srv, run_dir: Path, reqs, *, warmup_s: float, knobs: dict, concurren
     # what `llmqueue bench --server-max-num-seqs ... --server-log FILE` records: the server's
     # launch flags as given, its log's startup lines and its /metrics, each with its source
     # (M_usable = (blocks - 1) x block_size: vLLM holds one null block back)
-    server = record(run_dir, log=srv.log_path,
-                    flags={**{k: knobs[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size",
-                                                    "max_model_len")},
-                           "num_gpu_blocks": knobs["num_gpu_blocks_override"], "enable_chunked_prefill": True})
+    server = record(run_dir, log=srv.log_path, flags=server_flags(knobs))
     if srv.log_path:  # the server's per-step log lines of this run, as steps.parquet
         b = res.summary["bench"]
         write_run_steps(run_dir, srv.log_path, offset=offset, t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"],
@@ -122,16 +203,328 @@ def probe(srv, sd: Path, prompt: str, seed: int) -> float:
     return cal.frontend_latency_s
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def verdict_kind(v) -> str:
+    """A verdict's kind: ``stable``, ``unstable`` (also "overloaded"), ``metastable`` (the simulator
+    near the preemption cliff), ``indeterminate`` (theory) or the text before its first colon."""
+    s = str(v or "").strip().lower()
+    for kind, starts in (("metastable", ("metastable",)), ("unstable", ("unstable", "overloaded")),
+                         ("stable", ("stable",))):
+        if s.startswith(starts):
+            return kind
+    return s.split(":")[0] or "none"
+
+
+def _rows(v: dict) -> dict:
+    return {r["quantity"]: {"measured": r["measured"], "simulated": r["simulated"], "rel_err": r["rel_err_sim"]}
+            for r in v["rows"]}
+
+
+def judge_load(run_dir: Path, c: dict, *, lam: float, horizon: float, step_model: str, margin: float) -> dict:
+    """One load run predicted: with the constant b (the old ``sim_verdict``), the linear model and,
+    with ``step_model`` profile, the profile (each quantity measured / simulated / error). The
+    step model's simulated verdict is judged with ``margin`` (``validate --margin``: "metastable"
+    within ``1 + margin`` of the preemption cliff) and, when metastable, simulated once more with
+    an engine ``1 + margin`` slower (``model_verdict``)."""
+    from llmqueue.bench.validate import validate
+
+    kw = dict(horizon_s=horizon, speed_band=0.0)
+    vc = validate(run_dir, c, **kw)
+    # the measured verdict over the arrival period (the bench summary's own includes the drain)
+    rr = {"lam": lam, "measured_verdict": vc["verdicts"]["measured"], "sim_verdict": vc["verdicts"]["simulated"],
+          "theory_verdict": vc["verdicts"]["theory"], "constant_b": _rows(vc)}
+    for name in ("linear", "profile"):
+        if not c.get(f"step_time_{name}") or (name == "profile" and step_model != "profile"):
+            continue
+        v = validate(run_dir, c, step_model=name, margin=margin if name == step_model else None, **kw)
+        rr[name] = _rows(v)
+        if name == step_model:
+            mv = {"step_model": name, "simulated": v["verdicts"]["simulated"], "margin": margin,
+                  "regime_margin": v["regime_margin"]}
+            if verdict_kind(mv["simulated"]) == "metastable":
+                slow = validate(run_dir, c, step_model=name, speed_factor=1.0 + margin, **kw)
+                mv["simulated_slower"] = slow["verdicts"]["simulated"]
+            rr["model_verdict"] = mv
+    return rr
+
+
+def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors) -> dict:
+    """Steps 1-5 of the module docstring for one shape, on a server of its own; the shape's row
+    of fidelity.json."""
+    from llmqueue.bench.calibrate import calibrate, last_send_s, load_calibration, write_calibration
+    from llmqueue.bench.validate import validate
+    from llmqueue.theory.kv import kv_stability
+    from llmqueue.workload import Workload, parse_length
+
+    p, o = SHAPES[shape]
+    sd = out / shape
+    sd.mkdir(parents=True, exist_ok=True)
+    row: dict = {"prompt": p, "output": o, "seed": seed, "step_model": a.step_model}
+    with open_server(model_dir, work, sd / "server.log") as srv:
+        row["server_startup_s"] = srv.startup_s
+        M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
+        mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
+                                prompt=parse_length(p), output=parse_length(o)).mu
+        lam_sat = 1.5 * mu_guess
+        reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(seed, duration=a.sat_s)
+        # at most SAT_CONCURRENCY requests at the server: enough to keep its KV cache full, and
+        # not the hundreds of open streams of an open-loop overload, whose handling by the
+        # client and the API server takes CPU from the engine on a 2-core machine (measured:
+        # 10 % fewer decode tokens per second at 2x the capacity than at 1.3x)
+        one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
+        # steady saturation: after warm-up, up to the client's last send (the drain follows;
+        # with the concurrency cap the sends go on past --sat-s while the backlog lasts)
+        window = (a.warmup_s, last_send_s(sd / "sat"))
+        prof = None
+        if a.step_model == "profile":  # the same server, right after: the step time's shape
+            row["profile"] = take_profile(srv, sd / "profile", knobs=SERVER, contexts=a.profile_contexts,
+                                          output_tokens=a.profile_output_tokens, budget_s=a.profile_budget,
+                                          passes=a.profile_passes)
+            prof = sd / "profile"
+        cal = calibrate(sd / "sat", capacity_tokens=None, window=window, profile=prof)
+        if cal.capacity_tokens is None:
+            raise SystemExit("no KV capacity recorded")
+        write_calibration(cal, sd / "calibration.yaml")
+        row["frontend_latency_s"] = probe(srv, sd, p, seed)
+        c = load_calibration(sd / "calibration.yaml")
+        c["capacity_tokens"] = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
+        if not c.get(f"step_time_{a.step_model}"):
+            raise SystemExit(f"{shape}: the calibration has no {a.step_model} step model (no step records?)")
+        v_sat = validate(sd / "sat", c, horizon_s=window[1], speed_band=0.0)  # the saturated part, not the drain
+        mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
+        row.update(lam_sat=lam_sat, sat_window=window, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b,
+                   b_cv=cal.itl_cv, linear=cal.linear, step_time=c["step_time"], profile_scale=c.get("profile_scale"),
+                   mu_theory=v_sat["capacity"]["theory"],
+                   mu_sim=v_sat["capacity"].get("simulated") or v_sat["rows"][0]["simulated"],
+                   sat_verdict=v_sat["verdicts"]["measured"])
+        row["err_theory"] = (row["mu_theory"] - mu_meas) / mu_meas
+        row["err_sim"] = (row["mu_sim"] - mu_meas) / mu_meas if row["mu_sim"] else None
+        # the simulated capacity by step model (mu_sim / err_sim above: the constant b, as before)
+        row["capacity_sim"] = {"constant_b": {"mu": row["mu_sim"], "err": row["err_sim"]}}
+        for name in ("linear", "profile"):
+            if c.get(f"step_time_{name}"):
+                v = validate(sd / "sat", c, step_model=name, horizon_s=window[1], speed_band=0.0)
+                mu = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+                row["capacity_sim"][name] = {"mu": mu, "err": (mu - mu_meas) / mu_meas if mu else None}
+        runs = {}
+        for f in factors:
+            lam = f * mu_meas
+            reqs = exact_rate_stream(lam, p, o, seed + int(100 * f), run_seconds(f, a.run_s))
+            one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
+            runs[str(f)] = judge_load(sd / f"x{f}", c, lam=lam, horizon=float(reqs.arrival_s[-1]),
+                                      step_model=a.step_model, margin=a.margin)
+        row["runs"] = runs
+    return row
+
+
+def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
+    """Every shape's saturation run predicted from ``source``'s calibration alone (its saturation
+    run, and its profile with the profile step model): simulated capacity with ``step_model``,
+    theory with its b, each against the shape's measured capacity."""
+    from llmqueue.bench.calibrate import load_calibration
+    from llmqueue.bench.validate import validate
+
+    if source not in rows:
+        raise SystemExit(f"--cross-shape {source}: no such shape in this run ({', '.join(rows)})")
+    c = load_calibration(out / source / "calibration.yaml")
+    c["capacity_tokens"] = rows[source]["M"]
+    if not c.get(f"step_time_{step_model}"):
+        raise SystemExit(f"--cross-shape {source}: its calibration has no {step_model} step model")
+    res = {"source": source, "step_model": step_model, "step_time": c[f"step_time_{step_model}"], "b": c["b"],
+           "shapes": {}}
+    for shape, row in rows.items():
+        window = row["sat_window"]
+        v = validate(out / shape / "sat", c, step_model=step_model, horizon_s=window[1], speed_band=0.0)
+        meas = row["mu_measured"]
+        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+        mu_th = v["capacity"]["theory"]
+        res["shapes"][shape] = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas,
+                                "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas, "calibrated_here": shape == source}
+    return res
+
+
+def judge_verdicts(f: float, rr: dict | None) -> dict:
+    """The verdict check at load ``f``: right is stable below 1x and unstable above, for the server,
+    the simulator (the step model's, ``model_verdict``) and theory; a simulated "metastable"
+    passes when its margin contains the server's verdict (the simulator's at 1x, stable, or at an
+    engine ``1 + margin`` slower), whatever the server did."""
+    want = "stable" if f < 1 else "unstable"
+    if rr is None:
+        return {"ok": False, "what": "verdicts", "value": "no run at this load", "bar": want}
+    meas, th = verdict_kind(rr.get("measured_verdict")), verdict_kind(rr.get("theory_verdict"))
+    mv = rr.get("model_verdict") or {"simulated": rr.get("sim_verdict")}
+    sim = verdict_kind(mv.get("simulated"))
+    if sim == "metastable":
+        band = sorted({"stable", verdict_kind(mv.get("simulated_slower"))})
+        sim_ok, sim_txt = meas in band, f"metastable ({' or '.join(band)})"
+    else:
+        sim_ok, sim_txt = sim == want, sim
+    ok = sim_ok and th == want and (meas == want or sim == "metastable")
+    return {"ok": ok, "what": "verdicts (server / sim / theory)", "value": f"{meas} / {sim_txt} / {th}", "bar": want,
+            "measured_ok": meas == want, "simulated_ok": sim_ok, "theory_ok": th == want}
+
+
+GROUPS = {"latency": "latency p50/p99 TTFT/TPOT at 0.5x, 0.8x", "capacity_sim": "capacity, simulator",
+          "capacity_theory": "capacity, theory", "verdicts": "verdicts at 0.5x, 0.9x, 1.2x, 1.5x",
+          "cross_shape": "cross-shape capacity, simulator"}
+
+
+def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
+    """The acceptance checks over one or more seeds' results (fidelity.json each): every figure
+    with its bar and whether it is within it, by group, and whether the protocol was complete
+    (the profile step model, the three shapes, two seeds or more, the cross-shape check)."""
+    checks: list[dict] = []
+    models, why = set(), []
+    for seed, res in by_seed.items():
+        sm = res.get("step_model", "linear")
+        models.add(sm)
+        for shape, row in res["shapes"].items():
+            where = {"seed": seed, "shape": shape}
+            cap = (row.get("capacity_sim") or {}).get(sm) or {}
+            checks.append({"group": "capacity_sim", **where, "what": f"simulated capacity ({sm})",
+                           "value": cap.get("err"), "bar": bars["capacity_sim"]})
+            checks.append({"group": "capacity_theory", **where, "what": "theory capacity",
+                           "value": row.get("err_theory"), "bar": bars["capacity_theory"]})
+            runs = row.get("runs") or {}
+            for f in LATENCY_FACTORS:
+                lat = (runs.get(str(f)) or {}).get(sm) or {}
+                for q in LAT:
+                    checks.append({"group": "latency", **where, "factor": f, "what": q,
+                                   "value": (lat.get(q) or {}).get("rel_err"), "bar": bars["latency"]})
+            for f in VERDICT_FACTORS:
+                checks.append({"group": "verdicts", **where, "factor": f, **judge_verdicts(f, runs.get(str(f)))})
+        if set(SHAPES) - set(res["shapes"]):
+            why.append(f"seed {seed}: shapes {', '.join(s for s in SHAPES if s not in res['shapes'])} not run")
+        cs = res.get("cross_shape")
+        if cs:
+            for shape, x in cs["shapes"].items():
+                if shape != cs["source"]:
+                    checks.append({"group": "cross_shape", "seed": seed, "shape": shape,
+                                   "what": f"simulated capacity from {cs['source']}'s calibration ({cs['step_model']})",
+                                   "value": x.get("err_sim"), "bar": bars["cross_shape_sim"]})
+        else:
+            why.append(f"seed {seed}: no cross-shape check (--cross-shape)")
+    for c in checks:
+        if "ok" not in c:
+            v = c["value"]
+            c["ok"] = v is not None and abs(v) <= c["bar"]  # NaN and missing figures fail
+    groups = {}
+    for g in GROUPS:
+        cs = [c for c in checks if c["group"] == g]
+        groups[g] = {"n": len(cs), "ok": sum(bool(c["ok"]) for c in cs), "passed": bool(cs) and all(c["ok"] for c in cs)}
+    if models != {"profile"}:
+        why.append(f"step model {', '.join(sorted(models))}, not profile")
+    if len(by_seed) < 2:
+        why.append(f"{len(by_seed)} seed, not two")
+    passed = all(g["passed"] for g in groups.values())
+    return {"seeds": list(by_seed), "step_models": sorted(models), "bars": dict(bars), "groups": groups,
+            "passed": passed, "complete": not why, "incomplete_because": why, "met": passed and not why,
+            "checks": checks}
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def acceptance_text(acc: dict, by_seed: dict) -> str:
+    """The summary as markdown: the bars and counts, the misses, and the figures by seed and shape."""
+    L = [f"## Acceptance (step model {', '.join(acc['step_models'])}; seeds {', '.join(map(str, acc['seeds']))})", "",
+         "| check | bar | within | result |", "|---|---|---|---|"]
+    bar = {"latency": "latency", "capacity_sim": "capacity_sim", "capacity_theory": "capacity_theory",
+           "cross_shape": "cross_shape_sim"}
+    for g, name in GROUPS.items():
+        x = acc["groups"][g]
+        b = "right" if g == "verdicts" else f"{100 * acc['bars'][bar[g]]:g} %"
+        L.append(f"| {name} | {b} | {x['ok']} of {x['n']} | {'PASS' if x['passed'] else 'FAIL'} |")
+    misses = [c for c in acc["checks"] if not c["ok"]]
+    if misses:
+        L += ["", "Misses:"]
+        for c in misses:
+            load = f" {c['factor']}x" if "factor" in c else ""
+            val = c["value"] if isinstance(c["value"], str) or c["value"] is None else _pct(c["value"])
+            L.append(f"- seed {c['seed']} {c['shape']}{load} {c['what']}: {val} (bar {c['bar'] if isinstance(c['bar'], str) else _pct(c['bar'])[1:]})")
+    L += ["", "| seed | shape | measured (req/s) | theory | simulated | cross-shape: simulated | cross-shape: theory |",
+          "|---|---|---|---|---|---|---|"]
+    for seed, res in by_seed.items():
+        sm = res.get("step_model", "linear")
+        cs = (res.get("cross_shape") or {}).get("shapes") or {}
+        for shape, row in res["shapes"].items():
+            cap = (row.get("capacity_sim") or {}).get(sm) or {}
+            x = cs.get(shape) or {}
+            L.append(f"| {seed} | {shape} | {row['mu_measured']:.3f} | {_pct(row.get('err_theory'))} | {_pct(cap.get('err'))} "
+                     f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} |")
+    L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
+    for seed, res in by_seed.items():
+        sm = res.get("step_model", "linear")
+        for shape, row in res["shapes"].items():
+            for f in LATENCY_FACTORS:
+                lat = ((row.get("runs") or {}).get(str(f)) or {}).get(sm)
+                if not lat:
+                    continue
+                cells = []
+                for q in LAT:
+                    x = lat.get(q) or {}
+                    m, s = x.get("measured"), x.get("simulated")
+                    cells.append("-" if m is None or s is None else f"{m:,.1f} vs {s:,.1f} ({_pct(x.get('rel_err'))})")
+                L.append(f"| {seed} | {shape} {f}x | " + " | ".join(cells) + " |")
+    L += ["", "| seed | shape | " + " | ".join(f"{f}x (server / sim / theory)" for f in VERDICT_FACTORS) + " |",
+          "|---|---|" + "---|" * len(VERDICT_FACTORS)]
+    vc = {(c["seed"], c["shape"], c["factor"]): c for c in acc["checks"] if c["group"] == "verdicts"}
+    for seed, res in by_seed.items():
+        for shape in res["shapes"]:
+            cells = [vc[(seed, shape, f)] for f in VERDICT_FACTORS]
+            L.append(f"| {seed} | {shape} | " + " | ".join(
+                c["value"] + ("" if c["ok"] else " **miss**") for c in cells) + " |")
+    L += ["", f"ACCEPTANCE: {'MET' if acc['met'] else 'NOT MET'} (figures {'pass' if acc['passed'] else 'fail'}"
+          + ("" if acc["complete"] else "; protocol incomplete: " + "; ".join(acc["incomplete_because"])) + ")"]
+    return "\n".join(L)
+
+
+def parse_factors(text: str) -> list[float]:
+    """``--factors``: a comma list, ``acceptance`` (FACTORS), ``legacy`` (the earlier default) or ``none``."""
+    named = {"acceptance": FACTORS, "legacy": LEGACY_FACTORS, "none": (), "": ()}
+    return list(named[text]) if text in named else [float(f) for f in text.split(",")]
+
+
+def shape_line(shape: str, row: dict, step_model: str) -> str:
+    cap = row["capacity_sim"].get(step_model) or {}
+    runs = row.get("runs") or {}
+    return (f"{shape}: measured {row['mu_measured']:.3f} req/s, theory {row['mu_theory']:.3f} ({_pct(row['err_theory'])}), "
+            f"sim (constant b) {row['mu_sim']:.3f} ({_pct(row['err_sim'])}), sim ({step_model}) "
+            f"{cap.get('mu') or float('nan'):.3f} ({_pct(cap.get('err'))})"
+            + (f", profile x{row['profile_scale']:.3f}" if row.get("profile_scale") else "") + "; "
+            + ", ".join(f"x{f}: {verdict_kind(r['measured_verdict'])} / sim "
+                        f"{verdict_kind((r.get('model_verdict') or {}).get('simulated', r['sim_verdict']))}"
+                        f" / theory {verdict_kind(r['theory_verdict'])}" for f, r in runs.items()))
+
+
+def seed_dir(out: Path, seed: int, seeds: list) -> Path:
+    return out / f"seed{seed}" if len(seeds) > 1 else out
+
+
+def finish(out: Path, by_seed: dict, as_json: bool) -> int:
+    acc = acceptance(by_seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "acceptance.json").write_text(json.dumps(acc, indent=2, default=str) + "\n")
+    print("\n" + acceptance_text(acc, by_seed), flush=True)
+    if as_json:
+        print(json.dumps(next(iter(by_seed.values())) if len(by_seed) == 1 else {"seeds": by_seed, "acceptance": acc},
+                         indent=2, default=str))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="balanced,prompt,decode")
     ap.add_argument("--sat-s", type=float, default=60.0,
                     help="arrival period (s) of the saturation run's schedule (its sends go on while the backlog lasts)")
     ap.add_argument("--run-s", type=float, default=100.0,
-                    help="percent of the default arrival periods of the load runs (150/100/100/100 s)")
+                    help="percent of the default arrival periods of the load runs (RUN_S: 150 s at 0.5x, 100 s at the others)")
     ap.add_argument("--warmup-s", type=float, default=15.0)
     ap.add_argument("--out", default="runs/fidelity")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default=None,
+                    help="comma list: the protocol once per seed (OUT/seed<k>/ each), one acceptance summary over all "
+                         "(OUT/acceptance.json); default: --seed alone, in OUT")
     ap.add_argument("--shape-seeds", action="store_true",
                     help="give each shape its own seed (--seed + 1,000,000 x its place in balanced,prompt,decode) so "
                          "that the shapes' length and arrival draws are independent; without it all shapes "
@@ -145,7 +538,32 @@ def main() -> int:
     ap.add_argument("--same-seed", action="store_true",
                     help="with --repeat: replay the first run's own request stream (same seed, x<f>-s<k>/): "
                          "how far the engine's latencies move between runs of identical input")
-    ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS))
+    ap.add_argument("--factors", default=",".join(str(f) for f in FACTORS),
+                    help="loads, x the measured capacity: a comma list, 'acceptance' (the default, "
+                         f"{','.join(map(str, FACTORS))}), 'legacy' (the earlier default, "
+                         f"{','.join(map(str, LEGACY_FACTORS))}) or 'none' (calibration only)")
+    ap.add_argument("--step-model", choices=("linear", "profile"), default="linear",
+                    help="the simulator's step model for the capacity, latency and verdict predictions judged by the "
+                         "summary: the linear fit on the saturation run's steps, or a profile of the server taken "
+                         "right after the saturation run, set to that run's level (calibrate --profile)")
+    ap.add_argument("--profile-budget", type=float, default=PROFILE["budget_s"],
+                    help="seconds the profile of each server may take (levels that would not fit are skipped)")
+    ap.add_argument("--profile-contexts", type=lambda t: [int(x) for x in t.split(",")], default=list(PROFILE["contexts"]),
+                    help="the profile's prompt lengths (prompt + --profile-output-tokens must fit max_model_len)")
+    ap.add_argument("--profile-output-tokens", type=int, default=PROFILE["output_tokens"])
+    ap.add_argument("--profile-passes", type=int, default=PROFILE["passes"])
+    ap.add_argument("--margin", type=float, default=0.1,
+                    help="the simulator's verdict margin (validate --margin): a stable prediction within 1 + margin "
+                         "of the preemption cliff is 'metastable'")
+    ap.add_argument("--cross-shape", default=None, metavar="SHAPE",
+                    help="also predict every shape's capacity from SHAPE's calibration alone (its saturation run and, "
+                         "with --step-model profile, its profile), against each shape's measured capacity")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the shapes already in each seed's fidelity.json (a run cut short goes on where it "
+                         "stopped; a shape cut short is set aside as <shape>.partial-<time>/ and run again)")
+    ap.add_argument("--analyze-only", action="store_true",
+                    help="no server: redo the cross-shape check (with --cross-shape) and the acceptance summary on the "
+                         "saved runs of --out (and --seeds)")
     ap.add_argument("--model", default="512x4", help="the random Llama's hidden size x layers (512x4, 1024x8)")
     ap.add_argument("--kv-blocks", type=int, default=SERVER["num_gpu_blocks_override"],
                     help="the server's KV blocks of 32 tokens (--num-gpu-blocks-override; one is held back): "
@@ -158,34 +576,44 @@ def main() -> int:
                          "(the report then also predicts with calibrate --steps-from lowload)")
     ap.add_argument("--b-guess", type=float, default=0.03,
                     help="step time (s) for the first capacity guess that sets the saturation rate")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    shapes = a.shapes.split(",")
+    if set(shapes) - set(SHAPES):
+        ap.error(f"--shapes: unknown {', '.join(sorted(set(shapes) - set(SHAPES)))} (of {', '.join(SHAPES)})")
+    if a.cross_shape is not None and a.cross_shape not in shapes:
+        ap.error(f"--cross-shape {a.cross_shape}: not among --shapes {a.shapes}")
+    if not 0 < a.margin < 1:
+        ap.error("--margin: between 0 and 1")
+    seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]
 
-    def seed_of(shape: str) -> int:
-        return a.seed + (1_000_000 * list(SHAPES).index(shape) if a.shape_seeds else 0)
+    def seed_of(shape: str, seed: int = a.seed) -> int:
+        return seed + (1_000_000 * list(SHAPES).index(shape) if a.shape_seeds else 0)
 
-    from llmqueue.bench.calibrate import calibrate, last_send_s, write_calibration
-    from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
-    from llmqueue.bench.validate import validate
-    from llmqueue.theory.kv import kv_stability
-    from llmqueue.workload import Workload, parse_length
-
-    work = Path(".vllm-work").absolute()
-    hidden, layers = (int(x) for x in a.model.split("x"))
-    MODEL.update(hidden_size=hidden, num_layers=layers, heads=hidden // 64)  # head size 64, 4 KV heads
-    model_dir = build_tiny_model(work / "models" / f"tiny-llama-{a.model}-v{MODEL['vocab_size']}", **MODEL)
     out = Path(a.out)
+    factors = parse_factors(a.factors)
+    if a.analyze_only:
+        by_seed = {}
+        for seed in seeds:
+            so = seed_dir(out, seed, seeds)
+            res = json.loads((so / "fidelity.json").read_text())
+            if a.cross_shape:
+                res["cross_shape"] = cross_shape(so, res["shapes"], a.cross_shape, res.get("step_model", "linear"))
+            res["acceptance"] = acceptance({seed: res})
+            (so / "fidelity.json").write_text(json.dumps(res, indent=2, default=str))
+            by_seed[seed] = res
+        return finish(out, by_seed, a.json)
     SERVER["num_gpu_blocks_override"] = a.kv_blocks
+    model_dir, work, version = engine_setup(a.model)
     if a.probe_only:
-        with VllmServer(model_dir, work_dir=work, log_path=out / "probe-server.log", **SERVER) as srv:
-            for shape in a.shapes.split(","):
+        with open_server(model_dir, work, out / "probe-server.log") as srv:
+            for shape in shapes:
                 fl = probe(srv, out / shape, SHAPES[shape][0], seed_of(shape))
                 print(f"{shape}: frontend latency {1e3 * fl:.1f} ms", flush=True)
         return 0
-    factors = [] if a.factors in ("", "none") else [float(f) for f in a.factors.split(",")]  # none: calibration only
     if a.lowload:
         saved = json.loads((out / "fidelity.json").read_text())
-        with VllmServer(model_dir, work_dir=work, log_path=out / "lowload-server.log", **SERVER) as srv:
-            for shape in a.shapes.split(","):
+        with open_server(model_dir, work, out / "lowload-server.log") as srv:
+            for shape in shapes:
                 p, o = SHAPES[shape]
                 lam = a.lowload * saved["shapes"][shape]["mu_measured"]
                 reqs = exact_rate_stream(lam, p, o, seed_of(shape) + 77, LOWLOAD_S)
@@ -195,87 +623,54 @@ def main() -> int:
         return 0
     if a.repeat:
         saved = json.loads((out / "fidelity.json").read_text())
-        for shape in a.shapes.split(","):
+        for shape in shapes:
             p, o = SHAPES[shape]
             sd = out / shape
             mu_meas = saved["shapes"][shape]["mu_measured"]
-            with VllmServer(model_dir, work_dir=work, log_path=sd / "server-repeat.log", **SERVER) as srv:
+            with open_server(model_dir, work, sd / "server-repeat.log") as srv:
                 for k in range(1, a.repeat + 1):
                     for f in factors:
                         lam = f * mu_meas
                         seed = seed_of(shape) + int(100 * f) + (0 if a.same_seed else 1000 * k)
-                        reqs = exact_rate_stream(lam, p, o, seed, RUN_S[f] * a.run_s / 100.0)
+                        reqs = exact_rate_stream(lam, p, o, seed, run_seconds(f, a.run_s))
                         name = f"x{f}-s{k}" if a.same_seed else f"x{f}-r{k}"
                         meas = one_run(srv, sd / name, reqs, warmup_s=a.warmup_s, knobs=SERVER)
                         print(f"{shape} {name}: {meas.get('median_ttft_ms'):.1f} ms TTFT p50, "
                               f"{meas.get('median_tpot_ms'):.1f} ms TPOT p50", flush=True)
         return 0
-    results = {"vllm": vllm_version(), "model": MODEL, "server": SERVER, "shapes": {}}
-    for shape in a.shapes.split(","):
-        p, o = SHAPES[shape]
-        sd = out / shape
-        sd.mkdir(parents=True, exist_ok=True)
-        row: dict = {"prompt": p, "output": o, "seed": seed_of(shape)}
-        with VllmServer(model_dir, work_dir=work, log_path=sd / "server.log", **SERVER) as srv:
-            row["server_startup_s"] = srv.startup_s
-            M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
-            mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
-                                    prompt=parse_length(p), output=parse_length(o)).mu
-            lam_sat = 1.5 * mu_guess
-            reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(seed_of(shape), duration=a.sat_s)
-            # at most SAT_CONCURRENCY requests at the server: enough to keep its KV cache full, and
-            # not the hundreds of open streams of an open-loop overload, whose handling by the
-            # client and the API server takes CPU from the engine on a 2-core machine (measured:
-            # 10 % fewer decode tokens per second at 2x the capacity than at 1.3x)
-            one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
-            # steady saturation: after warm-up, up to the client's last send (the drain follows;
-            # with the concurrency cap the sends go on past --sat-s while the backlog lasts)
-            window = (a.warmup_s, last_send_s(sd / "sat"))
-            cal = calibrate(sd / "sat", capacity_tokens=None, window=window)
-            if cal.capacity_tokens is None:
-                raise SystemExit("no KV capacity recorded")
-            write_calibration(cal, sd / "calibration.yaml")
-            row["frontend_latency_s"] = probe(srv, sd, p, seed_of(shape))
-            from llmqueue.bench.calibrate import load_calibration
-
-            c = load_calibration(sd / "calibration.yaml")
-            c["capacity_tokens"] = json.loads((sd / "sat" / "server.json").read_text())["M_usable"]
-            v_sat = validate(sd / "sat", c, horizon_s=window[1], speed_band=0.0)  # the saturated part, not the drain
-            mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
-            row.update(lam_sat=lam_sat, sat_window=window, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b, b_cv=cal.itl_cv,
-                       linear=cal.linear, mu_theory=v_sat["capacity"]["theory"],
-                       mu_sim=v_sat["capacity"].get("simulated") or v_sat["rows"][0]["simulated"],
-                       sat_verdict=v_sat["verdicts"]["measured"])
-            row["err_theory"] = (row["mu_theory"] - mu_meas) / mu_meas
-            row["err_sim"] = (row["mu_sim"] - mu_meas) / mu_meas if row["mu_sim"] else None
-            runs = {}
-            for f in factors:
-                lam = f * mu_meas
-                run_s = RUN_S[f] * a.run_s / 100.0
-                reqs = exact_rate_stream(lam, p, o, seed_of(shape) + int(100 * f), run_s)
-                one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
-                horizon = float(reqs.arrival_s[-1])
-                vc = validate(sd / f"x{f}", c, horizon_s=horizon, speed_band=0.0)
-                vl = validate(sd / f"x{f}", c, step_model="linear", horizon_s=horizon, speed_band=0.0) if c.get("step_time_linear") else None
-                # the measured verdict over the arrival period (the bench summary's own includes the drain)
-                rr = {"lam": lam, "measured_verdict": vc["verdicts"]["measured"], "sim_verdict": vc["verdicts"]["simulated"],
-                      "theory_verdict": vc["verdicts"]["theory"]}
-                for name, v in (("constant_b", vc), ("linear", vl)):
-                    if v is None:
-                        continue
-                    rr[name] = {r["quantity"]: {"measured": r["measured"], "simulated": r["simulated"],
-                                                "rel_err": r["rel_err_sim"]} for r in v["rows"]}
-                runs[str(f)] = rr
-            row["runs"] = runs
-        results["shapes"][shape] = row
-        (out / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
-        print(f"{shape}: measured {row['mu_measured']:.3f} req/s, theory {row['mu_theory']:.3f} "
-              f"({100 * row['err_theory']:+.1f}%), sim {row['mu_sim']:.3f} ({100 * (row['err_sim'] or 0):+.1f}%); "
-              + ", ".join(f"x{f}: {runs[str(f)]['measured_verdict'][:8]} / sim {runs[str(f)]['sim_verdict'][:8]}"
-                          f" / theory {runs[str(f)]['theory_verdict']}" for f in factors), flush=True)
-    if a.json:
-        print(json.dumps(results, indent=2, default=str))
-    return 0
+    by_seed = {}
+    for seed in seeds:
+        so = seed_dir(out, seed, seeds)
+        so.mkdir(parents=True, exist_ok=True)
+        results = {"vllm": version, "model": MODEL, "server": SERVER, "seed": seed, "step_model": a.step_model,
+                   "factors": factors, "margin": a.margin, "shapes": {}}
+        if a.step_model == "profile":
+            results["profile_settings"] = {"contexts": a.profile_contexts, "output_tokens": a.profile_output_tokens,
+                                           "budget_s": a.profile_budget, "passes": a.profile_passes}
+        if a.resume and (so / "fidelity.json").exists():
+            results = json.loads((so / "fidelity.json").read_text())
+            if results.get("step_model", "linear") != a.step_model:
+                raise SystemExit(f"--resume: {so}/fidelity.json was run with --step-model {results.get('step_model')}")
+        print(f"seed {seed}, step model {a.step_model}: {so}/", flush=True)
+        for shape in shapes:
+            if shape in results["shapes"]:
+                print(f"{shape}: kept from {so}/fidelity.json (--resume)", flush=True)
+                continue
+            if a.resume and (so / shape).exists():  # a shape cut short: its runs set aside, not mixed in
+                (so / shape).rename(so / f"{shape}.partial-{int(time.time())}")
+            row = shape_protocol(a, shape, seed_of(shape, seed), so, model_dir, work, factors)
+            results["shapes"][shape] = row
+            (so / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
+            print(shape_line(shape, row, a.step_model), flush=True)
+        if a.cross_shape:
+            cs = results["cross_shape"] = cross_shape(so, results["shapes"], a.cross_shape, a.step_model)
+            print(f"cross-shape from {a.cross_shape} ({a.step_model}): " + "; ".join(
+                f"{s}: sim {_pct(x['err_sim'])}, theory {_pct(x['err_theory'])}" for s, x in cs["shapes"].items()),
+                flush=True)
+        results["acceptance"] = acceptance({seed: results})
+        (so / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
+        by_seed[seed] = results
+    return finish(out, by_seed, a.json)
 
 
 if __name__ == "__main__":
