@@ -229,7 +229,7 @@ class Replica:
         deadline (``inf`` when none)."""
         if self._pending is not None:
             return self._pending[0]
-        if self.order or self.waiting:
+        if self.order or self.waiting.size:
             return self.now
         return self._next_external()
 
@@ -278,7 +278,7 @@ class Replica:
                 self._take_arrivals(t)
             if self.deadlines and self.deadlines[0][0] <= t:
                 self._expire(t)
-            if self.order or self.waiting:
+            if self.order or self.waiting.size:
                 saved = self.horizon
                 self.horizon = t
                 self.step(t)
@@ -294,7 +294,7 @@ class Replica:
         p = self._pending
         if p is not None:
             return p[0]
-        if self.order or self.waiting:
+        if self.order or self.waiting.size:
             return self.now
         return self._next_external()
 
@@ -333,11 +333,11 @@ class Replica:
                     self._take_arrivals(t)
                 if deadlines and deadlines[0][0] <= t:
                     self._expire(t)
-                if not self.order and not self.waiting:
+                if not self.order and not self.waiting.size:
                     t2 = t
                 else:
                     t2 = None
-                    if use_epochs and not self.prefilling and not self.waiting:
+                    if use_epochs and not self.prefilling and not self.waiting.size:
                         if backoff > 0:
                             backoff -= 1
                         else:
@@ -457,6 +457,10 @@ class Replica:
         return None
 
     def _arrive(self, r) -> None:
+        if self.plain_door:  # no waiting-room limit: only the sizes can refuse it
+            s, o = r.num_prompt_tokens, r.max_tokens
+            if s > 0 and o > 0 and s + o <= self.max_total:
+                return self._join(r)
         why = reject_reason(self.cfg, r, self.waiting)
         if why is not None:
             self.arrived += 1

@@ -26,7 +26,7 @@ class RequestQueue:
         self.policy = ordering_policy(policy)
         self._fifo: deque | None = deque() if self.policy.fifo else None
         self._heap: list = []
-        self.size = 0
+        self.size = 0  # requests waiting (read-only outside: the hot loops read it, not len())
         self._by_class: Counter = Counter()
 
     def __len__(self) -> int:
