@@ -257,6 +257,9 @@ def test_client_timeouts(tmp_path):
     assert res.summary["errors"]["client timeout"] == 4
     t = ttft.records
     assert (t["status"] == "timeout").all() and np.array_equal(t["finish_s"], t["arrival_s"] + 0.05)
+    # the deadlines are recorded, for a replay to apply (validate)
+    assert res.summary["bench"]["timeout_s"] == {"default": 0.08} and res.summary["bench"]["ttft_timeout_s"] == {}
+    assert ttft.summary["bench"]["ttft_timeout_s"] == {"default": 0.05}
 
 
 # -- the run itself -------------------------------------------------------------------------------

@@ -462,3 +462,59 @@ def test_validate_margin_gives_the_distance_to_the_preemption_cliff(tmp_path, ca
     assert small["regime"] != "clear" or small["rate_factor"] is not None
     assert main(args) == 0
     assert "Distance to the preemption cliff" in capsys.readouterr().out
+
+
+def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_path, capsys):
+    """A quarter of the run's requests failed at the server (status ``error``): the replay leaves
+    them out, so the simulated throughput is the ok requests' (serving them all would put it a
+    third high). The client's deadline, as a benchmark records it, is applied to the replay: no
+    simulated request lasts longer than it."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
+    capsys.readouterr()
+    cal = calibrate(run).to_dict()
+    t = pq.read_table(run / "requests.parquet")
+    d = {k: np.asarray(v) for k, v in t.to_pydict().items()}
+    bad = np.arange(len(d["request_id"])) % 4 == 1
+    d["status"] = np.where(bad, "error", d["status"]).astype(object)
+    for k in ("first_scheduled_s", "first_token_s"):
+        d[k] = np.where(bad, np.nan, d[k])
+    d["finish_s"] = np.where(bad, d["arrival_s"], d["finish_s"])
+    d["output_tokens"] = np.where(bad, 0, d["output_tokens"])
+    pq.write_table(pa.table({k: d[k].tolist() for k in t.column_names}, schema=t.schema), run / "requests.parquet")
+    v = validate(run, cal, step_model="linear", speed_band=0.0, drift=0.0)
+    assert v["replay"]["left_out_server_errors"] == int(bad.sum()) > 50
+    assert v["replay"]["requests"] == len(bad) - int(bad.sum())
+    thr = next(r for r in v["rows"] if r["quantity"] == "request_throughput")
+    assert abs(thr["rel_err_sim"]) < 0.05, thr
+    assert main(["validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear"]) == 0
+    assert f"{int(bad.sum())} request(s) the server answered with an error" in capsys.readouterr().out
+
+    # the client's deadline, recorded as `llmqueue bench` records it: requests past it time out
+    import json
+
+    s = json.loads((run / "summary.json").read_text())
+    free = validate(run, cal, step_model="linear", speed_band=0.0, drift=0.0)
+    assert free["simulation"]["status_counts"].get("timeout", 0) == 0
+    p50 = next(r for r in free["rows"] if r["quantity"] == "mean_e2el_ms")["simulated"] / 1000.0
+    s["bench"] = {"timeout_s": {"default": p50}, "retries": False}
+    (run / "summary.json").write_text(json.dumps(s))
+    tight = validate(run, cal, step_model="linear", speed_band=0.0, drift=0.0)
+    assert tight["replay"]["client_timeout_s"] == {"default": p50}
+    assert tight["simulation"]["status_counts"].get("timeout", 0) > 20
+    assert main(["validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear"]) == 0
+    assert "the client's deadlines applied: timeout default" in capsys.readouterr().out
+
+
+def _yaml(tmp_path, cal: dict) -> str:
+    import yaml
+
+    p = tmp_path / "cal.yaml"
+    p.write_text(yaml.safe_dump(cal))
+    return str(p)

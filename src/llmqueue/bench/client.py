@@ -1797,6 +1797,10 @@ class _Run:
             "exact_output": self.prompts.exact, "stopped_early": self.error, "interrupted": self.interrupted,
             "metrics_url": self.metrics_url, "t0_epoch_s": self.t0_epoch, "t_end_s": t_end,
             "drain_timeout_s": self.drain_timeout_s, "drain_cancelled": self.drain_cancelled,
+            # the client's deadlines per class (a replay applies them: validate)
+            "timeout_s": {c: v for c, v in zip(self.classes, self.timeouts) if math.isfinite(v)},
+            "ttft_timeout_s": {c: v for c, v in zip(self.classes, self.ttft_timeouts) if math.isfinite(v)},
+            "retries": self.retry is not None,
             "prefix_hashes": (None if self.prompts.hash_ids is None else
                               {"block_tokens": self.prompts.H,
                                "requests": sum(1 for h in self.prompts.hash_ids if h)}),

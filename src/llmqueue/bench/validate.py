@@ -78,6 +78,24 @@ def sent_stream(stream, requests):
                          np.asarray(stream.output_tokens)[o], np.asarray(stream.class_name)[o])
 
 
+def server_errors(requests) -> set:
+    """Request ids whose every attempt the server answered with an error (status ``error``):
+    no engine work the simulator could model, so a replay leaves them out (else it would serve
+    them, and its throughput would be high by their share)."""
+    rid = np.asarray(requests["request_id"])
+    err = np.asarray(requests["status"]).astype(str) == "error"
+    return set(rid[err].tolist()) - set(rid[~err].tolist())
+
+
+def _without(stream, ids: set):
+    from llmqueue.workload.generate import RequestArrays
+
+    keep = ~np.isin(np.asarray(stream.request_id), np.asarray(sorted(ids)))
+    return RequestArrays(np.asarray(stream.request_id)[keep], np.asarray(stream.arrival_s)[keep],
+                         np.asarray(stream.prompt_tokens)[keep], np.asarray(stream.output_tokens)[keep],
+                         np.asarray(stream.class_name)[keep])
+
+
 def measured_stream(run_dir: Path, requests):
     """The request stream the run intended to send, as a RequestArrays."""
     from llmqueue.workload.generate import RequestArrays
@@ -199,6 +217,18 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     stream = measured_stream(run_dir, run.requests)
     if sent:
         stream = sent_stream(stream, run.requests)
+    # what the replay leaves out or applies: requests the server answered with an error (no
+    # engine work the simulator models), the client's deadlines as the run recorded them
+    failed = server_errors(run.requests)
+    if failed:
+        stream = _without(stream, failed)
+    bench = (run.summary or {}).get("bench") or {}
+    client_to = {str(k): float(v) for k, v in (bench.get("timeout_s") or {}).items()}
+    client_ttft = {str(k): float(v) for k, v in (bench.get("ttft_timeout_s") or {}).items()}
+    replay = {"requests": len(stream.arrival_s), "left_out_server_errors": len(failed),
+              "client_timeout_s": client_to or None, "client_ttft_timeout_s": client_ttft or None,
+              "retries_replayed": False if bench.get("retries") or int(np.max(run.requests["attempt"], initial=1)) > 1
+              else None}
     knobs = {k: v for k, v in (knobs or {}).items() if v is not None}
     for k in knobs:
         if k not in VALIDATE_KNOBS:
@@ -261,7 +291,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         cb = bar.callback(f"simulation {next(count, sims)} of {sims}")
         spec = SimSpec(engine=cfg, step_time=model, requests=stream, seed=sim_seed, warmup_s=warm,
                        predictor_cv=predictor_cv, options=SimOptions(seed=sim_seed, horizon_s=horizon, hash_ids=hash_ids,
-                                                                     hash_block_tokens=H, progress=cb))
+                                                                     hash_block_tokens=H, progress=cb,
+                                                                     timeout_s=client_to, ttft_timeout_s=client_ttft))
         out = run_simulation(spec)
         bar.done()
         summ = out.summary
@@ -349,12 +380,14 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
 
         spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
                        predictor_cv=predictor_cv, options=SimOptions(seed=seed, horizon_s=horizon, hash_ids=hash_ids,
-                                                                     hash_block_tokens=H))
+                                                                     hash_block_tokens=H, timeout_s=client_to,
+                                                                     ttft_timeout_s=client_ttft))
         regime = regime_margin(spec, stream, margin=margin)
         said = margin_verdict(regime)
         if said is not None and str(verdicts["simulated"]).startswith("stable"):
             verdicts["simulated"] = said
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
+            "replay": replay,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
                                if prefix else None),
             "verdicts": verdicts, "regime_margin": regime, "theory": th.to_dict(), "simulation": sim,

@@ -199,6 +199,20 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
         f"; speed drift {100 * res['drift']:.1f}% over 10-s windows, mean of {res['drift_reps']} draws)"
         if res.get("drift") else ")")
     print_table(head, rows, title=title)
+    rp = res.get("replay") or {}
+    notes = []
+    if rp.get("left_out_server_errors"):
+        notes.append(f"{rp['left_out_server_errors']} request(s) the server answered with an error are left out "
+                     f"of the replay ({rp['requests']} replayed)")
+    if rp.get("client_timeout_s") or rp.get("client_ttft_timeout_s"):
+        notes.append("the client's deadlines applied: " + ", ".join(
+            f"{name} {c} {v:g} s" for name, d in (("timeout", rp.get("client_timeout_s")),
+                                                  ("TTFT timeout", rp.get("client_ttft_timeout_s")))
+            for c, v in (d or {}).items()))
+    if rp.get("retries_replayed") is False:
+        notes.append("the run retried failed attempts; the replay sends each request once")
+    for line in notes:
+        click.echo(f"note: {line}")
     m = res.get("regime_margin")
     if m:
         from llmqueue.plan.margin import margin_rows
