@@ -190,3 +190,27 @@ def test_both_replicas_show_the_same_state_at_any_time(step):
     for rep in reps:
         rep.advance(math.inf)
     assert checks > 700 and busy > 300
+
+
+def test_merge_by_seq_puts_rows_in_seq_order_dense_or_not():
+    """Record chunks merge into ``seq`` order: scattered by ``seq`` when the chunks hold 0..n-1 once
+    each, by stable rank otherwise (gaps: a horizon that cut the stream; repeats), the same rows
+    a stable sort would give."""
+    import numpy as np
+
+    from llmqueue.engine.run import merge_by_seq
+
+    rng = np.random.default_rng(5)
+    for seqs in (rng.permutation(50), np.sort(rng.choice(200, 50, replace=False))[rng.permutation(50)],
+                 rng.integers(0, 20, 50)):
+        vals = rng.random(50)
+        names = np.asarray([f"c{k % 3}" for k in range(50)], dtype=object)
+        cuts = [0, 7, 7, 30, 50]  # one empty chunk
+        parts = [{"x": vals[a:b], "cls": names[a:b], "replica": np.zeros(b - a, np.int64), "seq": seqs[a:b]}
+                 for a, b in zip(cuts, cuts[1:])]
+        out = merge_by_seq(parts, fill={"replica": 3})
+        order = np.argsort(seqs, kind="stable")
+        assert np.array_equal(out["x"], vals[order])
+        assert list(out["cls"]) == list(names[order]) and out["cls"].dtype == object
+        assert out["replica"].dtype == np.int64 and (out["replica"] == 3).all()
+        assert "seq" not in out
