@@ -41,6 +41,7 @@ BENCH = "bench --url http://127.0.0.1:9 --model m --prompt fixed:10 --output fix
 STAB = "stability --capacity-tokens 131000 --step-time 0.0372 --prompt uniform:10:1600 --output uniform:10:1600"
 BATCH = "batch --lam 100 --t-fixed-ms 50 --t-req-ms 0.5"
 SEED2 = "report --batch-figure"
+STEP = f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time"
 PROF = "profile --url http://127.0.0.1:9 --model m --out o --no-progress"
 
 
@@ -240,28 +241,17 @@ CASES: list[tuple[str, str, str]] = [
     ("simulate-trace-missing", f"simulate {M} --duration 20 --no-progress --trace nope.csv", "--trace"),
     ("simulate-trace-dir", f"simulate {M} --duration 20 --no-progress --trace adir", "--trace"),
     ("simulate-trace-with-arrival", f"{SIM} --trace t.csv", "--trace"),
-    ("simulate-step-fitted-yaml-tag", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:tag.yaml", "--step-time"),
-    ("simulate-step-fitted-binary", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:bin.yaml", "--step-time"),
-    ("simulate-step-fitted-deep", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:deep.yaml", "--step-time"),
-    ("simulate-step-fitted-dir", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:adir", "--step-time"),
-    ("simulate-step-fitted-missing", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:nope.yaml", "--step-time"),
-    ("simulate-step-fitted-unclosed", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:unclosed.yaml", "--step-time"),
-    ("simulate-step-fitted-no-key", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time fitted:nostep.yaml", "--step-time"),
-    ("simulate-step-time-zero", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time 0",
-     "--step-time"),
-    ("simulate-step-time-nan", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time nan",
-     "--step-time"),
-    ("simulate-step-time-negative", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time -1",
-     "--step-time"),
-    ("simulate-step-time-unknown", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time warp:1",
-     "--step-time"),
+    ("simulate-step-fitted-yaml-tag", f"{STEP} fitted:tag.yaml", "--step-time"),
+    ("simulate-step-fitted-binary", f"{STEP} fitted:bin.yaml", "--step-time"),
+    ("simulate-step-fitted-deep", f"{STEP} fitted:deep.yaml", "--step-time"),
+    ("simulate-step-fitted-dir", f"{STEP} fitted:adir", "--step-time"),
+    ("simulate-step-fitted-missing", f"{STEP} fitted:nope.yaml", "--step-time"),
+    ("simulate-step-fitted-unclosed", f"{STEP} fitted:unclosed.yaml", "--step-time"),
+    ("simulate-step-fitted-no-key", f"{STEP} fitted:nostep.yaml", "--step-time"),
+    ("simulate-step-time-zero", f"{STEP} 0", "--step-time"),
+    ("simulate-step-time-nan", f"{STEP} nan", "--step-time"),
+    ("simulate-step-time-negative", f"{STEP} -1", "--step-time"),
+    ("simulate-step-time-unknown", f"{STEP} warp:1", "--step-time"),
     ("simulate-lengths-deep", f"simulate {M} --arrival poisson:1 --duration 20 --no-progress "
      "--lengths joint:deep.json", "--lengths"),
     ("simulate-lengths-non-utf8", f"simulate {M} --arrival poisson:1 --duration 20 --no-progress "
@@ -349,14 +339,10 @@ CASES: list[tuple[str, str, str]] = [
     ("profile-seqs-zero", f"{PROF} --server-max-num-seqs 0", "--server-max-num-seqs"),
     ("profile-server-log-missing", f"{PROF} --server-log nope.log", "--server-log"),
     ("profile-server-log-dir", f"{PROF} --server-log adir", "--server-log"),
-    ("simulate-step-profile-missing", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time profile:nope", "--step-time"),
-    ("simulate-step-profile-empty-dir", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time profile:emptydir", "--step-time"),
-    ("simulate-step-profile-not-json", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time profile:notjson.json", "--step-time"),
-    ("simulate-step-profile-bad-key", f"simulate --capacity-tokens 131000 {WL} --no-progress "
-     "--step-time profile:emptydir:speed=2", "--step-time"),
+    ("simulate-step-profile-missing", f"{STEP} profile:nope", "--step-time"),
+    ("simulate-step-profile-empty-dir", f"{STEP} profile:emptydir", "--step-time"),
+    ("simulate-step-profile-not-json", f"{STEP} profile:notjson.json", "--step-time"),
+    ("simulate-step-profile-bad-key", f"{STEP} profile:emptydir:speed=2", "--step-time"),
     # --- calibrate / validate -------------------------------------------------------------------
     ("calibrate-run-missing", "calibrate nope -o c.yaml", "nope"),
     ("calibrate-run-empty-dir", "calibrate emptydir -o c.yaml", "emptydir"),
@@ -604,7 +590,7 @@ def test_the_table_covers_every_command_and_enough_cases():
 
 # (id, command line, fragment, stdout to /dev/full)
 SUBPROCESS_CASES: list[tuple[str, str, str, bool]] = [
-    ("simulate-step-time-fifo", f"simulate --capacity-tokens 131000 {WL} --no-progress --step-time fitted:fifo",
+    ("simulate-step-time-fifo", f"{STEP} fitted:fifo",
      "--step-time", False),
     ("validate-calibration-fifo", "validate emptydir --calibration fifo", "--calibration", False),
     ("stats-trace-fifo", "workload stats fifo", "fifo", False),
