@@ -99,16 +99,13 @@ class FleetRecords:
         names = [p.name for p in self.pools]
         models = [p.spec.model for p in self.pools]
         n = len(rows)
-        if len(names) == 1:
-            req["pool"] = np.full(n, names[0], dtype=object)
-            req["model"] = np.full(n, models[0], dtype=object)
-        else:
+        if len(names) > 1:  # one pool: _result fills pool, model (and, without lanes, lane) once
             req["pool"] = np.asarray([names[k] for k, _, _ in rows], dtype=object)
             req["model"] = np.asarray([models[k] for k, _, _ in rows], dtype=object)
         lanes = self.lane_of
-        if lanes:
+        if self.spec.lanes:
             req["lane"] = np.asarray([lanes.pop(q.seq, "") for _, _, q in rows], dtype=object)
-        else:
+        elif len(names) > 1:
             req["lane"] = np.full(n, "", dtype=object)
         pre = np.full(n, -1, dtype=np.int64)
         kv = np.full(n, np.nan)

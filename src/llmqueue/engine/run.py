@@ -194,7 +194,8 @@ def merge_by_seq(parts: list, fill: dict | None = None) -> dict:
     """Request columns from several parts (each with a ``seq`` column, taken out), in ``seq``
     order: each part's rows are scattered to their places, ``seq`` itself when the parts hold
     0..n-1 once each (a run's attempts, the common case), else its stable rank. A column named in
-    ``fill`` holds its one value in every row (an int: int64; else an object column)."""
+    ``fill`` holds its one value in every row (an int: int64; else an object column), whether
+    the parts have it or not."""
     seqs = [p.pop("seq") for p in parts]
     n = sum(len(s) for s in seqs)
     at = seqs
@@ -204,16 +205,17 @@ def merge_by_seq(parts: list, fill: dict | None = None) -> dict:
         rank[order] = np.arange(n)
         at = np.split(rank, np.cumsum([len(s) for s in seqs])[:-1])
     out = {}
+    fill = fill or {}
     for name in parts[0]:
-        if fill and name in fill:
-            v = fill[name]
-            out[name] = np.full(n, v, dtype=np.int64 if isinstance(v, int) else object)
+        if name in fill:
             continue
         cols = [np.asarray(p[name]) for p in parts]
         col = np.empty(n, dtype=np.result_type(*cols))
         for c, a in zip(cols, at):
             col[a] = c
         out[name] = col
+    for name, v in fill.items():
+        out[name] = np.full(n, v, dtype=np.int64 if isinstance(v, int) else object)
     return out
 
 
