@@ -32,6 +32,10 @@ from SHAPE's calibration alone (its saturation run, and its profile with ``--ste
 and compare with each shape's measured capacity: the step model as a property of the engine,
 not of one workload. It reuses the saturation runs already taken (no extra server time), so the
 profile is SHAPE's server's; ``--analyze-only`` redoes it (and the summary) on saved runs.
+With the profile model it also gives a diagnosis beside the bar: the engine's speed on each
+shape's run from its decode-only steps (the same work on every shape) relative to SHAPE's, and
+the prediction with that speed put in: on a shared machine the servers of two shapes, run an
+hour apart, differ in speed by several per cent, which no step model can know.
 
 Acceptance summary (printed, and ``acceptance`` in fidelity.json / ``acceptance.json``), against
 the fidelity issue's bars: latency p50 and p99 TTFT and TPOT at 0.5x and 0.8x within 15 %;
@@ -331,15 +335,63 @@ def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
         raise SystemExit(f"--cross-shape {source}: its calibration has no {step_model} step model")
     res = {"source": source, "step_model": step_model, "step_time": c[f"step_time_{step_model}"], "b": c["b"],
            "shapes": {}}
+    lev = {shape: decode_only_level(out / shape / "sat", c, rows[shape]["sat_window"]) for shape in rows} \
+        if step_model == "profile" else {}
     for shape, row in rows.items():
         window = row["sat_window"]
         v = validate(out / shape / "sat", c, step_model=step_model, horizon_s=window[1], speed_band=0.0)
         meas = row["mu_measured"]
         mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
         mu_th = v["capacity"]["theory"]
-        res["shapes"][shape] = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas,
-                                "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas, "calibrated_here": shape == source}
+        res["shapes"][shape] = x = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas,
+                                    "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas,
+                                    "calibrated_here": shape == source}
+        if lev.get(shape) and lev.get(source):
+            # a diagnosis, not the bar: the engine's own speed on this shape's run (its decode-only steps, the
+            # same composition on every shape) relative to the source's, put into the source's calibration
+            r = lev[shape] / lev[source]
+            c2 = dict(c, step_time_profile=rescale_spec(c["step_time_profile"], r))
+            v2 = validate(out / shape / "sat", c2, step_model=step_model, horizon_s=window[1], speed_band=0.0)
+            mu2 = v2["capacity"].get("simulated") or v2["rows"][0]["simulated"]
+            x.update(engine_speed_ratio=r, mu_sim_speed_matched=mu2, err_sim_speed_matched=(mu2 - meas) / meas)
     return res
+
+
+def decode_only_level(run_dir: Path, c: dict, window) -> float | None:
+    """The engine's speed on a run relative to ``c``'s profile, from the run's decode-only steps
+    alone (measured step cycles over the profile's price of the same steps, in ``window``): a
+    decode step of n sequences over C tokens is the same work whatever the workload's shape, so
+    two runs' levels differ only by the engine's speed of the moment (the drift between server
+    runs on a shared machine), not by how the model prices prompt tokens."""
+    import numpy as np
+
+    from llmqueue.bench.calibrate import step_cycles
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.records import read_run
+
+    steps = read_run(run_dir).steps
+    if steps is None or not len(steps):
+        return None
+    m = parse_step_time(c["step_time_profile"])
+    mask, cyc, k = step_cycles(steps, tuple(window))
+    P = np.asarray(steps["prefill_tokens"], dtype=np.int64)
+    D = np.asarray(steps["decode_seqs"], dtype=np.int64)
+    C = np.maximum(np.asarray(steps["kv_tokens"], dtype=np.int64) - D * (int(c["block_size"]) - 1) // 2, 0)
+    sel = mask & (P == 0) & (D > 0) & (k == 1)
+    if sel.sum() < 20:
+        return None
+    said = sum(m.base(0, int(d), int(ctx)) for d, ctx in zip(D[sel], C[sel]))
+    return float(cyc[sel].sum() / said)
+
+
+def rescale_spec(spec: str, r: float) -> str:
+    """A ``profile:DIR:scale=X`` spec with its scale multiplied by ``r``."""
+    parts = spec.split(":")
+    for i, x in enumerate(parts):
+        if x.startswith("scale="):
+            parts[i] = f"scale={float(x[6:]) * r:.6g}"
+            return ":".join(parts)
+    return spec + f":scale={r:.6g}"
 
 
 def judge_verdicts(f: float, rr: dict | None) -> dict:
@@ -442,8 +494,9 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
             load = f" {c['factor']}x" if "factor" in c else ""
             val = c["value"] if isinstance(c["value"], str) or c["value"] is None else _pct(c["value"])
             L.append(f"- seed {c['seed']} {c['shape']}{load} {c['what']}: {val} (bar {c['bar'] if isinstance(c['bar'], str) else _pct(c['bar'])[1:]})")
-    L += ["", "| seed | shape | measured (req/s) | theory | simulated | cross-shape: simulated | cross-shape: theory |",
-          "|---|---|---|---|---|---|---|"]
+    L += ["", "| seed | shape | measured (req/s) | theory | simulated | cross-shape: simulated | cross-shape: theory "
+          "| engine speed vs source | cross-shape, speed-matched (diagnosis) |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
         cs = (res.get("cross_shape") or {}).get("shapes") or {}
@@ -451,7 +504,9 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
             cap = (row.get("capacity_sim") or {}).get(sm) or {}
             x = cs.get(shape) or {}
             L.append(f"| {seed} | {shape} | {row['mu_measured']:.3f} | {_pct(row.get('err_theory'))} | {_pct(cap.get('err'))} "
-                     f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} |")
+                     f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} "
+                     f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
+                     f"| {_pct(x.get('err_sim_speed_matched'))} |")
     L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
@@ -595,6 +650,9 @@ def main(argv=None) -> int:
         by_seed = {}
         for seed in seeds:
             so = seed_dir(out, seed, seeds)
+            if not (so / "fidelity.json").exists():
+                raise SystemExit(f"--analyze-only: no {so / 'fidelity.json'} (--out is the folder the protocol wrote; "
+                                 f"with --seeds, the folder above seed<k>/)")
             res = json.loads((so / "fidelity.json").read_text())
             if a.cross_shape:
                 res["cross_shape"] = cross_shape(so, res["shapes"], a.cross_shape, res.get("step_model", "linear"))

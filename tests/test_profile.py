@@ -249,3 +249,36 @@ def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     _one_line(capsys, ["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "empty")],
               "--profile")
+
+
+def test_a_calibration_moved_with_its_profile_still_loads(tmp_path, capsys):
+    """calibrate -o writes a profile that lies under the calibration file's folder relative to that
+    folder, so a run directory that is moved or archived keeps working (fitted:FILE, validate's
+    load_calibration); a profile elsewhere stays absolute."""
+    import shutil
+
+    from llmqueue.bench.calibrate import load_calibration
+    from llmqueue.engine.profile_step import rebase_spec
+    from llmqueue.engine.step_time import parse_step_time
+
+    work = tmp_path / "a"
+    prof = _write(work / "prof", _doc(CONCAVE))
+    run = work / "run"
+    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
+                 "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
+                 "--duration", "60", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json"]) == 0
+    assert main(["calibrate", str(run), "-o", str(work / "cal.yaml"), "--profile", str(prof), "--json"]) == 0
+    capsys.readouterr()
+    text = (work / "cal.yaml").read_text()
+    spec_lines = [ln for ln in text.splitlines() if ln.startswith(("step_time:", "step_time_profile:"))]
+    assert len(spec_lines) == 2 and all(ln.split(": ", 1)[1].startswith("profile:prof:scale=") for ln in spec_lines)
+    shutil.move(str(work), str(tmp_path / "b"))
+    moved = tmp_path / "b" / "cal.yaml"
+    d = load_calibration(moved)
+    assert d["step_time_profile"].startswith(f"profile:{tmp_path / 'b' / 'prof'}:scale=")
+    assert parse_step_time(f"fitted:{moved}").base(0, 4, 4 * 96) == pytest.approx(1.3 * 0.015, rel=0.02)
+    # outside the file's folder: unchanged; other specs: unchanged; relative read back against the folder
+    assert rebase_spec("profile:/x/prof:scale=2", tmp_path, relative=True) == "profile:/x/prof:scale=2"
+    assert rebase_spec("linear:c0=0.01:decode=1e-4", tmp_path, relative=True) == "linear:c0=0.01:decode=1e-4"
+    assert rebase_spec("profile:p:scale=2:noise=gamma:cv=0.1", "/base", relative=False) == \
+        "profile:/base/p:scale=2:noise=gamma:cv=0.1"

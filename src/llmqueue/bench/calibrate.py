@@ -453,12 +453,19 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                        step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
 
 
+PROFILE_KEYS = ("step_time", "step_time_profile")  # the keys that may name a profile folder
+
+
 def write_calibration(cal: Calibration, path) -> Path:
     import yaml
+
+    from llmqueue.engine.profile_step import rebase_spec
 
     d = cal.to_dict()
     d["notes"] = list(d["notes"])
     p = Path(path)
+    for k in PROFILE_KEYS:  # a profile under the file's folder is named relative to it: they move together
+        d[k] = rebase_spec(d.get(k), p.parent, relative=True)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("# llmqueue calibration (Nie et al.'s inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
     return p
@@ -473,6 +480,11 @@ def load_calibration(path) -> dict:
     d = load_yaml("calibration", p, what="calibration file") or {}
     if not isinstance(d, dict) or "step_time" not in d:
         raise InputError("calibration", f"{p} is not a calibration file (no step_time)")
+    from llmqueue.engine.profile_step import rebase_spec
+
+    for k in PROFILE_KEYS:
+        if k in d:
+            d[k] = rebase_spec(d[k], p.parent, relative=False)
     return d
 
 

@@ -80,6 +80,34 @@ def profile_path(where, field: str = "step_time") -> Path:
     return p
 
 
+def rebase_spec(spec, base, *, relative: bool):
+    """A ``profile:DIR[:...]`` step-time spec with DIR made relative to ``base`` (a calibration
+    file's folder, when DIR lies under it: the file and its profile then move together) or, with
+    ``relative=False``, a relative DIR resolved against ``base``. Any other spec is returned as is."""
+    import os
+
+    if not isinstance(spec, str) or not spec.startswith("profile:"):
+        return spec
+    parts = spec.split(":")
+    keep = [i for i, x in enumerate(parts[1:], 1) if "=" not in x]
+    if not keep:
+        return spec
+    path = ":".join(parts[i] for i in keep)
+    base = Path(base)
+    if relative:
+        full = Path(path).resolve()
+        try:
+            new = full.relative_to(base.resolve()).as_posix() or "."
+        except ValueError:
+            return spec
+    else:
+        if os.path.isabs(os.path.expanduser(path)):
+            return spec
+        new = str(base / path)
+    rest = [x for i, x in enumerate(parts[1:], 1) if i not in keep]
+    return ":".join(["profile", new, *rest])
+
+
 def read_profile(where, field: str = "step_time") -> dict:
     """The content of a ``profile.json`` (checked: the keys the model needs, finite positive times)."""
     p = profile_path(where, field)

@@ -470,7 +470,9 @@ def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:
         raise InputError(field, f"{path} has no 'step_time' key", "write step_time: <spec> in the calibration file")
     if isinstance(st, str) and st.startswith("fitted:"):
         raise InputError(field, f"{path}: step_time may not refer to another fitted file")
-    return parse_step_time(st, field=field)
+    from llmqueue.engine.profile_step import rebase_spec
+
+    return parse_step_time(rebase_spec(st, os.path.dirname(os.path.abspath(path)), relative=False), field=field)
 
 
 def roofline_model(model, gpu, *, tensor_parallel_size: int = 1, overhead_s: float = 0.002,
