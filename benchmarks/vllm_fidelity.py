@@ -363,25 +363,18 @@ def decode_only_level(run_dir: Path, c: dict, window) -> float | None:
     decode step of n sequences over C tokens is the same work whatever the workload's shape, so
     two runs' levels differ only by the engine's speed of the moment (the drift between server
     runs on a shared machine), not by how the model prices prompt tokens."""
-    import numpy as np
+    import math
 
-    from llmqueue.bench.calibrate import step_cycles
+    from llmqueue.bench.calibrate import profile_level
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
 
     steps = read_run(run_dir).steps
     if steps is None or not len(steps):
         return None
-    m = parse_step_time(c["step_time_profile"])
-    mask, cyc, k = step_cycles(steps, tuple(window))
-    P = np.asarray(steps["prefill_tokens"], dtype=np.int64)
-    D = np.asarray(steps["decode_seqs"], dtype=np.int64)
-    C = np.maximum(np.asarray(steps["kv_tokens"], dtype=np.int64) - D * (int(c["block_size"]) - 1) // 2, 0)
-    sel = mask & (P == 0) & (D > 0) & (k == 1)
-    if sel.sum() < 20:
-        return None
-    said = sum(m.base(0, int(d), int(ctx)) for d, ctx in zip(D[sel], C[sel]))
-    return float(cyc[sel].sum() / said)
+    level, _ = profile_level(steps, parse_step_time(c["step_time_profile"]), tuple(window),
+                             block_size=int(c["block_size"]), decode_only=True)
+    return None if math.isnan(level) else level
 
 
 def rescale_spec(spec: str, r: float) -> str:

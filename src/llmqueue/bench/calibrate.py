@@ -239,13 +239,16 @@ def run_speed(steps, lin: dict) -> float | None:
 
 
 def profile_level(steps, model, window: tuple[float, float] | None = None,
-                  block_size: int | None = None) -> tuple[float, int]:
+                  block_size: int | None = None, decode_only: bool = False) -> tuple[float, int]:
     """The level of a profile's step times on a run: ``(scale, steps)``, scale the run's busy step
     cycles (:func:`step_cycles`, in ``window``) over ``model``'s price of the same steps (each row
     at its prefill tokens, decodes and KV tokens; the KV tokens are whole blocks, so half a block
     a sequence is taken off: the context it attends over). A profile measured on another day, or
-    on an engine that has since slowed, keeps its shape and takes the run's speed."""
+    on an engine that has since slowed, keeps its shape and takes the run's speed. ``decode_only``: from
+    the decode-only steps alone (the engine's speed, whatever the workload's shape)."""
     mask, cyc, k = step_cycles(steps, window)
+    if decode_only:  # the same work on any workload's shape: two runs' levels differ by the engine's speed alone
+        mask &= (np.asarray(steps["prefill_tokens"]) == 0) & (np.asarray(steps["decode_seqs"]) > 0)
     if mask.sum() < 20:
         return math.nan, int(mask.sum())
     P = np.asarray(steps["prefill_tokens"], dtype=np.int64)[mask].tolist()
