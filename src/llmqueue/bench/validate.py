@@ -145,6 +145,31 @@ def measured_hashes(run_dir: Path, stream) -> tuple[list | None, int]:
     return [by_id.get(i) or None for i in np.asarray(stream.request_id).tolist()], H
 
 
+
+def replica_theory(kv, *, b: float, max_num_seqs: int, chunk: int, s, o, lam: float | None) -> dict:
+    """The theory side of a validation: the replica's capacity as the least of its three bounds
+    (:func:`llmqueue.theory.replica.replica_capacity`): Nie et al.'s KV bound ``mu_kv = M / (b E[g])``
+    (``kv``, paged as the engine allocates), the slot bound ``mu_seqs = max_num_seqs / (b E[ceil(s /
+    chunk) + o - 1])`` and the token-budget bound ``mu_tokens = chunk / (b E[s + o - 1])``, with the
+    same ``b``. An engine whose KV cache never fills (a GPU with a large cache and a few dozen
+    sequences) is slot-bound: the KV bound alone overstates its capacity (x5 on the H100 runs).
+    The verdict at ``lam``: the KV model's (with its ``delta`` band) when the KV bound binds, else
+    ``unstable`` above ``mu`` and ``stable`` below. Returns the KV result's fields with ``mu``,
+    ``verdict`` and ``rho`` those of the binding bound, plus ``mu_kv``, ``mu_seqs``, ``mu_tokens``
+    and ``binding``."""
+    from llmqueue.theory.replica import BINDING, replica_capacity
+
+    rc = replica_capacity(b=b, max_num_seqs=max_num_seqs, max_num_batched_tokens=chunk, prompt_tokens=s,
+                          output_tokens=o)
+    bounds = {"mu_kv": kv.mu, "mu_seqs": rc.mu_seqs, "mu_tokens": rc.mu_tokens}
+    name = min(bounds, key=bounds.get)
+    mu = bounds[name]
+    out = {**kv.to_dict(), **bounds, "mu": mu, "binding": BINDING[name]}
+    if lam is not None:
+        out["rho"] = lam / mu
+        out["verdict"] = kv.verdict if name == "mu_kv" else ("unstable" if lam > mu else "stable")
+    return out
+
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
@@ -346,6 +371,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     # paged KV: memory-work in whole blocks, as the engine allocates it
     th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam,
                       block_size=cfg.block_size if paged else None)
+    theory = replica_theory(th, b=b, max_num_seqs=cfg.max_num_seqs, chunk=cfg.max_num_batched_tokens, s=s, o=o,
+                            lam=lam)
     rows = []
     for q in QUANTITIES:
         m, p = measured.get(q), sim.get(q)
@@ -367,13 +394,13 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         rows.append({"quantity": "prefix_cache_hits", "measured": m, "simulated": p,
                      "rel_err_sim": (p - m) / m if (m and p is not None) else None})
     sat = str(measured.get("verdict", "")).startswith("unstable")
-    cap = {"quantity": "capacity mu (req/s)", "theory": th.mu,
+    cap = {"quantity": "capacity mu (req/s)", "theory": theory["mu"], "theory_binding": theory["binding"],
            "simulated": sim.get("request_throughput") if sat else None,
            "measured": measured.get("request_throughput") if sat else None}
     if sat:
-        cap["rel_err_theory"] = (th.mu - cap["measured"]) / cap["measured"]
+        cap["rel_err_theory"] = (theory["mu"] - cap["measured"]) / cap["measured"]
         cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
-    verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": th.verdict}
+    verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": theory["verdict"]}
     regime = None
     if margin is not None:
         from llmqueue.plan.margin import margin_verdict, regime_margin
@@ -390,7 +417,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             "replay": replay,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
                                if prefix else None),
-            "verdicts": verdicts, "regime_margin": regime, "theory": th.to_dict(), "simulation": sim,
+            "verdicts": verdicts, "regime_margin": regime, "theory": theory, "simulation": sim,
             "step_model": step.spec,
             "frontend_latency_s": front, "speed_band": speed_band, "speed_factor": applied,
             "drift": drift, "drift_reps": drift_reps if drift > 0 else 0,

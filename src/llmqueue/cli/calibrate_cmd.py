@@ -176,7 +176,8 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
         return "-" if x is None else f"{100 * x:+.1f}%"
 
     cap = res["capacity"]
-    rows = [[cap["quantity"], cap.get("theory"), cap.get("simulated"), cap.get("measured"),
+    name = cap["quantity"] + (f" [{cap['theory_binding']}]" if cap.get("theory_binding") else "")
+    rows = [[name, cap.get("theory"), cap.get("simulated"), cap.get("measured"),
              pct(cap.get("rel_err_theory")), pct(cap.get("rel_err_sim"))]]
     band = bool(res.get("speed_band"))
 
