@@ -237,6 +237,23 @@ def run(a) -> int:
     return 0
 
 
+def capacity_by_model(run_dir: Path, c: dict, window, mu: float) -> dict:
+    """The saturation run's capacity predicted with calibration ``c`` by step model (constant b,
+    linear, profile): simulated and theory, each with its error against the measured ``mu``."""
+    from llmqueue.bench.validate import validate
+
+    out = {}
+    for name in ("constant_b", "linear", "profile"):
+        kw = {} if name == "constant_b" else {"step_model": name}
+        if name != "constant_b" and not c.get(f"step_time_{name}"):
+            continue
+        v = validate(run_dir / "sat", c, horizon_s=window[1], speed_band=0.0, **kw)
+        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+        out[name] = {"mu_sim": mu_sim, "err_sim": (mu_sim - mu) / mu, "mu_theory": v["capacity"]["theory"],
+                     "err_theory": (v["capacity"]["theory"] - mu) / mu}
+    return out
+
+
 def analyze(a) -> int:
     """The CPU half (see the module docstring)."""
     import numpy as np
@@ -244,7 +261,6 @@ def analyze(a) -> int:
     import vllm_fidelity as vf
 
     from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
-    from llmqueue.bench.validate import validate
     from llmqueue.engine.step_time import parse_step_time, roofline_model
     from llmqueue.records import read_run
 
@@ -260,15 +276,7 @@ def analyze(a) -> int:
                  "b": cal.b, "step_time_linear": c.get("step_time_linear"),
                  "step_time_profile": c.get("step_time_profile"), "capacity": {}, "loads": {}}
     mu = sat["mu_measured"]
-    for name in ("constant_b", "linear", "profile"):
-        kw = {} if name == "constant_b" else {"step_model": name}
-        if name != "constant_b" and not c.get(f"step_time_{name}"):
-            continue
-        v = validate(run_dir / "sat", c, horizon_s=window[1], speed_band=0.0, **kw)
-        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
-        res["capacity"][name] = {"mu_sim": mu_sim, "err_sim": (mu_sim - mu) / mu, "mu_theory": v["capacity"]["theory"],
-                                 "err_theory": (v["capacity"]["theory"] - mu) / mu}
-    res["capacity"]["mu_measured"] = mu
+    res["capacity"] = {**capacity_by_model(run_dir, c, window, mu), "mu_measured": mu}
     for f in (0.5, 0.8, 1.2):
         d = run_dir / f"x{f}"
         if not (d / "requests.parquet").exists():
@@ -314,7 +322,6 @@ def cross(a) -> int:
     import vllm_fidelity as vf
 
     from llmqueue.bench.calibrate import load_calibration
-    from llmqueue.bench.validate import validate
     from llmqueue.records import read_run
 
     run_dir, other = Path(a.run), Path(a.calibration_from)
@@ -324,16 +331,10 @@ def cross(a) -> int:
     window = tuple(stages["sat"]["window"])
     mu = stages["sat"]["mu_measured"]
     res: dict = {"run": str(run_dir), "calibration_from": str(other), "mu_measured": mu, "capacity": {}, "loads": {}}
-    for name in ("constant_b", "linear", "profile"):
-        kw = {} if name == "constant_b" else {"step_model": name}
-        if name != "constant_b" and not c.get(f"step_time_{name}"):
-            continue
-        v = validate(run_dir / "sat", c, horizon_s=window[1], speed_band=0.0, **kw)
-        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
-        res["capacity"][name] = {"mu_sim": mu_sim, "err_sim": (mu_sim - mu) / mu,
-                                 "mu_theory": v["capacity"]["theory"], "err_theory": (v["capacity"]["theory"] - mu) / mu}
-        print(f"capacity, {name}: sim {mu_sim:.3f} ({100 * (mu_sim - mu) / mu:+.1f} %), theory "
-              f"{v['capacity']['theory']:.3f} ({100 * (v['capacity']['theory'] - mu) / mu:+.1f} %), measured {mu:.3f}")
+    res["capacity"] = capacity_by_model(run_dir, c, window, mu)
+    for name, x in res["capacity"].items():
+        print(f"capacity, {name}: sim {x['mu_sim']:.3f} ({100 * x['err_sim']:+.1f} %), theory "
+              f"{x['mu_theory']:.3f} ({100 * x['err_theory']:+.1f} %), measured {mu:.3f}")
     for f in LATENCY_FACTORS:
         d = run_dir / f"x{f}"
         if not (d / "requests.parquet").exists():
