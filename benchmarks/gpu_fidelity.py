@@ -283,7 +283,8 @@ def analyze(a) -> int:
             continue
         lam = stages[f"x{f}"]["lam"]
         horizon = float(np.nanmax(read_run(d).requests.to_dict()["arrival_s"]))
-        res["loads"][str(f)] = vf.judge_load(d, c, lam=lam, horizon=horizon, step_model="profile", margin=a.margin)
+        res["loads"][str(f)] = vf.judge_load(d, c, lam=lam, horizon=horizon, step_model="profile", margin=a.margin,
+                                             verdict_copies=vf.VERDICT_COPIES)
     # the roofline model against the measured decode steps (the profile's cells)
     prof = json.loads((run_dir / "profile" / "profile.json").read_text())
     roof = roofline_model("llama-3.1-8b", "h100-sxm")

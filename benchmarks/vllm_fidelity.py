@@ -23,7 +23,9 @@ max_model_len), against vLLM's CPU build serving a random-weight Llama (scripts/
    compare with the measured rate;
 5. run at 0.5, 0.8, 0.9, 1.2 and 1.5 x the measured capacity (``--factors``; the earlier default
    was 0.5,0.8,0.9,1.3: ``--factors legacy``): stability verdicts (measured, simulated, theory;
-   the simulator's with ``validate --margin``, so "metastable" near the preemption cliff) and
+   the simulator's with ``validate --margin``, so "metastable" near the preemption cliff, and on
+   the load's stream replayed ``--verdict-copies`` times, 4 by default: the system at that rate,
+   not one path of a few minutes, whose queue growth at 1.2x may not be told from zero) and
    TTFT/TPOT p50/p99 (measured vs simulated) at 0.5 and 0.8, with the step model of
    ``--step-model`` (``linear``, the default, or ``profile``; the constant b is kept beside it).
 
@@ -43,7 +45,8 @@ capacity from the simulator within 5 % and from theory within 10 %; verdicts at 
 1.2x and 1.5x right (stable below 1x, unstable above, for the server, the simulator and theory),
 or the simulator's "metastable" with a margin that contains what the server did (the server's
 verdict is the simulator's at 1x, stable, or at an engine ``1 + margin`` slower); cross-shape
-simulated capacity within 5 %. ``--seeds 6,7`` runs the protocol per seed (``OUT/seed6/``, ...)
+simulated capacity within 5 %. ``--analyze-only --rejudge`` also predicts every saved load run
+again with the current code. ``--seeds 6,7`` runs the protocol per seed (``OUT/seed6/``, ...)
 and sums the seeds up together; ``--resume`` goes on with a run cut short (the shapes already in
 each seed's fidelity.json are kept).
 
@@ -75,6 +78,7 @@ VERDICT_FACTORS = (0.5, 0.9, 1.2, 1.5)  # loads whose stability verdicts are jud
 BARS = {"latency": 0.15, "capacity_sim": 0.05, "capacity_theory": 0.10, "cross_shape_sim": 0.05}
 LAT = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
 SAT_CONCURRENCY = 32
+VERDICT_COPIES = 4  # the simulator's verdict on each load's stream replayed 4 times (--verdict-copies)
 RUN_S = {0.5: 150.0, 0.8: 100.0, 0.9: 100.0, 1.2: 100.0, 1.3: 100.0, 1.5: 100.0}  # arrival period per load (--run-s scales them)
 DEFAULT_RUN_S = 100.0  # a load RUN_S does not list
 LOWLOAD_S = 200.0  # arrival period of the --lowload calibration run
@@ -223,12 +227,15 @@ def _rows(v: dict) -> dict:
             for r in v["rows"]}
 
 
-def judge_load(run_dir: Path, c: dict, *, lam: float, horizon: float, step_model: str, margin: float) -> dict:
+def judge_load(run_dir: Path, c: dict, *, lam: float, horizon: float, step_model: str, margin: float,
+               verdict_copies: int = 1) -> dict:
     """One load run predicted: with the constant b (the old ``sim_verdict``), the linear model and,
     with ``step_model`` profile, the profile (each quantity measured / simulated / error). The
     step model's simulated verdict is judged with ``margin`` (``validate --margin``: "metastable"
     within ``1 + margin`` of the preemption cliff) and, when metastable, simulated once more with
-    an engine ``1 + margin`` slower (``model_verdict``)."""
+    an engine ``1 + margin`` slower (``model_verdict``); with ``verdict_copies`` > 1 on the run's
+    stream replayed that many times (``validate --verdict-copies``: the system at this rate, not
+    one finite path)."""
     from llmqueue.bench.validate import validate
 
     kw = dict(horizon_s=horizon, speed_band=0.0)
@@ -239,13 +246,17 @@ def judge_load(run_dir: Path, c: dict, *, lam: float, horizon: float, step_model
     for name in ("linear", "profile"):
         if not c.get(f"step_time_{name}") or (name == "profile" and step_model != "profile"):
             continue
-        v = validate(run_dir, c, step_model=name, margin=margin if name == step_model else None, **kw)
+        judged = name == step_model
+        v = validate(run_dir, c, step_model=name, margin=margin if judged else None,
+                     verdict_copies=verdict_copies if judged else 1, **kw)
         rr[name] = _rows(v)
-        if name == step_model:
+        if judged:
             mv = {"step_model": name, "simulated": v["verdicts"]["simulated"], "margin": margin,
-                  "regime_margin": v["regime_margin"]}
+                  "regime_margin": v["regime_margin"], "copies": verdict_copies,
+                  "simulated_path": v["verdicts"].get("simulated_path", v["verdicts"]["simulated"])}
             if verdict_kind(mv["simulated"]) == "metastable":
-                slow = validate(run_dir, c, step_model=name, speed_factor=1.0 + margin, **kw)
+                slow = validate(run_dir, c, step_model=name, speed_factor=1.0 + margin, verdict_copies=verdict_copies,
+                                **kw)
                 mv["simulated_slower"] = slow["verdicts"]["simulated"]
             rr["model_verdict"] = mv
     return rr
@@ -315,9 +326,31 @@ def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors
             reqs = exact_rate_stream(lam, p, o, seed + int(100 * f), run_seconds(f, a.run_s))
             one_run(srv, sd / f"x{f}", reqs, warmup_s=a.warmup_s, knobs=SERVER)
             runs[str(f)] = judge_load(sd / f"x{f}", c, lam=lam, horizon=float(reqs.arrival_s[-1]),
-                                      step_model=a.step_model, margin=a.margin)
+                                      step_model=a.step_model, margin=a.margin, verdict_copies=a.verdict_copies)
         row["runs"] = runs
     return row
+
+
+def rejudge(out: Path, res: dict, *, margin: float, verdict_copies: int) -> None:
+    """Every saved load run of ``res`` (one seed's fidelity.json, its folder ``out``) predicted
+    again with the current code (:func:`judge_load`), in place: the measurements stay, the
+    predictions, verdicts and theory are recomputed."""
+    import numpy as np
+
+    from llmqueue.bench.calibrate import load_calibration
+    from llmqueue.records import read_run
+
+    step_model = res.get("step_model", "linear")
+    for shape, row in res["shapes"].items():
+        c = load_calibration(out / shape / "calibration.yaml")
+        c["capacity_tokens"] = row["M"]
+        for f, rr in row.get("runs", {}).items():
+            d = out / shape / f"x{f}"
+            horizon = float(np.nanmax(np.asarray(read_run(d).requests.to_dict()["arrival_s"], dtype=float)))
+            row["runs"][f] = judge_load(d, c, lam=rr["lam"], horizon=horizon, step_model=step_model, margin=margin,
+                                        verdict_copies=verdict_copies)
+            print(f"  rejudged {out.name}/{shape} x{f}: {row['runs'][f].get('model_verdict', {}).get('simulated')}",
+                  file=sys.stderr, flush=True)
 
 
 def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
@@ -600,6 +633,12 @@ def main(argv=None) -> int:
                     help="the profile's prompt lengths (prompt + --profile-output-tokens must fit max_model_len)")
     ap.add_argument("--profile-output-tokens", type=int, default=PROFILE["output_tokens"])
     ap.add_argument("--profile-passes", type=int, default=PROFILE["passes"])
+    ap.add_argument("--verdict-copies", type=int, default=VERDICT_COPIES,
+                    help="the simulator's verdict on each load run's stream replayed this many times back to back "
+                         "(validate --verdict-copies; 1: the run's own path)")
+    ap.add_argument("--rejudge", action="store_true",
+                    help="with --analyze-only: predict every saved load run again with the current code "
+                         "(latencies and verdicts), not only the summary")
     ap.add_argument("--margin", type=float, default=0.1,
                     help="the simulator's verdict margin (validate --margin): a stable prediction within 1 + margin "
                          "of the preemption cliff is 'metastable'")
@@ -647,6 +686,8 @@ def main(argv=None) -> int:
                 raise SystemExit(f"--analyze-only: no {so / 'fidelity.json'} (--out is the folder the protocol wrote; "
                                  f"with --seeds, the folder above seed<k>/)")
             res = json.loads((so / "fidelity.json").read_text())
+            if a.rejudge:
+                rejudge(so, res, margin=a.margin, verdict_copies=a.verdict_copies)
             if a.cross_shape:
                 res["cross_shape"] = cross_shape(so, res["shapes"], a.cross_shape, res.get("step_model", "linear"))
             res["acceptance"] = acceptance({seed: res})

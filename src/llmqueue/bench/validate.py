@@ -87,6 +87,24 @@ def server_errors(requests) -> set:
     return set(rid[err].tolist()) - set(rid[~err].tolist())
 
 
+def tiled_stream(stream, copies: int):
+    """``stream`` replayed ``copies`` times back to back: copy ``j`` is the same requests shifted by
+    ``j`` spans (a span: first to last arrival plus one mean gap, so the copies join at the
+    stream's own rate), with new request ids. A longer path at the same rate and mix, for a
+    stability verdict that one finite path leaves undecided."""
+    from llmqueue.workload.generate import RequestArrays
+
+    t = np.asarray(stream.arrival_s, dtype=np.float64)
+    n = len(t)
+    span = (t[-1] - t[0]) * n / (n - 1) if n > 1 and t[-1] > t[0] else 1.0
+    ids = np.asarray(stream.request_id, dtype=np.int64)
+    step = int(ids.max()) + 1
+    return RequestArrays(np.concatenate([ids + j * step for j in range(copies)]), np.concatenate([t + j * span for j in range(copies)]),
+                         np.tile(np.asarray(stream.prompt_tokens), copies),
+                         np.tile(np.asarray(stream.output_tokens), copies),
+                         np.tile(np.asarray(stream.class_name), copies))
+
+
 def _without(stream, ids: set):
     from llmqueue.workload.generate import RequestArrays
 
@@ -174,7 +192,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
              speed_factor: float | str | None = None, drift: float | None = None, drift_reps: int = 8,
-             knobs: dict | None = None, progress: bool = False, margin: float | None = None) -> dict:
+             knobs: dict | None = None, progress: bool = False, margin: float | None = None,
+             verdict_copies: int = 1) -> dict:
     """Predict the run with theory and simulation; returns ``{"rows": [...], "theory": ..., ...}``.
 
     ``horizon_s``: measure both sides over ``[warm-up, horizon_s)`` (a saturation run's arrival
@@ -209,6 +228,13 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     drift draw), in simulated seconds. ``margin``: also the prediction's distance to the preemption
     cliff (:func:`llmqueue.plan.margin.regime_margin` on the same stream, engine and seed; key
     ``regime_margin``); a simulated "stable" within ``1 + margin`` of it becomes "metastable".
+    ``verdict_copies``: the simulated verdict judges the system at the run's rate, not one finite
+    path: the stream is replayed that many times back to back (:func:`tiled_stream`) and the
+    verdict is the long path's (the replay's own is kept as ``verdicts["simulated_path"]``). A run
+    of a few minutes at 1.2x of capacity grows its queue by a few tenths of a request a second,
+    which one path's confidence interval may not tell from zero; the simulator is cheap enough to
+    look longer. 1 (default): the replay's own path. Not with prefix caching (the copies would hit
+    each other's prefixes).
     """
     from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -222,6 +248,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     if not measured:
         raise InputError("run", f"{run_dir} has no summary.json")
     warm = measured.get("warmup_s", 0.0) if warmup_s is None else warmup_s
+    if isinstance(verdict_copies, bool) or not isinstance(verdict_copies, int) or verdict_copies < 1:
+        raise InputError("verdict_copies", f"must be a positive integer (got {verdict_copies!r})",
+                         "1: the run's own path; e.g. 4 for the stream replayed 4 times")
     if arrivals not in ("auto", "sent", "intended"):
         raise InputError("arrivals", f"unknown arrival basis {arrivals!r}", "use auto, sent or intended")
     if arrivals == "auto":
@@ -364,6 +393,14 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
                   if speed_band > 0 else [])
     finally:
         bar.close()
+    long_verdict = None
+    if verdict_copies > 1 and not prefix and len(stream.arrival_s) > 1:
+        long = tiled_stream(stream, verdict_copies)
+        spec = SimSpec(engine=cfg, step_time=step.with_drift(drift) if drift > 0 else step, requests=long, seed=seed,
+                       warmup_s=warm, predictor_cv=predictor_cv,
+                       options=SimOptions(seed=seed, horizon_s=float(long.arrival_s[-1]), timeout_s=client_to,
+                                          ttft_timeout_s=client_ttft))
+        long_verdict = run_simulation(spec).summary.get("verdict")
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"])
@@ -401,6 +438,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         cap["rel_err_theory"] = (theory["mu"] - cap["measured"]) / cap["measured"]
         cap["rel_err_sim"] = (cap["simulated"] - cap["measured"]) / cap["measured"]
     verdicts = {"measured": measured.get("verdict"), "simulated": sim.get("verdict"), "theory": theory["verdict"]}
+    if long_verdict is not None:
+        verdicts.update(simulated=long_verdict, simulated_path=sim.get("verdict"), simulated_copies=verdict_copies)
     regime = None
     if margin is not None:
         from llmqueue.plan.margin import margin_verdict, regime_margin

@@ -149,11 +149,14 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
               help="Also the prediction's distance to the preemption cliff: the same stream re-simulated with a "
                    "slower engine and more traffic (about 15 more runs); within FRACTION (e.g. 0.1) the simulated "
                    "verdict is metastable.")
+@click.option("--verdict-copies", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Judge the simulated verdict on the run's stream replayed N times back to back: the system at "
+                   "this rate, not one finite path (a few minutes at 1.2x capacity may not show growth).")
 @knob_options(names=VALIDATE_KNOBS, default_from="the calibrated server's")
 @json_option
 @click.pass_context
 def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_frontend, arrivals, speed_band,
-             speed_factor, drift, drift_reps, progress, margin, as_json, **flags):
+             speed_factor, drift, drift_reps, progress, margin, verdict_copies, as_json, **flags):
     """Theory and simulation with calibrated inputs, against the measured run: relative errors.
 
     The engine flags given (--max-num-seqs, --max-num-batched-tokens, --policy, --capacity-tokens,
@@ -167,7 +170,8 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
     res = val_fn(run, load_calibration(cal_path), warmup_s=warmup, step_model=step_model, horizon_s=horizon,
                  paged=not token_g, frontend=not no_frontend, arrivals=arrivals, speed_band=speed_band,
                  speed_factor=speed_factor, drift=drift, drift_reps=drift_reps,
-                 knobs={k: flags[k] for k in given_flags(ctx, flags)}, progress=wanted(progress), margin=margin)
+                 knobs={k: flags[k] for k in given_flags(ctx, flags)}, progress=wanted(progress), margin=margin,
+                 verdict_copies=verdict_copies)
     if as_json:
         print_json(res)
         return
@@ -191,6 +195,9 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
                     + ([rng(r)] if band else []))
     v = res["verdicts"]
     rows.append(["verdict", v["theory"], v["simulated"], v["measured"], "", ""] + ([""] if band else []))
+    if v.get("simulated_copies"):
+        rows.append([f"verdict, this path (simulated x{v['simulated_copies']} above)", "", v["simulated_path"], "",
+                     "", ""] + ([""] if band else []))
     head = ["quantity", "theory", "simulation", "measured", "err theory", "err sim"]
     if band:
         head.append(f"sim, engine +-{100 * res['speed_band']:.0f}%")
