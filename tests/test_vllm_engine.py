@@ -252,6 +252,10 @@ def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm
     row = next(r for r in v["rows"] if r["quantity"] == "prefix_cache_hits")
     assert row["measured"] == row["simulated"] == predicted
     assert v["prefix_caching"] == {"hash_block_tokens": H, "requests_with_hashes": 10}
+    from llmqueue.errors import InputError
+
+    with pytest.raises(InputError, match="verdict_copies"):  # back-to-back copies would share prefixes
+        validate(tmp_path / "hashes", cal, verdict_copies=2)
     v = validate(tmp_path / "random", cal)
     assert v["prefix_caching"] is None and "prefix_cache_hits" not in [r["quantity"] for r in v["rows"]]
 

@@ -99,7 +99,8 @@ def tiled_stream(stream, copies: int):
     span = (t[-1] - t[0]) * n / (n - 1) if n > 1 and t[-1] > t[0] else 1.0
     ids = np.asarray(stream.request_id, dtype=np.int64)
     step = int(ids.max()) + 1
-    return RequestArrays(np.concatenate([ids + j * step for j in range(copies)]), np.concatenate([t + j * span for j in range(copies)]),
+    return RequestArrays(np.concatenate([ids + j * step for j in range(copies)]),
+                         np.concatenate([t + j * span for j in range(copies)]),
                          np.tile(np.asarray(stream.prompt_tokens), copies),
                          np.tile(np.asarray(stream.output_tokens), copies),
                          np.tile(np.asarray(stream.class_name), copies))
@@ -163,7 +164,6 @@ def measured_hashes(run_dir: Path, stream) -> tuple[list | None, int]:
     return [by_id.get(i) or None for i in np.asarray(stream.request_id).tolist()], H
 
 
-
 def replica_theory(kv, *, b: float, max_num_seqs: int, chunk: int, s, o, lam: float | None) -> dict:
     """The theory side of a validation: the replica's capacity as the least of its three bounds
     (:func:`llmqueue.theory.replica.replica_capacity`): Nie et al.'s KV bound ``mu_kv = M / (b E[g])``
@@ -187,6 +187,7 @@ def replica_theory(kv, *, b: float, max_num_seqs: int, chunk: int, s, o, lam: fl
         out["rho"] = lam / mu
         out["verdict"] = kv.verdict if name == "mu_kv" else ("unstable" if lam > mu else "stable")
     return out
+
 
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
@@ -233,8 +234,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     verdict is the long path's (the replay's own is kept as ``verdicts["simulated_path"]``). A run
     of a few minutes at 1.2x of capacity grows its queue by a few tenths of a request a second,
     which one path's confidence interval may not tell from zero; the simulator is cheap enough to
-    look longer. 1 (default): the replay's own path. Not with prefix caching (the copies would hit
-    each other's prefixes).
+    look longer. 1 (default): the replay's own path. Refused with prefix caching (the copies would
+    hit each other's prefixes).
     """
     from llmqueue.engine.options import SimOptions
     from llmqueue.engine.step_time import parse_step_time
@@ -312,6 +313,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     cfg = dataclasses.replace(cfg, enable_prefix_caching=prefix)
     if not prefix:
         hash_ids, H = None, 512
+    elif verdict_copies > 1:
+        raise InputError("verdict_copies", "cannot replay a run with prefix caching back to back (the copies would "
+                         "hit each other's prefixes)", "use 1 (the run's own path)")
     if step_time is not None:
         step = parse_step_time(step_time)
     elif step_model == "linear":
@@ -394,7 +398,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     finally:
         bar.close()
     long_verdict = None
-    if verdict_copies > 1 and not prefix and len(stream.arrival_s) > 1:
+    if verdict_copies > 1 and len(stream.arrival_s) > 1:
         long = tiled_stream(stream, verdict_copies)
         spec = SimSpec(engine=cfg, step_time=step.with_drift(drift) if drift > 0 else step, requests=long, seed=seed,
                        warmup_s=warm, predictor_cv=predictor_cv,
