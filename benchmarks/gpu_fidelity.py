@@ -164,16 +164,12 @@ def capacity_guess(profile_dir: Path, seqs: int) -> float:
 
 
 def measured_capacity(run_dir: Path, window) -> float:
-    """Completions per second in ``window`` (the saturated part of a run)."""
-    import numpy as np
-
+    """Completions per second in ``window`` (the saturated part of a run): the run's summary
+    over that window (:func:`llmqueue.metrics.summarize`)."""
+    from llmqueue.metrics import summarize
     from llmqueue.records import read_run
 
-    r = read_run(run_dir).requests.to_dict()
-    f = np.asarray(r["finish_s"], dtype=float)
-    ok = np.asarray([s == "ok" for s in r["status"]])
-    lo, hi = window
-    return float(((f >= lo) & (f < hi) & ok).sum() / (hi - lo))
+    return float(summarize(read_run(run_dir).requests, warmup_s=window[0], horizon_s=window[1])["request_throughput"])
 
 
 def run(a) -> int:
@@ -196,8 +192,13 @@ def run(a) -> int:
     vf.server_flags = lambda k: server_flags(SERVER)  # the settings one_run and take_profile record
     stages: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "prompt": PROMPT,
                     "output": OUTPUT, "server": dict(SERVER), "argv": sys.argv[1:]}
-    note = lambda k, v: (stages.__setitem__(k, v), (out / "stages.json").write_text(json.dumps(stages, indent=2)),  # noqa: E731
-                         print(f"[{time.time() - t_begin:6.1f} s] {k}: {v}", flush=True), pack(out, dest))
+
+    def note(k, v):  # a stage done: recorded, printed, and the whole folder packed again
+        stages[k] = v
+        (out / "stages.json").write_text(json.dumps(stages, indent=2))
+        print(f"[{time.time() - t_begin:6.1f} s] {k}: {v}", flush=True)
+        pack(out, dest)
+
     (out / "environment.json").write_text(json.dumps(environment(a.device), indent=2))
     note("environment", "written")
     with HfServer(model=a.model, device=a.device, dtype=a.dtype, port=a.port, log_path=out / "server.log",
@@ -256,13 +257,10 @@ def capacity_by_model(run_dir: Path, c: dict, window, mu: float) -> dict:
 
 def analyze(a) -> int:
     """The CPU half (see the module docstring)."""
-    import numpy as np
-
     import vllm_fidelity as vf
 
     from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
     from llmqueue.engine.step_time import parse_step_time, roofline_model
-    from llmqueue.records import read_run
 
     run_dir = Path(a.run)
     stages = json.loads((run_dir / "stages.json").read_text())
@@ -282,8 +280,7 @@ def analyze(a) -> int:
         if not (d / "requests.parquet").exists():
             continue
         lam = stages[f"x{f}"]["lam"]
-        horizon = float(np.nanmax(read_run(d).requests.to_dict()["arrival_s"]))
-        res["loads"][str(f)] = vf.judge_load(d, c, lam=lam, horizon=horizon, step_model="profile", margin=a.margin,
+        res["loads"][str(f)] = vf.judge_load(d, c, lam=lam, horizon=vf.last_arrival_s(d), step_model="profile", margin=a.margin,
                                              verdict_copies=vf.VERDICT_COPIES)
     # the roofline model against the measured decode steps (the profile's cells)
     prof = json.loads((run_dir / "profile" / "profile.json").read_text())
@@ -318,12 +315,9 @@ def cross(a) -> int:
     """``RUN``'s measurements predicted from ``--calibration-from OTHER``'s calibration alone (another
     GPU run: another machine of the same kind, another output-length mix): capacity from the
     saturation run and the load runs' latencies, by step model."""
-    import numpy as np
-
     import vllm_fidelity as vf
 
     from llmqueue.bench.calibrate import load_calibration
-    from llmqueue.records import read_run
 
     run_dir, other = Path(a.run), Path(a.calibration_from)
     stages = json.loads((run_dir / "stages.json").read_text())
@@ -340,8 +334,7 @@ def cross(a) -> int:
         d = run_dir / f"x{f}"
         if not (d / "requests.parquet").exists():
             continue
-        horizon = float(np.nanmax(read_run(d).requests.to_dict()["arrival_s"]))
-        rr = vf.judge_load(d, c, lam=stages[f"x{f}"]["lam"], horizon=horizon,
+        rr = vf.judge_load(d, c, lam=stages[f"x{f}"]["lam"], horizon=vf.last_arrival_s(d),
                            step_model="profile" if c.get("step_time_profile") else "linear", margin=None)
         res["loads"][str(f)] = rr
         for name in ("linear", "profile"):

@@ -331,14 +331,20 @@ def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors
     return row
 
 
+def last_arrival_s(run_dir: Path) -> float:
+    """A load run's last arrival (run seconds): the horizon its verdicts and latencies are judged to."""
+    import numpy as np
+
+    from llmqueue.records import read_run
+
+    return float(np.nanmax(np.asarray(read_run(run_dir).requests.to_dict()["arrival_s"], dtype=float)))
+
+
 def rejudge(out: Path, res: dict, *, margin: float, verdict_copies: int) -> None:
     """Every saved load run of ``res`` (one seed's fidelity.json, its folder ``out``) predicted
     again with the current code (:func:`judge_load`), in place: the measurements stay, the
     predictions, verdicts and theory are recomputed."""
-    import numpy as np
-
     from llmqueue.bench.calibrate import load_calibration
-    from llmqueue.records import read_run
 
     step_model = res.get("step_model", "linear")
     for shape, row in res["shapes"].items():
@@ -346,8 +352,7 @@ def rejudge(out: Path, res: dict, *, margin: float, verdict_copies: int) -> None
         c["capacity_tokens"] = row["M"]
         for f, rr in row.get("runs", {}).items():
             d = out / shape / f"x{f}"
-            horizon = float(np.nanmax(np.asarray(read_run(d).requests.to_dict()["arrival_s"], dtype=float)))
-            row["runs"][f] = judge_load(d, c, lam=rr["lam"], horizon=horizon, step_model=step_model, margin=margin,
+            row["runs"][f] = judge_load(d, c, lam=rr["lam"], horizon=last_arrival_s(d), step_model=step_model, margin=margin,
                                         verdict_copies=verdict_copies)
             print(f"  rejudged {out.name}/{shape} x{f}: {row['runs'][f].get('model_verdict', {}).get('simulated')}",
                   file=sys.stderr, flush=True)
