@@ -66,7 +66,13 @@ def run_case(gpu: str, n: int, router: str, duration: float, max_requests: float
     return {"gpu": gpu, "replicas": n, "router": router, "duration_s": duration, "requests": k,
             "mu_per_replica": round(mu, 2), "wall_s": round(wall, 2), "requests_per_s": round(k / wall),
             "steps_per_request": round(r.num_steps / k, 2),
-            "completed_share": round(float(np.mean(r.requests["status"] == "ok")), 4)}
+            "completed_share": round(float(np.mean(r.requests["status"] == "ok")), 4), "engine": _engine()}
+
+
+def _engine() -> str:
+    from llmqueue.compiled import status
+
+    return status()
 
 
 def main() -> int:
@@ -79,6 +85,8 @@ def main() -> int:
     ap.add_argument("--max-requests", type=float, default=2.5e6,
                     help="cut a case's duration to this many requests (above 3 million the user-facing stream "
                          "limit is lifted for the benchmark: records take ~500 bytes a request)")
+    ap.add_argument("--source-too", action="store_true",
+                    help="run each case from source as well (LLMQUEUE_PURE_PYTHON=1): the compiled build's gain")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -91,17 +99,22 @@ def main() -> int:
         for router in a.routers.split(","):
             for n in a.replicas.split(","):
                 d = a.duration if gpu == "h100" else a.l4_duration
-                out = subprocess.run([sys.executable, __file__, "--case", f"{gpu},{n},{router},{d},{a.max_requests}"],
-                                     capture_output=True, text=True, env=os.environ)
-                if out.returncode:
-                    print(out.stderr, file=sys.stderr)
-                    return 1
-                rows.append(json.loads(out.stdout))
-                if not a.json:
-                    r = rows[-1]
-                    print(f"{r['gpu']:5} {r['router']:18} N={r['replicas']:3}  {r['requests']:>9,} req  "
-                          f"{r['wall_s']:7.1f} s  {r['requests_per_s']:>7,} req/s  "
-                          f"{r['steps_per_request']:5.2f} steps/req  ok {r['completed_share']:.3f}", flush=True)
+                for pure in ((False, True) if a.source_too else (False,)):
+                    env = {k: v for k, v in os.environ.items() if k != "LLMQUEUE_PURE_PYTHON"}
+                    if pure:
+                        env["LLMQUEUE_PURE_PYTHON"] = "1"
+                    out = subprocess.run([sys.executable, __file__, "--case", f"{gpu},{n},{router},{d},{a.max_requests}"],
+                                         capture_output=True, text=True, env=env)
+                    if out.returncode:
+                        print(out.stderr, file=sys.stderr)
+                        return 1
+                    rows.append(json.loads(out.stdout))
+                    if not a.json:
+                        r = rows[-1]
+                        print(f"{r['gpu']:5} {r['router']:18} N={r['replicas']:3}  {r['requests']:>9,} req  "
+                              f"{r['wall_s']:7.1f} s  {r['requests_per_s']:>7,} req/s  "
+                              f"{r['steps_per_request']:5.2f} steps/req  ok {r['completed_share']:.3f}  [{r['engine']}]",
+                              flush=True)
     if a.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                           "python": platform.python_version(), "rows": rows}, indent=1))

@@ -18,7 +18,10 @@ request (the records are the output: about 150 bytes a request) and per request 
 (the growth divided by the most requests waiting or running at once: meaningful where the queue
 grows, as at 3x).
 
-Usage: python benchmarks/sim_speed.py [--baseline-src OLD/src] [--cases a,b] [--requests 1000000] [--json]
+Each row says which build ran (``compiled`` by mypyc, or ``source``: ``llmqueue/compiled.py``);
+``--source-too`` runs this checkout from source as well (``LLMQUEUE_PURE_PYTHON=1``).
+
+Usage: python benchmarks/sim_speed.py [--baseline-src OLD/src] [--source-too] [--cases a,b] [--requests 1000000] [--json]
 """
 
 from __future__ import annotations
@@ -83,11 +86,23 @@ def run_case(case: str, n: int) -> dict:
             "requests_per_s": len(reqs) / wall, "steps_per_s": r.num_steps / wall,
             "peak_rss_mb": rss / 1024, "rss_growth_mb": (rss - rss0) / 1024, "max_in_system": in_system,
             "bytes_per_request": (rss - rss0) * 1024 / len(reqs),
-            "kb_per_request_in_system": (rss - rss0) / max(in_system, 1)}
+            "kb_per_request_in_system": (rss - rss0) / max(in_system, 1), "engine": engine_status()}
 
 
-def spawn(case: str, n: int, src: str | None) -> dict:
+def engine_status() -> str:
+    """The build the running engine comes from: ``compiled``, ``source: <why>``, or ``old`` (no compiled.py)."""
+    try:
+        from llmqueue.compiled import status
+    except ImportError:
+        return "old (before the compiled build)"
+    return status()
+
+
+def spawn(case: str, n: int, src: str | None, pure: bool = False) -> dict:
     env = dict(os.environ)
+    env.pop("LLMQUEUE_PURE_PYTHON", None)
+    if pure:
+        env["LLMQUEUE_PURE_PYTHON"] = "1"
     if src:
         env["PYTHONPATH"] = src
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case, "--requests", str(n)],
@@ -98,6 +113,8 @@ def spawn(case: str, n: int, src: str | None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--baseline-src", help="src/ of the engine to compare against (e.g. a worktree of main)")
+    ap.add_argument("--source-too", action="store_true",
+                    help="also run this checkout from source (LLMQUEUE_PURE_PYTHON=1): the compiled build's gain")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--requests", type=int, default=1_000_000, help="requests of the azure cases")
     ap.add_argument("--json", action="store_true")
@@ -111,6 +128,8 @@ def main() -> int:
     for case in args.cases.split(","):
         new = spawn(case, args.requests, here)
         row = {"case": case, "new": new}
+        if args.source_too:
+            row["source"] = spawn(case, args.requests, here, pure=True)
         if args.baseline_src:
             row["old"] = spawn(case, args.requests, os.path.abspath(args.baseline_src))
         rows.append(row)
@@ -118,7 +137,11 @@ def main() -> int:
             unit = "requests_per_s" if case.startswith("azure") else "steps_per_s"
             line = (f"{case:18s} {new[unit]:>10,.0f} {unit.split('_')[0]}/s  wall {new['wall_s']:6.2f} s  "
                     f"peak {new['peak_rss_mb']:5.0f} MB, +{new['bytes_per_request']:4.0f} B/request, "
-                    f"{new['kb_per_request_in_system']:7.2f} kB per request in the system (max {new['max_in_system']:,})")
+                    f"{new['kb_per_request_in_system']:7.2f} kB per request in the system (max {new['max_in_system']:,})"
+                    f"  [{new['engine']}]")
+            if "source" in row:
+                src_row = row["source"]
+                line += f"  | source {src_row[unit]:>10,.0f} (compiled {new[unit] / src_row[unit]:.2f}x)"
             if "old" in row:
                 old = row["old"]
                 line += f"  | old {old[unit]:>10,.0f} ({new[unit] / old[unit]:.2f}x)  peak {old['peak_rss_mb']:6.0f} MB"

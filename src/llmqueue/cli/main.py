@@ -62,8 +62,14 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _compiled_status() -> str:
+    from llmqueue.compiled import status
+
+    return status()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="llmqueue")
+@click.version_option(__version__, prog_name="llmqueue", message="%(prog)s %(version)s (engine: " + _compiled_status() + ")")
 def cli():
     """llmqueue: LLM inference serving as a queueing system.
 

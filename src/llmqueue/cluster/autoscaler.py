@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 
-from llmqueue.cluster.predict import P99, predicted_p99, replicas_for_p99
+from llmqueue.cluster.predict import P99, P99Load, predicted_p99, replicas_for_p99
 
 TOLERANCE = 0.1
 
 
-def metric_total(metric: str, pool, t: float) -> float:
+def metric_total(metric: str, pool, t: float) -> float | P99Load:
     """The pool's ``metric`` summed over its serving replicas (``waiting``: requests waiting,
     the pool's gateway queue included; ``kv``: KV usage 0..1 each; ``utilization``: running /
     max_num_seqs each), or for ``queue_age`` the age in seconds of the oldest request without a

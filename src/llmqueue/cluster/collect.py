@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,32 @@ from llmqueue.engine.run import SimResult, merge_by_seq, request_columns
 
 class FleetRecords:
     """The record-keeping half of the fleet (mixed into its simulator)."""
+
+    # the fleet's state this half reads, set by the simulator (llmqueue.cluster.fleet): declared
+    # here so that the compiled build (llmqueue/compiled.py) gives them fixed places
+    spec: Any
+    pools: list
+    classes: Any
+    columns: bool
+    done: list
+    chunks: list
+    reasons: dict
+    lane_of: dict
+    pd_info: dict
+    decode: Any
+    ev: list
+    gateway: Any
+    link: Any
+    horizon: float
+    sample_dt: float
+    samples: list
+    scale_events: list
+
+    def _push(self, t: float, kind: int, a=None, b=None) -> None:
+        raise NotImplementedError
+
+    def _periodic_next(self, t: float) -> bool:
+        raise NotImplementedError
 
     def _sample(self, k: int) -> None:
         t = k * self.sample_dt

@@ -37,6 +37,7 @@ import heapq
 import math
 import time
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -129,14 +130,14 @@ class _Fleet(FleetRecords):
             self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens))
         self.by_name = {p.name: p for p in self.pools}
         for a in spec.autoscalers:
-            if P99 in (a.metric, *a.also):  # the p99 rule counts the arrivals routed to its pool
+            if a.metric == P99 or P99 in a.also:  # the p99 rule counts the arrivals routed to its pool
                 pool = self.by_name[a.pool]
                 pool.watch = ArrivalWatch(pool.spec)
         self.gateway = GatewayRuntime(spec.gateway) if spec.gateway is not None else None
         d = spec.disaggregation
         self.prefill = self.by_name[d.prefill] if d else None
         self.decode = self.by_name[d.decode] if d else None
-        self.link = KVLinkQueue(d.link) if d else None
+        self.link: Any = KVLinkQueue(d.link) if d else None
         self.pd_out: dict = {}        # prefill-side request -> the user's output length
         self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch time)
         self.in_transfer = 0
@@ -145,7 +146,7 @@ class _Fleet(FleetRecords):
         self.windows: dict = {}       # lane name -> the number of its open window (stale events differ)
         self.scale_events: list = []  # (t, pool, replicas before, after)
         self.samples: list = []       # pools series rows
-        self.entry = next((p for p in self.pools if p.spec.role != "decode"), self.pools[0])
+        self.entry: Any = next((p for p in self.pools if p.spec.role != "decode"), self.pools[0])
         if d and self.entry is not self.prefill and not spec.lanes:
             self.entry = self.prefill
 
@@ -173,13 +174,13 @@ class _Fleet(FleetRecords):
         heapq.heappush(self.ev, (t, kind, self.n_ev, a, b))
 
     # -- requests leaving ------------------------------------------------------------------------------
-    def _first(self, pool, i: int, r) -> None:
+    def _first(self, pool, i: int, r: Request) -> None:
         """``r``'s first token came (``on_first_token``)."""
         pool.pending_prefill[i] -= r.num_prompt_tokens
         if self.track_age:
             pool.no_token.pop(r, None)
 
-    def _left(self, pool, i: int, r) -> None:
+    def _left(self, pool, i: int, r: Request) -> None:
         """``r`` left slot ``i``'s replica (``on_finish``)."""
         pool.outstanding[i] -= 1
         pool.by_class[r.class_name] -= 1
@@ -195,7 +196,7 @@ class _Fleet(FleetRecords):
             self.chunks.append(self._columns(done))
             self.done = []
 
-    def _record(self, pool, i: int, r) -> None:
+    def _record(self, pool, i: int, r: Request) -> None:
         """``r``'s attempt ended (``i``: -1 when no replica held it): hand a finished prefill to the
         link, or keep its record and ask the client whether it tries again."""
         out = self.pd_out.pop(r, None) if self.pd_out else None
@@ -420,10 +421,22 @@ class _Fleet(FleetRecords):
         gc.disable()  # the loop allocates many small objects and frees none of them in cycles
         try:
             self._loop(it)
+            return self._result(t0)
         finally:
             if enabled:
                 gc.enable()
-        return self._result(t0)
+            self._unlink()
+
+    def _unlink(self) -> None:
+        """Break the fleet's reference cycles (fleet -> pools -> replicas -> their callbacks, bound
+        to the fleet): everything is freed as the run returns, by reference counting (the compiled
+        build's cycles through native objects are not always found by the cycle collector)."""
+        for pool in self.pools:
+            pool._make = pool._new_id = None
+            for rep in pool.reps:
+                if rep is not None:
+                    rep.on_finish = rep.on_first_token = rep.on_preempt = None
+                    rep._pending = None
 
     def _loop(self, it) -> None:
         opt = self.opt
@@ -490,7 +503,7 @@ class _Fleet(FleetRecords):
             if sp < 1 or o < 1 or sp + o > max_total:
                 self._submit(entry, i, r, t_arr, None)  # refused there, with its reason
                 continue
-            rep = reps[i]
+            rep: Replica = reps[i]
             outstanding[i] += 1
             by_class[r.class_name] += 1
             pending[i] += sp

@@ -11,6 +11,7 @@ no first token yet in arrival order (the queue age a gateway can see).
 from __future__ import annotations
 
 from collections import Counter, deque
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class PoolRuntime:
         self.view = PoolView(self.name, self.reps, self.outstanding, self.routable, self.config, hash_block_tokens,
                              self.pending_prefill)
         self.last_scale = -np.inf        # the autoscaler's last change (scale-down waits a cooldown after it)
-        self.watch = None                # an ArrivalWatch when a p99_ttft autoscaler reads the pool
+        self.watch: Any = None           # an ArrivalWatch when a p99_ttft autoscaler reads the pool
         for _ in range(spec.replicas):
             self.add_slot(UP)
 

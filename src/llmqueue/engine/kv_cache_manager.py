@@ -17,6 +17,8 @@ once per admission.
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmqueue.errors import InputError
 
 
@@ -42,7 +44,7 @@ class KVCacheManager:
         self.num_free_blocks = num_blocks
         self._held: dict = {}  # request -> [blocks, prefix units referenced or registered]
         self._no_register: set = set()  # requests that met a unit cached by another (kept across preemptions)
-        self.pool = None
+        self.pool: Any = None
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         if enable_caching:

@@ -30,6 +30,7 @@ are the reference's (see its module docstring).
 """
 
 from __future__ import annotations
+from typing import Any
 
 import bisect
 import gc
@@ -46,7 +47,7 @@ from llmqueue.engine.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
 from llmqueue.engine.kv_cache_manager import cdiv
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.policies import victim_policy
-from llmqueue.engine.request import RequestStatus
+from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
 from llmqueue.engine.step_time import (StepTimeModel, constant_step, drift_stream, linear_decode, noise_stream,
                                          parse_step_time)
@@ -75,7 +76,7 @@ class Replica:
         'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
         'max_total', 'model', 'next_sample', 'noise', 'now', 'obase', 'on_finish', 'on_first_token',
         'on_preempt', 'on_records', 'order', 'pc', 'plain_door', 'prefilling', 'progress', 'regstop',
-        'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretches', 'sum_dbase', 'timeout_s',
+        'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretch_arrivals', 'stretches', 'sum_dbase', 'timeout_s',
         'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting')
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
@@ -114,7 +115,7 @@ class Replica:
         self._thr = config.long_prefill_token_threshold
         self.waiting = RequestQueue(config.policy)
         # --- prefix caching -------------------------------------------------------------------
-        self.pc = None
+        self.pc: Any = None
         if config.enable_prefix_caching:
             from llmqueue.engine.prefix_cache import PrefixCache
 
@@ -128,39 +129,40 @@ class Replica:
         self.regstop: set = set()    # requests that stopped registering units (kept across preemptions)
         # --- arrivals and deadlines ----------------------------------------------------------------
         self._arrivals: list = []     # submitted requests: (arrival_time, retry?, seq, request)
-        self._stream = None           # a fed RequestStream, read a chunk at a time
+        self._stream: Any = None           # a fed RequestStream, read a chunk at a time
         self._st_chunk = 0
         self._st_times: list = []
-        self._st_make = None
+        self._st_make: Any = None
         self._st_pos = 0
         self._st_next = math.inf      # the stream's next arrival time
         self.deadlines: list = []     # (time, kind, seq, request)
         self.dl: dict = {}            # request -> {kind: time}
         # --- running requests: admission order, prefilling ones, implicit decoders ------------------
-        self.blocks: dict = {}        # KV blocks held by running requests that are not implicit decoders
-        self.order: dict = {}         # running request -> admission sequence number
-        self.prefilling: dict = {}    # running requests not decoding (same values)
+        self.blocks: dict[Request, int] = {}  # KV blocks held by running requests that are not implicit decoders
+        self.order: dict[Request, int] = {}   # running request -> admission sequence number
+        self.prefilling: dict[Request, int] = {}  # running requests not decoding (same values)
         self.seq = 0
         self.D = 0
-        self.dbase: dict = {}
-        self.obase: dict = {}
-        self.dfin: dict = {}
-        self.fin: list = []           # (D at completion, admission seq, request)
-        self.hist = [0] * self.bs
+        self.dbase: dict[Request, int] = {}
+        self.obase: dict[Request, int] = {}
+        self.dfin: dict[Request, int] = {}
+        self.fin: list[tuple[int, int, Request]] = []  # (D at completion, admission seq, request)
+        self.hist: list[int] = [0] * self.bs
         self.sum_dbase = 0
-        self.late: set = set()
+        self.late: set[Request] = set()
         self.running: list = []       # the materialized running list of an exact step
         # --- records ---------------------------------------------------------------------------------
         self.now = 0.0
         self.clock = 0.0     # the latest time advanced to
-        self._hold = None    # while advancing: the time a step may start by
-        self._pending = None  # a step begun by `clock` that ends after it: (end, apply, args)
+        self._hold: Any = None    # while advancing: the time a step may start by
+        self._pending: Any = None  # a step begun by `clock` that ends after it: (end, apply, args)
         self.steps_taken = 0
         self.stretches = 0
+        self.stretch_arrivals = 0  # arrivals that joined the queue inside a stretch (at a step boundary)
         self.arrived = 0  # requests that arrived (epochs' included)
         self.epoch_steps = 0
         self.use_epochs = True
-        self.on_records = None  # columns of requests an epoch finished without making them objects
+        self.on_records: Any = None  # columns of requests an epoch finished without making them objects
         self._step_buf = array("d")  # step rows, flat: STEP_FIELDS values per step (no tuple kept per step)
         self._step_chunks: list = []
         self._ts_buf: list = []
@@ -334,7 +336,7 @@ class Replica:
                 if deadlines and deadlines[0][0] <= t:
                     self._expire(t)
                 if not self.order and not self.waiting.size:
-                    t2 = t
+                    t2: Any = t
                 else:
                     t2 = None
                     if use_epochs and not self.prefilling and not self.waiting.size:
@@ -456,7 +458,7 @@ class Replica:
             return heapq.heappop(a)[3]
         return None
 
-    def _arrive(self, r) -> None:
+    def _arrive(self, r: Request) -> None:
         if self.plain_door:  # no waiting-room limit: only the sizes can refuse it
             s, o = r.num_prompt_tokens, r.max_tokens
             if s > 0 and o > 0 and s + o <= self.max_total:
@@ -467,7 +469,7 @@ class Replica:
             return self._reject(r, why)
         self._join(r)
 
-    def _join(self, r) -> None:
+    def _join(self, r: Request) -> None:
         """``r`` joins the waiting queue, with its client deadlines (the door's rules passed; a
         fleet that checked the sizes calls this directly when ``plain_door``: no waiting-room limit)."""
         self.arrived += 1
@@ -480,7 +482,7 @@ class Replica:
             if marks:
                 self.dl[r] = marks
 
-    def _reject(self, r, why: str) -> None:
+    def _reject(self, r: Request, why: str) -> None:
         r.status = FINISHED
         self._end(r, "rejected", r.arrival_time, why)
 
@@ -507,7 +509,7 @@ class Replica:
             r.status = FINISHED
             self._end(r, "timeout", when)
 
-    def _end(self, r, outcome: str, t: float, reason: str | None = None) -> None:
+    def _end(self, r: Request, outcome: str, t: float, reason: str | None = None) -> None:
         """``r`` (already FINISHED, its blocks freed) leaves: ok, or a late timeout, or as given."""
         if self.dl:
             outcome, t = late_outcome(self.dl.pop(r, None), r, outcome, t)
@@ -524,17 +526,17 @@ class Replica:
         if self.pc is not None and n:
             self.pc.consume(n)
 
-    def _release(self, r) -> None:
+    def _release(self, r: Request) -> None:
         """Free ``r``'s blocks: private ones, and its prefix units nobody else uses."""
         b = self.blocks.pop(r, 0)
         if self.pc is None:
             self.free += b
         else:
             k = self.shared.pop(r, 0)
-            units = r.hash_ids[:k] if k else ()
+            units = r.hash_ids[:k] if k and r.hash_ids is not None else ()
             self.free += self.pc.free_request(b - k * self.ub, units)
 
-    def _remove_running(self, r) -> None:
+    def _remove_running(self, r: Request) -> None:
         """Take a running request out (a timeout): materialize it, free its blocks."""
         if r in self.dbase:
             self._drop_decoder(r)
@@ -543,7 +545,7 @@ class Replica:
         del self.order[r]
         self._release(r)
 
-    def _ask(self, r, computed: int) -> int:
+    def _ask(self, r: Request, computed: int) -> int:
         """Tokens ``r`` asks for in one step before the budget: the rest of its sequence after
         ``computed`` tokens, capped at ``long_prefill_token_threshold`` (vLLM's order: the cap first)."""
         new = r.num_prompt_tokens + r.num_output_tokens - computed
@@ -589,7 +591,7 @@ class Replica:
         r.status = RUNNING
         return r, new
 
-    def _advance(self, r, new: int, t_end: float) -> int:
+    def _advance(self, r: Request, new: int, t_end: float) -> int:
         """Apply ``new`` computed tokens of ``r`` at the end of a step: 0 = no token yet (prefill
         continues), 1 = a token was produced, 2 = the last token was produced."""
         c = r.num_computed_tokens + new
@@ -607,7 +609,7 @@ class Replica:
                 self.on_first_token(r)
         return 2 if o == r.max_tokens else 1
 
-    def _register_units(self, r) -> None:
+    def _register_units(self, r: Request) -> None:
         """After a step: cache the prefix units ``r``'s prefill has completed."""
         h = r.hash_ids
         if h is None or r in self.regstop:
@@ -621,7 +623,7 @@ class Replica:
             u += 1
         self.shared[r] = u
 
-    def _finish(self, r, t_end: float) -> None:
+    def _finish(self, r: Request, t_end: float) -> None:
         """``r`` produced its last token at ``t_end``."""
         self.order.pop(r, None)
         r.status = FINISHED
@@ -632,7 +634,7 @@ class Replica:
 
     # =============================================================================================
     # decoders (implicit)
-    def _add_decoder(self, r) -> None:
+    def _add_decoder(self, r: Request) -> None:
         db = r.num_computed_tokens - self.D
         ob = r.num_output_tokens - self.D
         self.dbase[r] = db
@@ -644,7 +646,7 @@ class Replica:
         self.sum_dbase += db
         self.blocks.pop(r, None)
 
-    def _drop_decoder(self, r) -> None:
+    def _drop_decoder(self, r: Request) -> None:
         """Materialize decoder ``r`` (computed tokens, outputs, blocks) and remove it from the implicit state."""
         db = self.dbase.pop(r)
         ob = self.obase.pop(r)
@@ -747,7 +749,7 @@ class Replica:
         B = cfg.max_num_batched_tokens
         n = len(self.dbase)
         need_dec = self.hist[(-self.D) % self.bs] if n else 0
-        plan = []
+        plan: list[tuple[Request, int]] = []
         budget = B - n
         exact = budget < 0
         preempted = 0
@@ -832,7 +834,7 @@ class Replica:
         self._apply_plan(plan, n, t_end)
         return t_end
 
-    def _apply_plan(self, plan: list, n: int, t_end: float) -> None:
+    def _apply_plan(self, plan: list[tuple[Request, int]], n: int, t_end: float) -> None:
         """The end of an aggregated step: decoders advance (D += 1), then the planned chunks."""
         if n:
             self.D += 1
@@ -889,7 +891,7 @@ class Replica:
             self._preempt(v)
             preempted += 1
         free = avail - need_dec
-        plan = []
+        plan: list[tuple[Request, int]] = []
         idx = 0
         bs = self.bs
         while idx < len(pf) and budget > 0:
@@ -1060,7 +1062,7 @@ class Replica:
         # else the head can be admitted now: take a normal step
         return self._admit_blocks(r, c, new, self.blocks.get(r, 0))[1] > self.free
 
-    def _admit_blocks(self, r, comp: int, new: int, held: int) -> tuple:
+    def _admit_blocks(self, r: Request, comp: int, new: int, held: int) -> tuple:
         """``(need, gate)`` for admitting waiting ``r`` (``comp`` tokens computed or cached, ``new``
         scheduled, ``held`` blocks already its own): the blocks its chunk allocates, and the free
         blocks admission requires: the chunk's, or with ``scheduler_reserve_full_isl`` (vLLM's
@@ -1128,7 +1130,7 @@ class Replica:
     def stretch(self, t: float) -> float:
         """Advance as many decode-only steps as possible before the next event; returns the new time."""
         n = len(self.dbase)
-        top = self._valid_fin_top()
+        top: Any = self._valid_fin_top()
         k_max = self._block_limit(top - self.D)  # the completing step is the last one of the stretch
         if k_max <= 0:
             return self.step(t)
@@ -1208,7 +1210,7 @@ class Replica:
                 return self.step(t)
             dur = cum(k)
         nw0 = len(self.waiting)
-        marks = None
+        marks: Any = None
         if through and k > 1 and t_arr <= t + cum(k - 1):
             marks = self._arrivals_inside(t + cum(k - 1), reach)
         t_end = t + dur
@@ -1231,11 +1233,12 @@ class Replica:
         """Take the requests that arrive by ``last_start`` (the start of a stretch's last step)
         in arrival order; returns, for each that joined the queue, the index of the step at
         whose start the scheduler sees it (ascending)."""
-        marks = []
+        marks: list = []
         while True:
             x = self._next_arrival()  # its time (the stream's, or the submitted one's)
             r = self._next_arrived(last_start)
             if r is None:
+                self.stretch_arrivals += len(marks)
                 return marks
             before = len(self.waiting)
             self._arrive(r)
@@ -1393,7 +1396,7 @@ def _columns(rows, names: tuple, float_names: tuple) -> dict:
     replica column."""
     if len(rows):
         a = np.asarray(rows, dtype=np.float64)
-        out = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64)) for j, name in enumerate(names)}
+        out: Any = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64)) for j, name in enumerate(names)}
     else:
         out = {name: np.empty(0, dtype=np.float64 if name in float_names else np.int64) for name in names}
     out["replica"] = np.zeros(len(rows), dtype=np.int64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,8 @@ RECORD_BATCH = 65536  # finished requests converted to record columns at a time
 class SimResult:
     """Columns of the request, step and time-series records (``llmqueue.records.schema``), plus
     run facts: ``horizon_s`` (end of the simulated window), ``wall_s``, ``steps`` (engine steps
-    taken), ``stretches`` (decode stretches the fast path jumped), ``reject_reasons``."""
+    taken), ``stretches`` (decode stretches the fast path jumped), ``stretch_arrivals`` (arrivals that
+    joined the queue inside one, at a step boundary), ``reject_reasons``."""
 
     requests: dict
     steps: dict
@@ -28,6 +30,7 @@ class SimResult:
     wall_s: float
     num_steps: int
     stretches: int = 0
+    stretch_arrivals: int = 0
     epoch_steps: int = 0
     reject_reasons: dict = field(default_factory=dict)
     capacity_tokens: int = 0
@@ -79,8 +82,9 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                 retries.append(a)
                 rep.submit(a)
 
-    common = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
+    common: dict[str, Any] = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
                   ttft_timeout_s=opt.ttft_timeout_s, on_finish=on_finish, sample_dt=opt.sample_dt)
+    rep: Any
     if reference:
         steps: list = []
         samples: list = []
@@ -119,7 +123,8 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
         step_cols, ts_cols = rep.step_columns(), rep.timeseries_columns()
     return SimResult(requests=req, steps=step_cols, timeseries=ts_cols, horizon_s=_horizon(horizon, req),
                      wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
-                     stretches=getattr(rep, "stretches", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
+                     stretches=getattr(rep, "stretches", 0),
+                     stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                      reject_reasons={r.seq: r.reason for r in rows if r.reason},
                      capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
 

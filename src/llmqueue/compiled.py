@@ -1,0 +1,106 @@
+"""The compiled build of the engine's hot modules, and the fall back to their source.
+
+The fast replica, its request and queue objects and the fleet's event loop are plain Python.
+``pip install`` compiles them with mypyc when it can (a C compiler and mypy at build time:
+setup.py), which runs the same source about 1.5-2 times faster; without a compiler the package
+installs and runs from source. Either way the records are the same (``tests/test_compiled.py``
+compares them).
+
+Compiled code is used only while it matches its source. The build writes each compiled source's
+SHA-256 beside the package (``_compiled.json``); at ``import llmqueue`` the sources are hashed
+again, and if one changed since the build (an edit in an editable checkout), or the environment
+sets ``LLMQUEUE_PURE_PYTHON=1``, every compiled module is loaded from its ``.py`` file instead.
+All or none: compiled modules reach into each other's native classes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+#: the modules setup.py compiles, in the package (import names)
+COMPILED_MODULES = (
+    "llmqueue.engine.request",
+    "llmqueue.engine.request_queue",
+    "llmqueue.engine.stream",
+    "llmqueue.engine.prefix_cache",
+    "llmqueue.engine.kv_cache_manager",
+    "llmqueue.engine.replica",
+    "llmqueue.engine.run",
+    "llmqueue.cluster.collect",
+    "llmqueue.cluster.fleet",
+)
+HASH_FILE = "_compiled.json"
+PURE_ENV = "LLMQUEUE_PURE_PYTHON"
+_ROOT = Path(__file__).resolve().parent  # the llmqueue package directory
+
+_status = "source: not checked"
+
+
+def source_path(module: str, root: Path | None = None) -> Path:
+    """The ``.py`` file of a compiled module (``llmqueue.engine.replica`` -> ``engine/replica.py``)
+    under the package directory ``root`` (this package's by default)."""
+    return (root or _ROOT).joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def source_hashes(root: Path | None = None) -> dict:
+    """SHA-256 of every compiled module's source, by module name."""
+    return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in COMPILED_MODULES}
+
+
+def _has_extension(module: str) -> bool:
+    p = source_path(module)
+    return any(p.with_suffix(s).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+class _SourceFinder:
+    """A meta-path finder that loads the compiled modules from their ``.py`` files."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name in COMPILED_MODULES:
+            return importlib.util.spec_from_file_location(name, source_path(name))
+        return None
+
+
+def _decide() -> str:
+    if not any(_has_extension(m) for m in COMPILED_MODULES):
+        return "source: not compiled (no C compiler or mypy at install, or LLMQUEUE_PURE_PYTHON=1 at build)"
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return f"source: {PURE_ENV} is set"
+    try:
+        built = json.loads((_ROOT / HASH_FILE).read_text())
+    except (OSError, ValueError):
+        return f"source: the build's {HASH_FILE} is missing"
+    stale = [m.rsplit(".", 1)[1] for m, h in source_hashes().items() if built.get(m) != h]
+    if stale:
+        return (f"source: {', '.join(stale)} changed since the build "
+                "(rebuild with: pip install -e . --no-build-isolation, or any pip install)")
+    return "compiled"
+
+
+def activate() -> str:
+    """Use the compiled modules if they match their source, else load every one from source.
+    Called once by ``import llmqueue``, before any compiled module is imported."""
+    global _status
+    _status = _decide()
+    if _status != "compiled" and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFinder())
+    return _status
+
+
+def status() -> str:
+    """``compiled``, or ``source: <why>`` (what ``llmqueue --version`` prints)."""
+    return _status
+
+
+def is_compiled() -> bool:
+    """Is the fast replica running as compiled code (checked on the imported module itself)?"""
+    import llmqueue.engine.replica as rep
+
+    return not str(getattr(rep, "__file__", "")).endswith(".py")
