@@ -34,7 +34,6 @@ from typing import Any
 
 import bisect
 import gc
-from array import array
 import heapq
 import math
 
@@ -163,7 +162,9 @@ class Replica:
         self.epoch_steps = 0
         self.use_epochs = True
         self.on_records: Any = None  # columns of requests an epoch finished without making them objects
-        self._step_buf = array("d")  # step rows, flat: STEP_FIELDS values per step (no tuple kept per step)
+        self._step_buf: list = []  # step rows, flat: STEP_FIELDS values per step (no tuple kept per step;
+        # a list, not array('d'): extending an array parses each value, twice the cost, and the buffer
+        # is flushed to float64 columns every 8,192 rows)
         self._step_chunks: list = []
         self._ts_buf: list = []
         self._ts_chunks: list = []
@@ -1347,9 +1348,9 @@ class Replica:
 
     def _flush_steps(self) -> None:
         if self._step_buf:
-            rows = np.frombuffer(self._step_buf, dtype=np.float64).reshape(-1, len(STEP_FIELDS))
+            rows = np.array(self._step_buf, dtype=np.float64).reshape(-1, len(STEP_FIELDS))
             self._step_chunks.append(_columns(rows, STEP_FIELDS, ("start_s", "duration_s")))
-            self._step_buf = array("d")
+            self._step_buf = []
 
     def _flush_samples(self) -> None:
         if self._ts_buf:

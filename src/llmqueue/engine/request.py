@@ -16,7 +16,7 @@ row in the request records (:mod:`llmqueue.records.schema`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 NAN = math.nan
@@ -46,19 +46,47 @@ class Request:
     hash_ids: tuple | None = None
     predicted_output_tokens: float | None = None
     seq: int = 0  # tie-breaker among equal keys: the order the replica's driver created it
-    # --- state --------------------------------------------------------------------------------
-    status: RequestStatus = RequestStatus.WAITING
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
-    num_preemptions: int = 0
-    num_cached_tokens: int = -1
-    dispatch_time: float = NAN  # when a gateway handed it to the replica (NaN: at its arrival)
-    first_scheduled_time: float = NAN
-    first_token_time: float = NAN
-    finish_time: float = NAN
-    outcome: str = ""
-    reason: str | None = None
+    # --- state (not constructor arguments) ------------------------------------------------------
+    status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
+    num_computed_tokens: int = field(default=0, init=False)
+    num_output_tokens: int = field(default=0, init=False)
+    num_preemptions: int = field(default=0, init=False)
+    num_cached_tokens: int = field(default=-1, init=False)
+    dispatch_time: float = field(default=NAN, init=False)  # when a gateway handed it over (NaN: at arrival)
+    first_scheduled_time: float = field(default=NAN, init=False)
+    first_token_time: float = field(default=NAN, init=False)
+    finish_time: float = field(default=NAN, init=False)
+    outcome: str = field(default="", init=False)
+    reason: str | None = field(default=None, init=False)
     session_id: int | None = None  # the conversation it belongs to, when the stream has one (session routing)
+
+    def __init__(self, request_id: int, arrival_time: float, num_prompt_tokens: int, max_tokens: int,
+                 class_name: str = "default", priority: int = 0, attempt: int = 1, hash_ids: tuple | None = None,
+                 predicted_output_tokens: float | None = None, seq: int = 0, session_id: int | None = None) -> None:
+        # the dataclass's own __init__, written out: the compiled build (llmqueue/compiled.py) makes
+        # this one native, where the generated one would run as Python (a request is made per arrival)
+        self.request_id = request_id
+        self.arrival_time = arrival_time
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens
+        self.class_name = class_name
+        self.priority = priority
+        self.attempt = attempt
+        self.hash_ids = hash_ids
+        self.predicted_output_tokens = predicted_output_tokens
+        self.seq = seq
+        self.session_id = session_id
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.num_preemptions = 0
+        self.num_cached_tokens = -1
+        self.dispatch_time = NAN
+        self.first_scheduled_time = NAN
+        self.first_token_time = NAN
+        self.finish_time = NAN
+        self.outcome = ""
+        self.reason = None
 
     @property
     def num_tokens(self) -> int:
