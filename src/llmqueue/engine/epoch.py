@@ -175,7 +175,7 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
         "preempted": np.zeros(K, dtype=np.int64), "steps": np.ones(K, dtype=np.int64)})
     t_end = t0 + K * b
     if rep.next_sample < t_end:
-        ts = rep._take_samples(t_end)
+        ts = np.asarray(rep._take_samples(t_end), dtype=np.float64)
         if len(ts):
             k_s = np.minimum(np.floor((ts - t0) / b + 1e-12).astype(np.int64), K - 1)
             rep.add_sample_chunk(ts, np.zeros(len(ts), dtype=np.int64), seqs[k_s], blocks[k_s] * bs)

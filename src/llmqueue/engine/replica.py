@@ -1277,12 +1277,21 @@ class Replica:
         """Time-series rows for sample times inside a stretch: KV grows as blocks are allocated;
         the queue grows by the arrivals seen at the step indices ``marks``."""
         speed = self.drift.at(t) if self.drift is not None else 1.0
-        if self._b0 and self.noise is None:
-            ends = t + self._b0 * speed * np.arange(1, k + 1)
-        else:
-            ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
         used0 = self.total_blocks - self.free
-        for ts in self._take_samples(ends[-1]).tolist():
+        if self._b0 and self.noise is None:
+            # equal steps: step i ends at t + b (i + 1), the same float as numpy's t + b * arange(1, k + 1)
+            b = self._b0 * speed
+            for ts in self._take_samples(t + b * k):
+                j = min(max(int((ts - t) / b), 0), k)  # then exactly: the steps ended by ts
+                while j < k and t + b * (j + 1) <= ts:
+                    j += 1
+                while j > 0 and t + b * j > ts:
+                    j -= 1
+                nw = nw0 + bisect.bisect_right(marks, j) if marks else nw0
+                self._ts_buf.append((ts, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
+            return
+        ends = t + np.cumsum(self._stretch_durations(t, n, k, speed))
+        for ts in self._take_samples(float(ends[-1])):
             j = int(np.searchsorted(ends, ts, side="right"))  # step j contains the sample
             nw = nw0 + bisect.bisect_right(marks, j) if marks else nw0
             self._ts_buf.append((ts, nw, n, (used0 + self._blocks_in(j + 1)) * self.bs))
@@ -1301,16 +1310,17 @@ class Replica:
             raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
         return d
 
-    def _take_samples(self, t_end: float) -> np.ndarray:
+    def _take_samples(self, t_end: float) -> list:
         """The sample times before ``t_end`` (and not after the horizon); the next sample moves
-        past them. O(1) in their number apart from the array itself."""
+        past them. O(1) in their number apart from the list itself."""
         k0 = self._sample_k
         k1 = sample_index_before(k0, self.sample_dt, t_end, self.horizon)
         if k1 == k0:
-            return np.empty(0)
+            return []
         self._sample_k = k1
-        self.next_sample = k1 * self.sample_dt
-        return np.arange(k0, k1) * self.sample_dt
+        dt = self.sample_dt
+        self.next_sample = k1 * dt
+        return [i * dt for i in range(k0, k1)]
 
     def _sample_until(self, t_end: float, waiting: int, running: int, kv_tokens: int) -> None:
         """Time-series rows for sample times before ``t_end`` with the given (constant) state: a
