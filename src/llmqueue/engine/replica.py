@@ -1094,24 +1094,28 @@ class Replica:
             free -= periods * n
             if k >= k_max:
                 return k_max
+        i = (-(D + k)) % bs  # hist's index for step k, walking down (no modulo per step)
         while k < k_max:
-            need = hist[(-(D + k)) % bs]
+            need = hist[i]
             if need > free:
                 return k
             free -= need
             k += 1
+            i = i - 1 if i else bs - 1
         return k_max
 
     def _blocks_in(self, k: int) -> int:
         """New blocks the decoders allocate over the next ``k`` steps."""
         n = len(self.dbase)
         bs = self.bs
-        periods, rem = divmod(k, bs)
+        periods = k // bs
+        rem = k - periods * bs
         total = periods * n
-        D = self.D + periods * bs
         hist = self.hist
-        for m in range(rem):
-            total += hist[(-(D + m)) % bs]
+        i = (-(self.D + periods * bs)) % bs  # hist's index for step m, walking down
+        for _ in range(rem):
+            total += hist[i]
+            i = i - 1 if i else bs - 1
         return total
 
     def _arrivals_pass(self) -> bool:
