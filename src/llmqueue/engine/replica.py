@@ -69,7 +69,8 @@ class Replica:
 
     # attributes in slots: fixed offsets, one compact block per replica (a fleet holds many)
     __slots__ = (
-        'D', 'H', '_arrivals', '_b0', '_deadlines_on', '_hold', '_lin', '_pending', '_plain', '_price',
+        'D', 'H', '_arrivals', '_b0', '_c0', '_cc', '_cd', '_cp', '_deadlines_on', '_hold', '_lin', '_pending',
+        '_plain', '_price', '_price_inline',
         '_sample_k', '_st_chunk', '_st_make', '_st_next', '_st_pos', '_st_times', '_step_buf', '_step_chunks',
         '_stream', '_thr', '_ts_buf', '_ts_chunks', 'arrived', 'blocks', 'bs', 'cfg', 'clock', 'dbase',
         'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
@@ -94,6 +95,11 @@ class Replica:
         self._plain = (self.noise is None and self.drift is None and isinstance(m, StepTimeModel)
                        and (m.c0 > 0 if m.roofline is None else m.roofline[0] > 0))
         self._price = m.base
+        # a linear model without noise or drift is priced inline, term for term as its ``base`` (the
+        # same floats) without a Python call a step: the compiled build's hot path
+        self._price_inline = self._plain and type(m) is StepTimeModel and m.roofline is None
+        self._c0, self._cp, self._cd, self._cc = ((float(m.c0), float(m.c_prefill), float(m.c_decode), float(m.c_ctx))
+                                                  if self._price_inline else (0.0, 0.0, 0.0, 0.0))
         self.bs = config.block_size
         self.total_blocks = config.num_kv_blocks
         self.free = config.num_kv_blocks
@@ -821,7 +827,12 @@ class Replica:
                 context += c + 1
             else:
                 prefill += new
-        dur = self._price(prefill, decode, context) if self._plain else self._duration(prefill, decode, context, t)
+        if self._price_inline:
+            dur = self._c0 + self._cp * prefill + self._cd * decode + self._cc * context
+        elif self._plain:
+            dur = self._price(prefill, decode, context)
+        else:
+            dur = self._duration(prefill, decode, context, t)
         t_end = t + dur
         used = (self.total_blocks - self.free) * bs
         nw = len(self.waiting)
