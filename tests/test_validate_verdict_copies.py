@@ -57,9 +57,14 @@ def test_the_long_path_judges_the_rate(run2):
     assert "simulated_path" in at_speed
     # 1.5x slower: the same arrivals at about 1.1x of that engine's capacity; the replay's 75-s path
     # cannot tell its growth from zero, the four copies can
-    slow = validate(run / "x0.8", c, speed_factor=1.5, **kw)["verdicts"]
+    slow_res = validate(run / "x0.8", c, speed_factor=1.5, **kw)
+    slow = slow_res["verdicts"]
     assert slow["simulated"].startswith(("unstable", "overloaded")), slow
     assert slow["simulated_path"] == "stable"
+    # the theory runs at the applied speed too: its b x1.5, its capacity /1.5, its verdict unstable
+    fast_res = validate(run / "x0.8", c, **kw)
+    assert slow_res["capacity"]["theory"] == pytest.approx(fast_res["capacity"]["theory"] / 1.5, rel=1e-9)
+    assert fast_res["verdicts"]["theory"] == "stable" and slow["theory"] == "unstable", (fast_res["verdicts"], slow)
     one = validate(run / "x0.8", c, speed_band=0.0, drift=0.0)["verdicts"]
     assert "simulated_path" not in one  # one copy: the replay's own path, as before
     with pytest.raises(InputError, match="verdict_copies"):

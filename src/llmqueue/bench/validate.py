@@ -216,7 +216,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     actually had in this run (its step log's busy cycles over the model's prediction for the same
     steps; :func:`llmqueue.bench.calibrate.run_speed`). Not a prediction (it reads the run's
     own steps): a diagnosis that tells a miss of the queueing model from an engine that ran at
-    another speed than calibrated. ``drift``: the engine's speed wandering within the run (CV of
+    another speed than calibrated; the theory's ``b`` is scaled by the same factor. ``drift``: the engine's speed wandering within the run (CV of
     its speed over 10-s windows; default: the calibration's ``speed_sd``, measured on the
     calibration run; 0: off): each prediction is then the mean over ``drift_reps`` simulations
     of the same request stream, each with its own draw of window speeds (the step-time model's
@@ -407,7 +407,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         long_verdict = run_simulation(spec).summary.get("verdict")
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
-    b = float(calibration["b"])
+    b = float(calibration["b"]) * (applied if applied is not None else 1.0)  # the engine speed applied: theory too
     lam = (len(s) - 1) / (stream.arrival_s[-1] - stream.arrival_s[0]) if len(s) > 1 else None
     # paged KV: memory-work in whole blocks, as the engine allocates it
     th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam,

@@ -136,8 +136,8 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
               help="Also simulate with steps this fraction faster and slower and give each prediction's "
                    "range (default: 2 x the calibration's measured speed_sd; 0: off).")
 @click.option("--speed-factor", default=None,
-              help="Simulate with steps this many times as long, or 'run': at the engine's speed in this run "
-                   "(from its step log; a diagnosis, not a prediction).")
+              help="Simulate (and price the theory's b) with steps this many times as long, or 'run': at the "
+                   "engine's speed in this run (from its step log; a diagnosis, not a prediction).")
 @click.option("--drift", type=float, default=None,
               help="The engine's speed wander within a run (CV over 10-s windows) to simulate: each "
                    "prediction is the mean over --drift-reps draws (default: the calibration's speed_sd; 0: off).")
