@@ -73,7 +73,8 @@ class Replica:
     # attributes in slots: fixed offsets, one compact block per replica (a fleet holds many)
     __slots__ = (
         'D', 'H', '_arrivals', '_b0', '_c0', '_cc', '_cd', '_cp', '_deadlines_on', '_hold', '_lin', '_pending',
-        '_plain', '_price', '_price_inline',
+        '_budget', '_chunked', '_full_isl', '_max_len', '_max_seqs', '_plain', '_preempt_newest', '_price',
+        '_price_inline',
         '_sample_k', '_st_chunk', '_st_make', '_st_next', '_st_pos', '_st_times', '_step_buf', '_step_chunks',
         '_stream', '_thr', '_ts_buf', '_ts_chunks', 'arrived', 'blocks', 'bs', 'cfg', 'clock', 'dbase',
         'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
@@ -87,6 +88,14 @@ class Replica:
                  on_first_token=None, on_preempt=None, sample_dt: float = 0.0, horizon: float = math.inf,
                  progress=None):
         self.cfg = config
+        # the knobs the scheduler reads every step, as typed fields (a frozen EngineConfig read once;
+        # in the compiled build a field is a load, an EngineConfig attribute a dictionary lookup)
+        self._budget = int(config.max_num_batched_tokens)
+        self._max_seqs = int(config.max_num_seqs)
+        self._max_len = int(config.max_model_len or 0)
+        self._chunked = bool(config.enable_chunked_prefill)
+        self._full_isl = bool(config.scheduler_reserve_full_isl)
+        self._preempt_newest = config.preemption == "newest"
         self.model = parse_step_time(step_time)
         m = self.model
         self._b0 = constant_step(m) or 0.0  # a constant step time
@@ -568,7 +577,6 @@ class Replica:
         r = self.waiting.peek()
         if r is None:
             return None
-        cfg = self.cfg
         comp = r.num_computed_tokens
         k = extra = 0
         pc = self.pc
@@ -576,7 +584,7 @@ class Replica:
             k, extra = pc.lookup(r.hash_ids, (r.num_prompt_tokens - 1) // self.H)
             comp = k * self.H
         new = self._ask(r, comp)
-        if not cfg.enable_chunked_prefill and new > budget:
+        if not self._chunked and new > budget:
             return None
         if new > budget:
             new = budget
@@ -754,8 +762,7 @@ class Replica:
     # =============================================================================================
     # one step with the decoders aggregated
     def step(self, t: float) -> float:
-        cfg = self.cfg
-        B = cfg.max_num_batched_tokens
+        B = self._budget
         n = len(self.dbase)
         need_dec = self.hist[(-self.D) % self.bs] if n else 0
         plan: list[tuple[Request, int]] = []
@@ -787,7 +794,7 @@ class Replica:
                 # (they come after every decoder), the outcome does not depend on the decoders'
                 # order and is computed here; otherwise the exact step decides.
                 tail = (self._preempt_tail(n, need_dec, B - n)
-                        if n and cfg.preemption == "newest" and self.pc is None else None)
+                        if n and self._preempt_newest and self.pc is None else None)
                 if tail is None:
                     exact = True
                 else:
@@ -804,7 +811,7 @@ class Replica:
                 blocks[r] = cdiv(r.num_computed_tokens + new, bs)
         # admit waiting requests with the remaining budget (only in a step that preempted none)
         waiting = self.waiting
-        while not preempted and budget > 0 and waiting.size and len(self.order) < cfg.max_num_seqs:
+        while not preempted and budget > 0 and waiting.size and len(self.order) < self._max_seqs:
             got = self._admit_head(budget)
             if got is None:
                 break
@@ -1056,20 +1063,19 @@ class Replica:
     # a stretch of decode-only steps in one jump
     def _can_stretch(self) -> bool:
         n = len(self.dbase)
-        if self.prefilling or n == 0 or n > self.cfg.max_num_batched_tokens:
+        if self.prefilling or n == 0 or n > self._budget:
             return False
         r = self.waiting.peek()
         if r is None:
             return True
-        cfg = self.cfg
-        budget = cfg.max_num_batched_tokens - n
-        if len(self.order) >= cfg.max_num_seqs or budget <= 0:
+        budget = self._budget - n
+        if len(self.order) >= self._max_seqs or budget <= 0:
             return True
         if self.pc is not None:
             return False  # with prefix caching the admission check needs the cache: take a step
         c = r.num_computed_tokens
         new = self._ask(r, c)
-        if not cfg.enable_chunked_prefill and new > budget:
+        if not self._chunked and new > budget:
             return True
         if new > budget:
             new = budget
@@ -1083,11 +1089,10 @@ class Replica:
         gate) those of its whole sequence so far (prompt + tokens generated before a preemption)."""
         bs = self.bs
         need = -(-(comp + new) // bs) - held  # cdiv, inline
-        cfg = self.cfg
-        if cfg.scheduler_reserve_full_isl:
+        if self._full_isl:
             full = r.num_prompt_tokens + r.num_output_tokens
-            if cfg.max_model_len and full > cfg.max_model_len:
-                full = cfg.max_model_len
+            if self._max_len and full > self._max_len:
+                full = self._max_len
             g = -(-full // bs) - held
             if g > need:
                 return need, g
@@ -1140,8 +1145,7 @@ class Replica:
         where the scheduler would see them, and the stretch goes on."""
         if self._deadlines_on:
             return False
-        cfg = self.cfg
-        if len(self.order) >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= len(self.dbase):
+        if len(self.order) >= self._max_seqs or self._budget <= len(self.dbase):
             return True
         return self.waiting._fifo is not None and len(self.waiting) > 0
 
