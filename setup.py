@@ -37,7 +37,8 @@ def ext_modules() -> list:
     paths = [str(compiled.source_path(m, Path("src/llmqueue"))) for m in compiled.COMPILED_MODULES]
     try:
         return mypycify(["--ignore-missing-imports", "--follow-imports=silent",
-                         "--disable-error-code=annotation-unchecked", *paths], opt_level="3", debug_level="0", group_name="llmqueue")
+                         "--disable-error-code=annotation-unchecked", *paths],
+                        opt_level="3", debug_level="0", group_name="llmqueue")
     except BaseException as e:  # mypy's type errors end in SystemExit
         _warn(f"mypyc refused the sources ({type(e).__name__}: {e})")
         return []

@@ -60,8 +60,8 @@ def _run(tmp: Path, case: str, pure: bool) -> dict:
     env.pop(compiled.PURE_ENV, None)
     if pure:
         env[compiled.PURE_ENV] = "1"
-    cmd = [sys.executable, "-c", "import sys; from llmqueue.cli.main import main; sys.exit(main())", "simulate", *CASES[case], "--seed", "3", "--warmup", "5", "--out", str(out),
-           "--json"]
+    cmd = [sys.executable, "-c", "import sys; from llmqueue.cli.main import main; sys.exit(main())", "simulate",
+           *CASES[case], "--seed", "3", "--warmup", "5", "--out", str(out), "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     return _digest(out)

@@ -30,13 +30,13 @@ are the reference's (see its module docstring).
 """
 
 from __future__ import annotations
-from typing import Any
 
 import bisect
 import gc
 import heapq
 import math
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -80,8 +80,8 @@ class Replica:
         'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
         'max_total', 'model', 'next_sample', 'noise', 'now', 'obase', 'on_finish', 'on_first_token',
         'on_preempt', 'on_records', 'order', 'pc', 'plain_door', 'prefilling', 'progress', 'regstop',
-        'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretch_arrivals', 'stretches', 'sum_dbase', 'timeout_s',
-        'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting')
+        'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretch_arrivals', 'stretches', 'sum_dbase',
+        'timeout_s', 'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting')
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
@@ -146,7 +146,7 @@ class Replica:
         self.regstop: set = set()    # requests that stopped registering units (kept across preemptions)
         # --- arrivals and deadlines ----------------------------------------------------------------
         self._arrivals: list = []     # submitted requests: (arrival_time, retry?, seq, request)
-        self._stream: Any = None           # a fed RequestStream, read a chunk at a time
+        self._stream: Any = None      # a fed RequestStream, read a chunk at a time
         self._st_chunk = 0
         self._st_times: list = []
         self._st_make: Any = None
@@ -847,7 +847,8 @@ class Replica:
         nw = len(self.waiting)
         if self.next_sample < t_end:
             self._sample_until(t_end, nw, len(self.order), used)
-        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1))
+        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used,
+                                        preempted, 1))
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
             self._pending = (t_end, self._apply_plan, (plan, n, t_end))
@@ -961,8 +962,7 @@ class Replica:
         return self._exact(t)
 
     def _exact_schedule(self):
-        cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
+        budget = self._budget
         running = self.running
         blocks = self.blocks
         bs = self.bs
@@ -1004,7 +1004,7 @@ class Replica:
             budget -= new
             k += 1
         if preempted == 0:
-            while budget > 0 and len(running) < cfg.max_num_seqs:
+            while budget > 0 and len(running) < self._max_seqs:
                 got = self._admit_head(budget)
                 if got is None:
                     break
@@ -1042,8 +1042,8 @@ class Replica:
         t_end = t + dur
         used = (self.total_blocks - self.free) * self.bs
         self._sample_until(t_end, len(self.waiting), len(self.running), used)
-        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used,
-                               preempted, 1))
+        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.running),
+                                        len(self.waiting), used, preempted, 1))
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
             self._pending = (t_end, self._exact_end, (scheduled, t_end))
@@ -1428,7 +1428,8 @@ def _columns(rows, names: tuple, float_names: tuple) -> dict:
     replica column."""
     if len(rows):
         a = np.asarray(rows, dtype=np.float64)
-        out: Any = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64)) for j, name in enumerate(names)}
+        out: Any = {name: (a[:, j] if name in float_names else a[:, j].astype(np.int64))
+                    for j, name in enumerate(names)}
     else:
         out = {name: np.empty(0, dtype=np.float64 if name in float_names else np.int64) for name in names}
     out["replica"] = np.zeros(len(rows), dtype=np.int64)
