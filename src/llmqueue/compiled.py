@@ -30,6 +30,7 @@ COMPILED_MODULES = (
     "llmqueue.engine.stream",
     "llmqueue.engine.prefix_cache",
     "llmqueue.engine.kv_cache_manager",
+    "llmqueue.engine.limits",
     "llmqueue.engine.replica",
     "llmqueue.engine.run",
     "llmqueue.cluster.collect",

@@ -36,7 +36,7 @@ import gc
 import heapq
 import math
 import struct
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -49,16 +49,22 @@ from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
+from llmqueue.engine.stream import CHUNK, ChunkLists, RequestStream
 from llmqueue.engine.step_time import (StepTimeModel, constant_step, drift_stream, linear_decode, noise_stream,
                                          parse_step_time)
 from llmqueue.errors import InputError
 
-WAITING, RUNNING, PREEMPTED, FINISHED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
-                                        RequestStatus.FINISHED)
-NAN = math.nan
-_ROW = struct.Struct(f"{len(STEP_FIELDS)}d")  # one step row: STEP_FIELDS as float64, packed
-_pack_row = _ROW.pack
-_STEP_BUF = 8192 * _ROW.size  # flush the step rows to columns past this many bytes (8,192 rows)
+# Final: in the compiled build a static load, not a lookup in the module's dictionary
+WAITING: Final = RequestStatus.WAITING
+RUNNING: Final = RequestStatus.RUNNING
+PREEMPTED: Final = RequestStatus.PREEMPTED
+FINISHED: Final = RequestStatus.FINISHED
+NAN: Final = math.nan
+_ROW: Final = struct.Struct(f"{len(STEP_FIELDS)}d")  # one step row: STEP_FIELDS as float64, packed
+_pack_row: Final = _ROW.pack
+_STEP_BUF: Final = 8192 * _ROW.size  # flush the step rows to columns past this many bytes (8,192 rows)
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 
 
 class Replica:
@@ -75,13 +81,14 @@ class Replica:
         'D', 'H', '_arrivals', '_b0', '_c0', '_cc', '_cd', '_cp', '_deadlines_on', '_hold', '_lin', '_pending',
         '_budget', '_chunked', '_full_isl', '_max_len', '_max_seqs', '_plain', '_preempt_newest', '_price',
         '_price_inline',
-        '_sample_k', '_st_chunk', '_st_make', '_st_next', '_st_pos', '_st_times', '_step_buf', '_step_chunks',
+        '_sample_k', '_st_chunk', '_st_lists', '_st_next', '_st_pos', '_st_times', '_step_buf', '_step_chunks',
         '_stream', '_thr', '_ts_buf', '_ts_chunks', 'arrived', 'blocks', 'bs', 'cfg', 'clock', 'dbase',
         'deadlines', 'dfin', 'dl', 'drift', 'epoch_steps', 'fin', 'free', 'hist', 'horizon', 'late',
         'max_total', 'model', 'next_sample', 'noise', 'now', 'obase', 'on_finish', 'on_first_token',
         'on_preempt', 'on_records', 'order', 'pc', 'plain_door', 'prefilling', 'progress', 'regstop',
         'running', 'sample_dt', 'seq', 'shared', 'steps_taken', 'stretch_arrivals', 'stretches', 'sum_dbase',
-        'timeout_s', 'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting')
+        'timeout_s', 'total_blocks', 'ttft_timeout_s', 'ub', 'use_epochs', 'victim', 'waiting',
+        '_s_mode', '_s_a', '_s_g', '_s_t', '_s_ends')
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
@@ -98,8 +105,10 @@ class Replica:
         self._preempt_newest = config.preemption == "newest"
         self.model = parse_step_time(step_time)
         m = self.model
-        self._b0 = constant_step(m) or 0.0  # a constant step time
-        self._lin = linear_decode(m)         # decode steps linear in their composition
+        self._b0: float = float(constant_step(m) or 0.0)  # a constant step time
+        lin = linear_decode(m)  # decode steps linear in their composition: (c0, per sequence, per context token)
+        self._lin: tuple[float, float, float] | None = (None if lin is None else
+                                                         (float(lin[0]), float(lin[1]), float(lin[2])))
         self.noise = noise_stream(m, seed)
         self.drift = drift_stream(m, seed)
         # no noise, no drift and a positive fixed cost: a step's duration is the model's price of
@@ -112,9 +121,10 @@ class Replica:
         self._price_inline = self._plain and type(m) is StepTimeModel and m.roofline is None
         self._c0, self._cp, self._cd, self._cc = ((float(m.c0), float(m.c_prefill), float(m.c_decode), float(m.c_ctx))
                                                   if self._price_inline else (0.0, 0.0, 0.0, 0.0))
-        self.bs = config.block_size
-        self.total_blocks = config.num_kv_blocks
-        self.free = config.num_kv_blocks
+        # KV blocks as typed ints (native arithmetic in the compiled build; a config value is untyped)
+        self.bs: int = int(config.block_size)
+        self.total_blocks: int = int(config.num_kv_blocks)
+        self.free: int = self.total_blocks
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
         self._deadlines_on = bool(self.timeout_s or self.ttft_timeout_s or config.max_queue_time_s
@@ -127,12 +137,14 @@ class Replica:
         self.sample_dt = sample_dt
         self.horizon = horizon
         self.progress = progress
-        self.max_total = min(config.max_model_len or 10**18, config.capacity_tokens)
+        self.max_total: int = int(min(config.max_model_len or 10**18, config.capacity_tokens))
         self.victim = victim_policy(config.preemption)
-        self._thr = config.long_prefill_token_threshold
+        self._thr: int = int(config.long_prefill_token_threshold)
         self.waiting = RequestQueue(config.policy)
         # --- prefix caching -------------------------------------------------------------------
         self.pc: Any = None
+        self.H: int = 1   # prefix-cache unit (tokens) and blocks a unit, set with the cache
+        self.ub: int = 0
         if config.enable_prefix_caching:
             from llmqueue.engine.prefix_cache import PrefixCache
 
@@ -140,16 +152,16 @@ class Replica:
             if H < 1 or H % config.block_size:
                 raise InputError("hash_block_tokens", f"{H} is not a multiple of the block size {config.block_size}")
             self.H = H
-            self.ub = H // config.block_size
+            self.ub = H // self.bs
             self.pc = PrefixCache(config.num_kv_blocks, self.ub)
         self.shared: dict = {}       # running request -> leading prefix units it references in the cache
         self.regstop: set = set()    # requests that stopped registering units (kept across preemptions)
         # --- arrivals and deadlines ----------------------------------------------------------------
         self._arrivals: list = []     # submitted requests: (arrival_time, retry?, seq, request)
-        self._stream: Any = None      # a fed RequestStream, read a chunk at a time
+        self._stream: RequestStream | None = None  # a fed stream, read a chunk at a time
         self._st_chunk = 0
-        self._st_times: list = []
-        self._st_make: Any = None
+        self._st_times: list[float] = []
+        self._st_lists: ChunkLists | None = None  # the loaded chunk's columns (RequestStream.lists)
         self._st_pos = 0
         self._st_next = math.inf      # the stream's next arrival time
         self.deadlines: list = []     # (time, kind, seq, request)
@@ -187,13 +199,20 @@ class Replica:
         self._ts_chunks: list = []
         self.next_sample = 0.0 if sample_dt > 0 else math.inf  # sample times are k * sample_dt
         self._sample_k = 0
+        # the current stretch's step durations (:meth:`stretch`): 0 equal steps of ``_s_a``, 1 linear
+        # (``_s_a`` + ``_s_g`` j), 2 the end times ``_s_ends``; it starts at ``_s_t``
+        self._s_mode = 0
+        self._s_a = 0.0
+        self._s_g = 0.0
+        self._s_t = 0.0
+        self._s_ends: Any = None
 
     # =============================================================================================
     # the shared clock
     def submit(self, request, at: float | None = None) -> None:
         """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
         dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
-        heapq.heappush(self._arrivals, arrival_entry(request, at))
+        _heappush(self._arrivals, arrival_entry(request, at))
 
     def feed(self, stream) -> None:
         """Take a whole :class:`~llmqueue.engine.stream.RequestStream` (sorted by arrival time): its
@@ -204,21 +223,19 @@ class Replica:
 
     def _load_chunk(self, pos: int = 0) -> None:
         """Load the stream's next chunk (from its ``pos``-th request)."""
-        from llmqueue.engine.stream import CHUNK
-
         s = self._stream
         if s is None or self._st_chunk * CHUNK + pos >= s.n:
-            self._st_times, self._st_make, self._st_next = [], None, math.inf
+            self._st_times, self._st_lists, self._st_next = [], None, math.inf
             return
-        self._st_times, self._st_make = s.chunk(self._st_chunk)
+        lists = s.lists(self._st_chunk)
+        self._st_lists = lists
+        self._st_times = lists[1]
         self._st_chunk += 1
         self._st_pos = pos
         self._st_next = self._st_times[pos]
 
     def stream_position(self) -> int:
         """Requests of the fed stream taken so far."""
-        from llmqueue.engine.stream import CHUNK
-
         if self._stream is None:
             return 0
         if self._st_next == math.inf:
@@ -227,10 +244,9 @@ class Replica:
 
     def _seek(self, i: int) -> None:
         """The stream's next request is its ``i``-th (the epoch path took those before it)."""
-        from llmqueue.engine.stream import CHUNK
-
+        assert self._stream is not None
         if i >= self._stream.n:
-            self._st_times, self._st_make, self._st_next = [], None, math.inf
+            self._st_times, self._st_lists, self._st_next = [], None, math.inf
             return
         if self._st_next != math.inf and i // CHUNK == self._st_chunk - 1:  # inside the loaded chunk
             self._st_pos = i % CHUNK
@@ -441,13 +457,13 @@ class Replica:
         t = self._next_arrival()
         d = self.deadlines
         while d and d[0][3].status is FINISHED:
-            heapq.heappop(d)
+            _heappop(d)
         return min(t, d[0][0]) if d else t
 
     def _next_deadline(self) -> float:
         d = self.deadlines
         while d and d[0][3].status is FINISHED:
-            heapq.heappop(d)
+            _heappop(d)
         return d[0][0] if d else math.inf
 
     def _take_arrivals(self, t: float) -> None:
@@ -465,7 +481,10 @@ class Replica:
         a = self._arrivals
         ts = self._st_next
         if ts <= t and (not a or ts <= a[0][0]):
-            r = self._st_make(self._st_pos)
+            s = self._stream
+            lists = self._st_lists
+            assert s is not None and lists is not None
+            r = s.make_in(lists, self._st_pos)
             self._st_pos += 1
             if self._st_pos == len(self._st_times):
                 self._load_chunk()
@@ -473,7 +492,7 @@ class Replica:
                 self._st_next = self._st_times[self._st_pos]
             return r
         if a and a[0][0] <= t:
-            return heapq.heappop(a)[3]
+            return _heappop(a)[3]
         return None
 
     def _arrive(self, r: Request) -> None:
@@ -496,7 +515,7 @@ class Replica:
         if self._deadlines_on:
             marks = deadlines(self.cfg, r, self.timeout_s, self.ttft_timeout_s)
             for kind, when in marks.items():
-                heapq.heappush(self.deadlines, (when, kind, r.seq, r))
+                _heappush(self.deadlines, (when, kind, r.seq, r))
             if marks:
                 self.dl[r] = marks
 
@@ -508,7 +527,7 @@ class Replica:
         """Apply client timeouts and queue-time shedding that are due by ``t``."""
         d = self.deadlines
         while d and d[0][0] <= t:
-            when, kind, _, r = heapq.heappop(d)
+            when, kind, _, r = _heappop(d)
             st = r.status
             if st is FINISHED:
                 continue
@@ -570,7 +589,7 @@ class Replica:
         thr = self._thr
         return thr if 0 < thr < new else new
 
-    def _admit_head(self, budget: int):
+    def _admit_head(self, budget: int) -> tuple[Request, int] | None:
         """vLLM's admission of the waiting head with ``budget`` tokens left in the step: returns
         ``(request, new_tokens)`` after allocating its blocks (and its prefix-cache hits), or None
         when it cannot be scheduled in this step. The caller checks ``max_num_seqs``."""
@@ -658,7 +677,7 @@ class Replica:
         self.obase[r] = ob
         f = r.max_tokens - ob
         self.dfin[r] = f
-        heapq.heappush(self.fin, (f, self.order[r], r))
+        _heappush(self.fin, (f, self.order[r], r))
         self.hist[db % self.bs] += 1
         self.sum_dbase += db
         self.blocks.pop(r, None)
@@ -719,7 +738,7 @@ class Replica:
         f = self.fin
         dfin = self.dfin
         while f and dfin.get(f[0][2]) != f[0][0]:
-            heapq.heappop(f)
+            _heappop(f)
         return f[0][0] if f else None
 
     def _complete_decoders(self, t_end: float) -> None:
@@ -729,7 +748,7 @@ class Replica:
         dfin = self.dfin
         if self.pc is not None or self.dl:
             while f and f[0][0] <= D:
-                d_fin, _, r = heapq.heappop(f)
+                d_fin, _, r = _heappop(f)
                 if dfin.get(r) != d_fin:
                     continue
                 self._drop_decoder(r)
@@ -740,7 +759,7 @@ class Replica:
         bs = self.bs
         on_finish = self.on_finish
         while f and f[0][0] <= D:
-            d_fin, _, r = heapq.heappop(f)
+            d_fin, _, r = _heappop(f)
             if dfin.get(r) != d_fin:
                 continue
             db = dbase.pop(r)
@@ -773,11 +792,10 @@ class Replica:
         blocks_needed = need_dec
         blocks = self.blocks
         bs = self.bs
-        ask = self._ask
         if not exact:
             for r in self.prefilling:
                 c = r.num_computed_tokens
-                new = ask(r, c)
+                new = self._ask(r, c)
                 demand += new
                 if new > budget:
                     new = budget
@@ -941,7 +959,7 @@ class Replica:
         self.free = free
         return plan, budget, preempted
 
-    def _preempt(self, v) -> None:
+    def _preempt(self, v: Request) -> None:
         """Preempt running request ``v`` (recompute), whose blocks the caller has freed or counts
         as freed: back to the waiting queue's front."""
         del self.order[v]
@@ -1152,7 +1170,8 @@ class Replica:
     def stretch(self, t: float) -> float:
         """Advance as many decode-only steps as possible before the next event; returns the new time."""
         n = len(self.dbase)
-        top: Any = self._valid_fin_top()
+        top = self._valid_fin_top()
+        assert top is not None  # decoders are running
         k_max = self._block_limit(top - self.D)  # the completing step is the last one of the stretch
         if k_max <= 0:
             return self.step(t)
@@ -1168,45 +1187,21 @@ class Replica:
         if self.drift is not None:  # a drifting engine: the stretch ends after its speed window
             t_stop = min(t_stop, self.drift.next_boundary(t))
             speed = self.drift.at(t)
-        # cum(j): the first j steps' duration; reach(x): the fewest steps (>= 1) that end at or after x
+        # the stretch's step durations (:meth:`_cum`, :meth:`_reach`)
+        self._s_t = t
         if self._b0 and self.noise is None:
-            b = self._b0 * speed
-
-            def cum(j):
-                return j * b
-
-            def reach(x):
-                j = max(1, math.ceil((x - t) / b - 1e-9))
-                while j > 1 and t + (j - 1) * b >= x:
-                    j -= 1
-                while t + j * b < x:
-                    j += 1
-                return j
+            self._s_mode = 0
+            self._s_a = self._b0 * speed
         elif self._lin is not None and self.noise is None:
             # linear: step j of the stretch lasts A + G j (the context grows by n a step), so the
             # first k steps last A k + G k (k - 1) / 2: the stopping step is a quadratic's root
             a, per_seq, per_ctx = self._lin
             A = speed * (a + per_seq * n + per_ctx * (self.sum_dbase + n * self.D + n))
-            G = speed * per_ctx * n
             if A <= 0:
                 return self.step(t)
-
-            def cum(j):
-                return A * j + G * j * (j - 1) / 2
-
-            def reach(x):
-                R = x - t
-                if G > 0:
-                    h = A - G / 2
-                    j = math.ceil((-h + math.sqrt(h * h + 2 * G * R)) / G - 1e-9)
-                else:
-                    j = math.ceil(R / A - 1e-9)
-                j = max(1, j)
-                while j > 1 and A * (j - 1) + G * (j - 1) * (j - 2) / 2 >= R:
-                    j -= 1
-                while A * j + G * j * (j - 1) / 2 < R:
-                    j += 1
-                return j
+            self._s_mode = 1
+            self._s_a = A
+            self._s_g = speed * per_ctx * n
         else:
             durs = self._stretch_durations(t, n, k_max, speed)
             if (durs <= 0).any():
@@ -1214,34 +1209,29 @@ class Replica:
                 if k_pos == 0:
                     return self.step(t)
                 k_max = k_pos  # the non-positive step is taken alone (and refused there)
-            ends = t + np.cumsum(durs)
-
-            def cum(j):
-                return float(ends[j - 1] - t) if j else 0.0
-
-            def reach(x):
-                return int(np.searchsorted(ends, x, side="left")) + 1
-        k = min(k_max, reach(t_stop)) if t_stop < math.inf else k_max
-        dur = cum(k)
+            self._s_mode = 2
+            self._s_ends = t + np.cumsum(durs)
+        k = min(k_max, self._reach(t_stop)) if t_stop < math.inf else k_max
+        dur = self._cum(k)
         hold = self._hold
         if hold is not None and t + dur > hold:
             # advancing to `hold`: only the steps that end by it (the one across it is taken alone)
-            while k > 0 and t + cum(k) > hold:
+            while k > 0 and t + self._cum(k) > hold:
                 k -= 1
             if k == 0:
                 return self.step(t)
-            dur = cum(k)
+            dur = self._cum(k)
         nw0 = len(self.waiting)
-        marks: Any = None
-        if through and k > 1 and t_arr <= t + cum(k - 1):
-            marks = self._arrivals_inside(t + cum(k - 1), reach)
+        marks: list | None = None
+        if through and k > 1 and t_arr <= t + self._cum(k - 1):
+            marks = self._arrivals_inside(t + self._cum(k - 1))
         t_end = t + dur
         if self.next_sample < t_end:
             self._sample_stretch(t, k, n, nw0, marks)
         used0 = self.total_blocks - self.free
         self._alloc(self._blocks_in(k))
         if marks:
-            self._stretch_rows(t, k, n, nw0, marks, used0, cum)
+            self._stretch_rows(t, k, n, nw0, marks, used0)
         else:
             self._step_buf.extend(_pack_row(self.steps_taken, t, dur, 0, n, n, nw0,
                                    (self.total_blocks - self.free) * self.bs, 0, k))
@@ -1251,7 +1241,45 @@ class Replica:
         self._complete_decoders(t_end)
         return t_end
 
-    def _arrivals_inside(self, last_start: float, reach) -> list:
+    def _cum(self, j: int) -> float:
+        """The current stretch's first ``j`` steps: their duration."""
+        m = self._s_mode
+        if m == 0:
+            return j * self._s_a
+        if m == 1:
+            return self._s_a * j + self._s_g * j * (j - 1) / 2
+        return float(self._s_ends[j - 1] - self._s_t) if j else 0.0
+
+    def _reach(self, x: float) -> int:
+        """The fewest steps (>= 1) of the current stretch that end at or after ``x``."""
+        m = self._s_mode
+        t = self._s_t
+        if m == 0:
+            b = self._s_a
+            j = max(1, math.ceil((x - t) / b - 1e-9))
+            while j > 1 and t + (j - 1) * b >= x:
+                j -= 1
+            while t + j * b < x:
+                j += 1
+            return j
+        if m == 1:
+            A = self._s_a
+            G = self._s_g
+            R = x - t
+            if G > 0:
+                h = A - G / 2
+                j = math.ceil((-h + math.sqrt(h * h + 2 * G * R)) / G - 1e-9)
+            else:
+                j = math.ceil(R / A - 1e-9)
+            j = max(1, j)
+            while j > 1 and A * (j - 1) + G * (j - 1) * (j - 2) / 2 >= R:
+                j -= 1
+            while A * j + G * j * (j - 1) / 2 < R:
+                j += 1
+            return j
+        return int(np.searchsorted(self._s_ends, x, side="left")) + 1
+
+    def _arrivals_inside(self, last_start: float) -> list:
         """Take the requests that arrive by ``last_start`` (the start of a stretch's last step)
         in arrival order; returns, for each that joined the queue, the index of the step at
         whose start the scheduler sees it (ascending)."""
@@ -1265,9 +1293,9 @@ class Replica:
             before = len(self.waiting)
             self._arrive(r)
             if len(self.waiting) > before:
-                marks.append(reach(x))
+                marks.append(self._reach(x))
 
-    def _stretch_rows(self, t: float, k: int, n: int, nw0: int, marks: list, used0: int, cum) -> None:
+    def _stretch_rows(self, t: float, k: int, n: int, nw0: int, marks: list, used0: int) -> None:
         """Step rows of a stretch that arrivals passed through: one row per run of steps with
         the same queue length."""
         bs = self.bs
@@ -1281,8 +1309,8 @@ class Replica:
                 i += 1
                 w += 1
             e = marks[i] if i < m else k
-            c0 = cum(s)
-            buf.extend(_pack_row(self.steps_taken + s, t + c0, cum(e) - c0, 0, n, n, w,
+            c0 = self._cum(s)
+            buf.extend(_pack_row(self.steps_taken + s, t + c0, self._cum(e) - c0, 0, n, n, w,
                         (used0 + self._blocks_in(e)) * bs, 0, e - s))
             s = e
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
+from typing import Final
 
 from llmqueue.engine.policies import ordering_policy
-from llmqueue.engine.request import RequestStatus
+from llmqueue.engine.request import Request, RequestStatus
 
-FINISHED = RequestStatus.FINISHED
+FINISHED: Final = RequestStatus.FINISHED
 
 
 class RequestQueue:
@@ -24,7 +25,7 @@ class RequestQueue:
 
     def __init__(self, policy="fcfs"):
         self.policy = ordering_policy(policy)
-        self._fifo: deque | None = deque() if self.policy.fifo else None
+        self._fifo: deque[Request] | None = deque() if self.policy.fifo else None
         self._heap: list = []
         self.size = 0  # requests waiting (read-only outside: the hot loops read it, not len())
         self._by_class: Counter = Counter()
@@ -44,7 +45,7 @@ class RequestQueue:
     def count(self, class_name: str) -> int:
         return self._by_class[class_name]
 
-    def add(self, request) -> None:
+    def add(self, request: Request) -> None:
         self.size += 1
         self._by_class[request.class_name] += 1
         if self._fifo is not None:
@@ -52,7 +53,7 @@ class RequestQueue:
         else:
             heapq.heappush(self._heap, (*self.policy.key(request), request))
 
-    def prepend(self, request) -> None:
+    def prepend(self, request: Request) -> None:
         """A preempted request rejoins: at the front (FCFS), else under its key."""
         if self._fifo is not None:
             self.size += 1
@@ -61,7 +62,7 @@ class RequestQueue:
         else:
             self.add(request)
 
-    def peek(self):
+    def peek(self) -> Request | None:
         """The head (None when empty), skipping the entries of requests removed earlier."""
         if self._fifo is not None:
             q = self._fifo
@@ -73,12 +74,13 @@ class RequestQueue:
             heapq.heappop(h)
         return h[0][-1] if h else None
 
-    def pop(self):
+    def pop(self) -> Request | None:
         r = self.peek()
-        self.take_head(r)
+        if r is not None:
+            self.take_head(r)
         return r
 
-    def take_head(self, r) -> None:
+    def take_head(self, r: Request) -> None:
         """Remove the head ``r`` that :meth:`peek` just returned."""
         if self._fifo is not None:
             self._fifo.popleft()
@@ -87,7 +89,7 @@ class RequestQueue:
         self.size -= 1
         self._by_class[r.class_name] -= 1
 
-    def remove(self, request) -> None:
+    def remove(self, request: Request) -> None:
         """Take out a waiting request that leaves (mark it finished: its entry is skipped later)."""
         self.size -= 1
         self._by_class[request.class_name] -= 1

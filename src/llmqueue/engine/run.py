@@ -11,6 +11,7 @@ import numpy as np
 
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.config import EngineConfig
+from llmqueue.engine.request import Request
 
 
 RECORD_BATCH = 65536  # finished requests converted to record columns at a time
@@ -51,7 +52,6 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     """
     from llmqueue.engine.reference import ReferenceReplica
     from llmqueue.engine.replica import Replica
-    from llmqueue.engine.request import Request
 
     from llmqueue.engine.limits import check_run_size
     from llmqueue.engine.stream import RequestStream
@@ -162,37 +162,32 @@ def _horizon(horizon: float, req: dict) -> float:
     return float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0
 
 
-def request_columns(rows, replica: int = 0) -> dict:
-    """Request records (``llmqueue.records.schema.REQUEST_COLUMNS``) of engine requests."""
-    from operator import attrgetter
-
-    def col(name, dtype):
-        return np.fromiter(map(attrgetter(name), rows), dtype=dtype, count=len(rows))
-
-    cached = col("num_cached_tokens", np.int64)
-    arrival = col("arrival_time", np.float64)
+def request_columns(rows: list[Request], replica: int = 0) -> dict:
+    """Request records (``llmqueue.records.schema.REQUEST_COLUMNS``) of engine requests: one pass
+    over the requests per column, reading their fields natively in the compiled build."""
+    n = len(rows)
+    arrival = np.array([r.arrival_time for r in rows], dtype=np.float64)
+    dispatch = np.array([r.dispatch_time for r in rows], dtype=np.float64)
     return {
-        "request_id": col("request_id", np.int64),
-        "class": np.asarray(list(map(attrgetter("class_name"), rows)), dtype=object),
+        "request_id": np.array([r.request_id for r in rows], dtype=np.int64),
+        "class": np.array([r.class_name for r in rows], dtype=object),
         "arrival_s": arrival,
-        "dispatched_s": np.where(np.isnan(dispatch := col("dispatch_time", np.float64)), arrival, dispatch),
-        "first_scheduled_s": col("first_scheduled_time", np.float64),
-        "first_token_s": col("first_token_time", np.float64),
-        "finish_s": col("finish_time", np.float64),
-        "prompt_tokens": col("num_prompt_tokens", np.int64),
-        "output_tokens": col("num_output_tokens", np.int64),
-        "cached_prompt_tokens": np.maximum(cached, 0),
-        "status": np.asarray(list(map(attrgetter("outcome"), rows)), dtype=object),
-        "preemptions": col("num_preemptions", np.int64),
-        "replica": np.full(len(rows), replica, dtype=np.int64),
-        "attempt": col("attempt", np.int64),
+        "dispatched_s": np.where(np.isnan(dispatch), arrival, dispatch),
+        "first_scheduled_s": np.array([r.first_scheduled_time for r in rows], dtype=np.float64),
+        "first_token_s": np.array([r.first_token_time for r in rows], dtype=np.float64),
+        "finish_s": np.array([r.finish_time for r in rows], dtype=np.float64),
+        "prompt_tokens": np.array([r.num_prompt_tokens for r in rows], dtype=np.int64),
+        "output_tokens": np.array([r.num_output_tokens for r in rows], dtype=np.int64),
+        "cached_prompt_tokens": np.array([max(r.num_cached_tokens, 0) for r in rows], dtype=np.int64),
+        "status": np.array([r.outcome for r in rows], dtype=object),
+        "preemptions": np.array([r.num_preemptions for r in rows], dtype=np.int64),
+        "replica": np.full(n, replica, dtype=np.int64),
+        "attempt": np.array([r.attempt for r in rows], dtype=np.int64),
     }
 
 
-def _with_seq(rows: list) -> dict:
-    from operator import attrgetter
-
-    return {**request_columns(rows), "seq": np.fromiter(map(attrgetter("seq"), rows), np.int64, len(rows))}
+def _with_seq(rows: list[Request]) -> dict:
+    return {**request_columns(rows), "seq": np.array([r.seq for r in rows], dtype=np.int64)}
 
 
 def merge_by_seq(parts: list, fill: dict | None = None) -> dict:

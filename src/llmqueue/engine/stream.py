@@ -16,6 +16,9 @@ from llmqueue.engine.request import Request
 from llmqueue.errors import InputError
 
 CHUNK = 8192
+#: a chunk's columns as lists: (first position, arrival times, request ids, prompt tokens, output
+#: tokens, class indices, SRPT predictions (or Nones), session ids or None)
+ChunkLists = tuple[int, list[float], list[int], list[int], list[int], list[int], list, "list[int] | None"]
 
 
 class RequestStream:
@@ -50,25 +53,28 @@ class RequestStream:
         if self.session is not None and self.session.shape != (n,):
             raise InputError("session_id", f"{self.session.size} session ids for {n} requests")
         self._cached_c = -1
-        self._cached: tuple = ()
+        self._cached: ChunkLists | None = None
 
     def __len__(self) -> int:
         return self.n
 
-    def _lists(self, c: int) -> tuple:
-        """Chunk ``c``'s columns as Python lists (the last one is kept)."""
-        if self._cached_c == c:
+    def lists(self, c: int) -> ChunkLists:
+        """Chunk ``c`` (positions ``c * CHUNK`` on): its columns as Python lists, the arrival times
+        second (the last chunk asked for is kept); :meth:`make_in` makes its requests."""
+        if self._cached_c == c and self._cached is not None:
             return self._cached
         lo, hi = c * CHUNK, min(self.n, (c + 1) * CHUNK)
         pred = self.predicted[lo:hi].tolist() if self.predicted is not None else [None] * (hi - lo)
         sess = self.session[lo:hi].tolist() if self.session is not None else None
-        self._cached = (lo, self.arrival_s[lo:hi].tolist(), self.request_id[lo:hi].tolist(),
-                        self.prompt[lo:hi].tolist(), self.output[lo:hi].tolist(), self.class_index[lo:hi].tolist(), pred,
-                        sess)
+        lists: ChunkLists = (lo, self.arrival_s[lo:hi].tolist(), self.request_id[lo:hi].tolist(),
+                             self.prompt[lo:hi].tolist(), self.output[lo:hi].tolist(), self.class_index[lo:hi].tolist(),
+                             pred, sess)
+        self._cached = lists
         self._cached_c = c
-        return self._cached
+        return lists
 
-    def _make(self, lists: tuple, j: int) -> Request:
+    def make_in(self, lists: ChunkLists, j: int) -> Request:
+        """The ``j``-th request of the chunk whose :meth:`lists` are ``lists``."""
         lo, times, ids, ps, os_, ci, pred, sess = lists
         k = ci[j]
         h = None
@@ -80,16 +86,9 @@ class RequestStream:
             r.session_id = sess[j]
         return r
 
-    def chunk(self, c: int):
-        """Chunk ``c`` (positions ``c * CHUNK`` on): its arrival times, and ``make(j)`` that makes
-        its ``j``-th request."""
-        lists = self._lists(c)
-        make = self._make
-        return lists[1], lambda j: make(lists, j)
-
     def make(self, i: int) -> Request:
         """The request at position ``i``."""
-        return self._make(self._lists(i // CHUNK), i % CHUNK)
+        return self.make_in(self.lists(i // CHUNK), i % CHUNK)
 
     def requests(self):
         """An iterator over the stream's requests in arrival order, made a chunk at a time as the
@@ -98,10 +97,10 @@ class RequestStream:
         return chain.from_iterable(self._chunk_requests())
 
     def _chunk_requests(self):
-        make = self._make
+        make = self.make_in
         out = []
         for c in range(-(-self.n // CHUNK)):
-            lists = self._lists(c)
+            lists = self.lists(c)
             out += [make(lists, j) for j in range(len(lists[1]))]
             if len(out) >= 8 * CHUNK:
                 yield out
