@@ -865,8 +865,7 @@ class Replica:
         nw = len(self.waiting)
         if self.next_sample < t_end:
             self._sample_until(t_end, nw, len(self.order), used)
-        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used,
-                                        preempted, 1))
+        self._row(self.steps_taken, t, dur, prefill, decode, len(self.order), nw, used, preempted, 1)
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
             self._pending = (t_end, self._apply_plan, (plan, n, t_end))
@@ -1060,8 +1059,7 @@ class Replica:
         t_end = t + dur
         used = (self.total_blocks - self.free) * self.bs
         self._sample_until(t_end, len(self.waiting), len(self.running), used)
-        self._step_buf.extend(_pack_row(self.steps_taken, t, dur, prefill, decode, len(self.running),
-                                        len(self.waiting), used, preempted, 1))
+        self._row(self.steps_taken, t, dur, prefill, decode, len(self.running), len(self.waiting), used, preempted, 1)
         self.steps_taken += 1
         if self._hold is not None and t_end > self._hold:
             self._pending = (t_end, self._exact_end, (scheduled, t_end))
@@ -1100,7 +1098,7 @@ class Replica:
         # else the head can be admitted now: take a normal step
         return self._admit_blocks(r, c, new, self.blocks.get(r, 0))[1] > self.free
 
-    def _admit_blocks(self, r: Request, comp: int, new: int, held: int) -> tuple:
+    def _admit_blocks(self, r: Request, comp: int, new: int, held: int) -> tuple[int, int]:
         """``(need, gate)`` for admitting waiting ``r`` (``comp`` tokens computed or cached, ``new``
         scheduled, ``held`` blocks already its own): the blocks its chunk allocates, and the free
         blocks admission requires: the chunk's, or with ``scheduler_reserve_full_isl`` (vLLM's
@@ -1233,8 +1231,7 @@ class Replica:
         if marks:
             self._stretch_rows(t, k, n, nw0, marks, used0)
         else:
-            self._step_buf.extend(_pack_row(self.steps_taken, t, dur, 0, n, n, nw0,
-                                   (self.total_blocks - self.free) * self.bs, 0, k))
+            self._row(self.steps_taken, t, dur, 0, n, n, nw0, (self.total_blocks - self.free) * self.bs, 0, k)
         self.steps_taken += k
         self.D += k
         self.stretches += 1
@@ -1299,7 +1296,6 @@ class Replica:
         """Step rows of a stretch that arrivals passed through: one row per run of steps with
         the same queue length."""
         bs = self.bs
-        buf = self._step_buf
         s = 0
         w = nw0
         i = 0
@@ -1310,9 +1306,16 @@ class Replica:
                 w += 1
             e = marks[i] if i < m else k
             c0 = self._cum(s)
-            buf.extend(_pack_row(self.steps_taken + s, t + c0, self._cum(e) - c0, 0, n, n, w,
-                        (used0 + self._blocks_in(e)) * bs, 0, e - s))
+            self._row(self.steps_taken + s, t + c0, self._cum(e) - c0, 0, n, n, w, (used0 + self._blocks_in(e)) * bs,
+                      0, e - s)
             s = e
+
+    def _row(self, step: int, start: float, dur: float, prefill: int, decode: int, running: int, waiting: int,
+             kv_tokens: int, preempted: int, steps: int) -> None:
+        """One step row (``STEP_FIELDS``), packed as float64 onto the buffer: every value passed as a
+        float (struct converts a float without making an object; an int it converts via a float)."""
+        self._step_buf += _pack_row(float(step), start, dur, float(prefill), float(decode), float(running),
+                                    float(waiting), float(kv_tokens), float(preempted), float(steps))
 
     def _stretch_durations(self, t: float, n: int, k: int, speed: float) -> np.ndarray:
         durs = self.model.decode_stretch(n, self.sum_dbase + n * self.D + n, k)

@@ -11,7 +11,7 @@ admission limits.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import deque
 from typing import Final
 
 from llmqueue.engine.policies import ordering_policy
@@ -28,7 +28,7 @@ class RequestQueue:
         self._fifo: deque[Request] | None = deque() if self.policy.fifo else None
         self._heap: list = []
         self.size = 0  # requests waiting (read-only outside: the hot loops read it, not len())
-        self._by_class: Counter = Counter()
+        self._by_class: dict[str, int] = {}  # waiting requests per class
 
     def __len__(self) -> int:
         return self.size
@@ -43,11 +43,11 @@ class RequestQueue:
         return iter([e[-1] for e in sorted(self._heap, key=lambda e: e[:-1]) if not e[-1].is_finished])
 
     def count(self, class_name: str) -> int:
-        return self._by_class[class_name]
+        return self._by_class.get(class_name, 0)
 
     def add(self, request: Request) -> None:
         self.size += 1
-        self._by_class[request.class_name] += 1
+        self._by_class[request.class_name] = self._by_class.get(request.class_name, 0) + 1
         if self._fifo is not None:
             self._fifo.append(request)
         else:
@@ -57,7 +57,7 @@ class RequestQueue:
         """A preempted request rejoins: at the front (FCFS), else under its key."""
         if self._fifo is not None:
             self.size += 1
-            self._by_class[request.class_name] += 1
+            self._by_class[request.class_name] = self._by_class.get(request.class_name, 0) + 1
             self._fifo.appendleft(request)
         else:
             self.add(request)

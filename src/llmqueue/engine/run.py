@@ -63,27 +63,12 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     n = len(stream)
     check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if n else 0.0, horizon_s=opt.horizon_s,
                    sample_dt=opt.sample_dt)
-    done: list = []
-    chunks: list = []  # record columns of requests the fast replica's epochs finished
-    retry = opt.retry
-    retries: list = []
-
-    def on_finish(r):
-        done.append(r)
-        if len(done) == RECORD_BATCH:  # finished requests become columns: memory stays with what is in flight
-            chunks.append(_with_seq(done))
-            done.clear()
-        if r.outcome != "ok" and retry is not None:
-            t_next = retry(r.request_id, r.attempt, r.outcome, r.finish_time)
-            if t_next is not None:
-                a = Request(r.request_id, float(t_next), r.num_prompt_tokens, r.max_tokens, class_name=r.class_name,
-                            priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
-                            predicted_output_tokens=r.predicted_output_tokens, seq=n + len(retries))
-                retries.append(a)
-                rep.submit(a)
+    out = _Departures(opt.retry, n)
+    done = out.done
+    chunks = out.chunks  # record columns of finished requests (a batch at a time, and the epochs')
 
     common: dict[str, Any] = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
-                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=on_finish, sample_dt=opt.sample_dt)
+                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=out, sample_dt=opt.sample_dt)
     rep: Any
     if reference:
         steps: list = []
@@ -92,41 +77,81 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     else:
         rep = Replica(config, step_time, progress=opt.progress, **common)
         rep.on_records = chunks.append
+    out.rep = rep
     if reference:
         for r in stream.requests():
             rep.submit(r)
     else:
         rep.feed(stream)
-    horizon = opt.horizon_s if opt.horizon_s is not None else math.inf
-    stopped = None
-    if opt.early_stop and horizon < math.inf and not reference:
-        stopped = _run_until_certain(rep, horizon, config.max_num_seqs, lambda: len(done) + sum(
-            len(c["seq"]) for c in chunks))
-        if stopped is not None:
-            horizon = stopped
-    else:
-        rep.run(horizon)
-    left = rep.in_system()
-    for r in left:
-        r.outcome = "unfinished"
-    from operator import attrgetter
+    try:
+        horizon = opt.horizon_s if opt.horizon_s is not None else math.inf
+        stopped = None
+        if opt.early_stop and horizon < math.inf and not reference:
+            stopped = _run_until_certain(rep, horizon, config.max_num_seqs, out.departed)
+            if stopped is not None:
+                horizon = stopped
+        else:
+            rep.run(horizon)
+        left = rep.in_system()
+        for r in left:
+            r.outcome = "unfinished"
+        from operator import attrgetter
 
-    rows = sorted([*done, *left], key=attrgetter("seq"))
-    if chunks:
-        req = merge_by_seq([_with_seq(rows), *chunks], fill={"replica": 0})
-    else:
-        req = request_columns(rows)
-    if reference:
-        step_cols = _columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
-        ts_cols = _columns(samples, TS_FIELDS, ("t_s",))
-    else:
-        step_cols, ts_cols = rep.step_columns(), rep.timeseries_columns()
-    return SimResult(requests=req, steps=step_cols, timeseries=ts_cols, horizon_s=_horizon(horizon, req),
-                     wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
-                     stretches=getattr(rep, "stretches", 0),
-                     stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
-                     reject_reasons={r.seq: r.reason for r in rows if r.reason},
-                     capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
+        rows = sorted([*done, *left], key=attrgetter("seq"))
+        if chunks:
+            req = merge_by_seq([_with_seq(rows), *chunks], fill={"replica": 0})
+        else:
+            req = request_columns(rows)
+        if reference:
+            step_cols = _columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
+            ts_cols = _columns(samples, TS_FIELDS, ("t_s",))
+        else:
+            step_cols, ts_cols = rep.step_columns(), rep.timeseries_columns()
+        return SimResult(requests=req, steps=step_cols, timeseries=ts_cols, horizon_s=_horizon(horizon, req),
+                         wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
+                         stretches=getattr(rep, "stretches", 0),
+                         stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
+                         reject_reasons={r.seq: r.reason for r in rows if r.reason},
+                         capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
+    finally:
+        # the replica and its departures hold each other (a retry resubmits to the replica): let
+        # go, so that the run's requests are freed now by reference counting (a cycle would hold
+        # every request of the run until the next full collection walked them)
+        out.rep = None
+
+
+class _Departures:
+    """Requests as they leave a replica (``on_finish``): kept for the records, as columns a batch
+    of :data:`RECORD_BATCH` at a time (memory stays with what is in flight), and a failed attempt
+    retried when the client's ``retry(request_id, attempt, outcome, t)`` gives a time (the new
+    attempt resubmitted to ``rep``; its ``seq`` after the ``n`` of the stream)."""
+
+    def __init__(self, retry, n: int) -> None:
+        self.done: list[Request] = []
+        self.chunks: list = []
+        self.retry = retry
+        self.retries: list[Request] = []
+        self.n = n
+        self.rep: Any = None
+
+    def __call__(self, r: Request) -> None:
+        done = self.done
+        done.append(r)
+        if len(done) == RECORD_BATCH:
+            self.chunks.append(_with_seq(done))
+            done.clear()
+        if r.outcome != "ok" and self.retry is not None:
+            t_next = self.retry(r.request_id, r.attempt, r.outcome, r.finish_time)
+            if t_next is not None:
+                a = Request(r.request_id, float(t_next), r.num_prompt_tokens, r.max_tokens, class_name=r.class_name,
+                            priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
+                            predicted_output_tokens=r.predicted_output_tokens, seq=self.n + len(self.retries))
+                self.retries.append(a)
+                self.rep.submit(a)
+
+    def departed(self) -> int:
+        """Requests that have left so far."""
+        return len(self.done) + sum(len(c["seq"]) for c in self.chunks)
 
 
 SLICES = 50        # an early-stopping run is checked at 50 equal slices of its horizon
