@@ -2,7 +2,7 @@
 
 The fast replica, its request and queue objects and the fleet's event loop are plain Python.
 ``pip install`` compiles them with mypyc when it can (a C compiler and mypy at build time:
-setup.py), which runs the same source 1.2-2.5 times faster (docs/benchmarks.md); without a compiler the package
+setup.py), which runs the same source 1.3-3.9 times faster (docs/benchmarks.md); without a compiler the package
 installs and runs from source. Either way the records are the same (``tests/test_compiled.py``
 compares them).
 

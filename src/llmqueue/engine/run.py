@@ -50,7 +50,6 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     fast :class:`~llmqueue.engine.replica.Replica`. Both are driven the same way: every request
     submitted, the client's retries submitted as attempts fail, run to the horizon.
     """
-    from llmqueue.engine.reference import ReferenceReplica
     from llmqueue.engine.replica import Replica
 
     from llmqueue.engine.limits import check_run_size
@@ -71,6 +70,8 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                   ttft_timeout_s=opt.ttft_timeout_s, on_finish=out, sample_dt=opt.sample_dt)
     rep: Any
     if reference:
+        from llmqueue.engine.reference import ReferenceReplica
+
         steps: list = []
         samples: list = []
         rep = ReferenceReplica(config, step_time, on_step=steps.append, on_sample=samples.append, **common)
