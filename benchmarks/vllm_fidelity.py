@@ -265,10 +265,8 @@ def judge_load(run_dir: Path, c: dict, *, lam: float, horizon: float, step_model
 def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors) -> dict:
     """Steps 1-5 of the module docstring for one shape, on a server of its own; the shape's row
     of fidelity.json."""
-    from llmqueue.bench.calibrate import calibrate, last_send_s, load_calibration, write_calibration
+    from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
     from llmqueue.bench.validate import validate
-    from llmqueue.theory.kv import kv_stability
-    from llmqueue.workload import Workload, parse_length
 
     p, o = SHAPES[shape]
     sd = out / shape
@@ -276,19 +274,9 @@ def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors
     row: dict = {"prompt": p, "output": o, "seed": seed, "step_model": a.step_model}
     with open_server(model_dir, work, sd / "server.log") as srv:
         row["server_startup_s"] = srv.startup_s
-        M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
-        mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
-                                prompt=parse_length(p), output=parse_length(o)).mu
-        lam_sat = 1.5 * mu_guess
-        reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(seed, duration=a.sat_s)
-        # at most SAT_CONCURRENCY requests at the server: enough to keep its KV cache full, and
-        # not the hundreds of open streams of an open-loop overload, whose handling by the
-        # client and the API server takes CPU from the engine on a 2-core machine (measured:
-        # 10 % fewer decode tokens per second at 2x the capacity than at 1.3x)
-        one_run(srv, sd / "sat", reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
         # steady saturation: after warm-up, up to the client's last send (the drain follows;
         # with the concurrency cap the sends go on past --sat-s while the backlog lasts)
-        window = (a.warmup_s, last_send_s(sd / "sat"))
+        lam_sat, window = saturate(srv, sd / "sat", a, p, o, seed)
         prof = None
         if a.step_model == "profile":  # the same server, right after: the step time's shape
             row["profile"] = take_profile(srv, sd / "profile", knobs=SERVER, contexts=a.profile_contexts,
@@ -395,6 +383,94 @@ def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
     return res
 
 
+def saturate(srv, run_dir: Path, a, p: str, o: str, seed: int) -> tuple:
+    """Step 1 of the protocol: a concurrency-capped saturation run of the shape (p, o) into
+    ``run_dir``; returns ``(lam_sat, window)``, the window its steady saturated part (warm-up to
+    the client's last send)."""
+    from llmqueue.bench.calibrate import last_send_s
+    from llmqueue.theory.kv import kv_stability
+    from llmqueue.workload import Workload, parse_length
+
+    M_guess = (SERVER["num_gpu_blocks_override"] - 1) * SERVER["block_size"]
+    mu_guess = kv_stability(M=M_guess, b=a.b_guess, chunk=SERVER["max_num_batched_tokens"],
+                            prompt=parse_length(p), output=parse_length(o)).mu
+    lam_sat = 1.5 * mu_guess
+    reqs = Workload(f"poisson:{lam_sat}", prompt=p, output=o).generate(seed, duration=a.sat_s)
+    # at most --sat-concurrency requests at the server: enough to keep its KV cache full, and
+    # not the hundreds of open streams of an open-loop overload, whose handling by the client and
+    # the API server takes CPU from the engine on a 2-core machine (measured: 10 % fewer decode
+    # tokens per second at 2x the capacity than at 1.3x)
+    one_run(srv, run_dir, reqs, warmup_s=a.warmup_s, knobs=SERVER, concurrency=a.sat_concurrency)
+    return lam_sat, (a.warmup_s, last_send_s(run_dir))
+
+
+def one_server_order(shapes: list, source: str) -> list:
+    """The saturation runs of the one-server check: the source first, the other shapes, the
+    source again (the engine's drift over the sequence, measured on one workload)."""
+    return [source, *[s for s in shapes if s != source], source]
+
+
+def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, model_dir, work) -> dict:
+    """The cross-shape check with the host's drift between servers taken out: the saturation runs
+    of every shape back to back on ONE server (:func:`one_server_order`: ``source`` first and last),
+    the profile right after the first, ``source``'s first run and the profile calibrating, every
+    run's capacity predicted from that calibration alone (simulator with ``a.step_model``, and
+    theory) against its measured capacity. The source's second run is predicted the same way: its
+    error is the engine's own drift over the sequence, the noise floor of the check. Written to
+    ``so / "one_server.json"`` after each run (the runs in ``so / "one-server" / "<k>-<shape>"``)."""
+    from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
+    from llmqueue.bench.validate import validate
+
+    od = so / "one-server"
+    od.mkdir(parents=True, exist_ok=True)
+    res: dict = {"source": source, "step_model": a.step_model, "order": one_server_order(shapes, source),
+                 "sat_s": a.sat_s, "runs": []}
+    path = so / "one_server.json"
+    c = None
+    t_start = time.time()
+    with open_server(model_dir, work, od / "server.log") as srv:
+        for k, shape in enumerate(res["order"]):
+            p, o = SHAPES[shape]
+            rd = od / f"{k}-{shape}"
+            # the source's second run replays its first run's stream: its error is the drift alone
+            lam_sat, window = saturate(srv, rd, a, p, o, seed_of(shape))
+            run = {"shape": shape, "dir": rd.name, "lam_sat": lam_sat, "window": window,
+                   "started_min": round((time.time() - t_start) / 60, 1)}
+            if c is None:  # the source's first run: profile the server now, and calibrate
+                prof = None
+                if a.step_model == "profile":
+                    res["profile"] = take_profile(srv, od / "profile", knobs=SERVER, contexts=a.profile_contexts,
+                                                  output_tokens=a.profile_output_tokens, budget_s=a.profile_budget,
+                                                  passes=a.profile_passes)
+                    prof = od / "profile"
+                cal = calibrate(rd, capacity_tokens=None, window=window, profile=prof)
+                write_calibration(cal, od / "calibration.yaml")
+                c = load_calibration(od / "calibration.yaml")
+                c["capacity_tokens"] = json.loads((rd / "server.json").read_text())["M_usable"]
+                if not c.get(f"step_time_{a.step_model}"):
+                    raise SystemExit(f"one server: the calibration has no {a.step_model} step model")
+                res.update(step_time=c[f"step_time_{a.step_model}"], b=c["b"], M=c["capacity_tokens"])
+            v = validate(rd, c, step_model=a.step_model, horizon_s=window[1], speed_band=0.0)
+            meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
+            mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+            mu_th = v["capacity"]["theory"]
+            run.update(mu_measured=meas, mu_sim=mu_sim, err_sim=(mu_sim - meas) / meas if mu_sim else None,
+                       mu_theory=mu_th, err_theory=(mu_th - meas) / meas, calibrated_here=k == 0)
+            if a.step_model == "profile":  # a diagnosis: the engine's speed on this run against the first
+                lev = decode_only_level(rd, c, window)
+                lev0 = res["runs"][0].get("decode_level") if res["runs"] else lev
+                run["decode_level"] = lev
+                if lev and lev0:
+                    run["engine_speed_ratio"] = lev / lev0
+            res["runs"].append(run)
+            path.write_text(json.dumps(res, indent=2, default=str))
+            print(f"one server, {k}-{shape}: measured {meas:.3f} req/s, sim ({a.step_model}) {_pct(run['err_sim'])}, "
+                  f"theory {_pct(run['err_theory'])}"
+                  + (f", engine x{run['engine_speed_ratio']:.3f} of the first run" if run.get("engine_speed_ratio")
+                     else ""), flush=True)
+    return res
+
+
 def decode_only_level(run_dir: Path, c: dict, window) -> float | None:
     """The engine's speed on a run relative to ``c``'s profile, from the run's decode-only steps
     alone (measured step cycles over the profile's price of the same steps, in ``window``): a
@@ -448,7 +524,9 @@ def judge_verdicts(f: float, rr: dict | None) -> dict:
 
 GROUPS = {"latency": "latency p50/p99 TTFT/TPOT at 0.5x, 0.8x", "capacity_sim": "capacity, simulator",
           "capacity_theory": "capacity, theory", "verdicts": "verdicts at 0.5x, 0.9x, 1.2x, 1.5x",
-          "cross_shape": "cross-shape capacity, simulator"}
+          "cross_shape": "cross-shape capacity, simulator",
+          "cross_shape_one_server": "cross-shape capacity, simulator, one server"}
+OPTIONAL_GROUPS = ("cross_shape_one_server",)  # judged only where run (--one-server)
 
 
 def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
@@ -486,6 +564,13 @@ def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
                                    "value": x.get("err_sim"), "bar": bars["cross_shape_sim"]})
         else:
             why.append(f"seed {seed}: no cross-shape check (--cross-shape)")
+        one = res.get("cross_shape_one_server")
+        for x in (one or {}).get("runs", [])[1:]:
+            if x["shape"] != one["source"]:  # the source's own second run is the drift floor, not a check
+                checks.append({"group": "cross_shape_one_server", "seed": seed, "shape": x["shape"],
+                               "what": f"simulated capacity from {one['source']}'s calibration on the same server "
+                                       f"({one['step_model']})", "value": x.get("err_sim"),
+                               "bar": bars["cross_shape_sim"]})
     for c in checks:
         if "ok" not in c:
             v = c["value"]
@@ -493,6 +578,8 @@ def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
     groups = {}
     for g in GROUPS:
         cs = [c for c in checks if c["group"] == g]
+        if not cs and g in OPTIONAL_GROUPS:
+            continue
         groups[g] = {"n": len(cs), "ok": sum(bool(c["ok"]) for c in cs), "passed": bool(cs) and all(c["ok"] for c in cs)}
     if models != {"profile"}:
         why.append(f"step model {', '.join(sorted(models))}, not profile")
@@ -513,8 +600,10 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
     L = [f"## Acceptance (step model {', '.join(acc['step_models'])}; seeds {', '.join(map(str, acc['seeds']))})", "",
          "| check | bar | within | result |", "|---|---|---|---|"]
     bar = {"latency": "latency", "capacity_sim": "capacity_sim", "capacity_theory": "capacity_theory",
-           "cross_shape": "cross_shape_sim"}
+           "cross_shape": "cross_shape_sim", "cross_shape_one_server": "cross_shape_sim"}
     for g, name in GROUPS.items():
+        if g not in acc["groups"]:
+            continue
         x = acc["groups"][g]
         b = "right" if g == "verdicts" else f"{100 * acc['bars'][bar[g]]:g} %"
         L.append(f"| {name} | {b} | {x['ok']} of {x['n']} | {'PASS' if x['passed'] else 'FAIL'} |")
@@ -538,6 +627,18 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
                      f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} "
                      f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
                      f"| {_pct(x.get('err_sim_speed_matched'))} |")
+    ones = {seed: res["cross_shape_one_server"] for seed, res in by_seed.items() if res.get("cross_shape_one_server")}
+    if ones:
+        L += ["", "Cross-shape on one server (the saturation runs back to back, the source first and last; the "
+              "source's last run measures the engine's drift over the sequence):", "",
+              "| seed | run | started (min) | measured (req/s) | simulated | theory | engine speed vs the first run |",
+              "|---|---|---|---|---|---|---|"]
+        for seed, one in ones.items():
+            for x in one["runs"]:
+                L.append(f"| {seed} | {x['dir']}{' (calibrated here)' if x.get('calibrated_here') else ''} "
+                         f"| {x.get('started_min', '-')} | {x['mu_measured']:.3f} | {_pct(x.get('err_sim'))} "
+                         f"| {_pct(x.get('err_theory'))} "
+                         f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} |")
     L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
@@ -653,6 +754,12 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="keep the shapes already in each seed's fidelity.json (a run cut short goes on where it "
                          "stopped; a shape cut short is set aside as <shape>.partial-<time>/ and run again)")
+    ap.add_argument("--one-server", action="store_true",
+                    help="only the cross-shape check on ONE server (needs --cross-shape SOURCE): every shape's "
+                         "saturation run back to back, SOURCE first and again last, calibrated on the first "
+                         "(and its profile), each run's capacity predicted from it; the host's drift between "
+                         "servers an hour apart taken out (OUT[/seed<k>]/one-server/, one_server.json, and "
+                         "cross_shape_one_server in fidelity.json)")
     ap.add_argument("--analyze-only", action="store_true",
                     help="no server: redo the cross-shape check (with --cross-shape) and the acceptance summary on the "
                          "saved runs of --out (and --seeds)")
@@ -674,6 +781,8 @@ def main(argv=None) -> int:
         ap.error(f"--shapes: unknown {', '.join(sorted(set(shapes) - set(SHAPES)))} (of {', '.join(SHAPES)})")
     if a.cross_shape is not None and a.cross_shape not in shapes:
         ap.error(f"--cross-shape {a.cross_shape}: not among --shapes {a.shapes}")
+    if a.one_server and a.cross_shape is None:
+        ap.error("--one-server: give the calibration's shape with --cross-shape SOURCE")
     if not 0 < a.margin < 1:
         ap.error("--margin: between 0 and 1")
     seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]
@@ -701,6 +810,22 @@ def main(argv=None) -> int:
         return finish(out, by_seed, a.json)
     SERVER["num_gpu_blocks_override"] = a.kv_blocks
     model_dir, work, version = engine_setup(a.model)
+    if a.one_server:
+        by_seed = {}
+        for seed in seeds:
+            so = seed_dir(out, seed, seeds)
+            so.mkdir(parents=True, exist_ok=True)
+            fj = so / "fidelity.json"
+            results = json.loads(fj.read_text()) if fj.exists() else {
+                "vllm": version, "model": MODEL, "server": SERVER, "seed": seed, "step_model": a.step_model,
+                "shapes": {}}
+            print(f"seed {seed}, one server, step model {a.step_model}: {so}/one-server/", flush=True)
+            results["cross_shape_one_server"] = one_server_cross_shape(
+                a, shapes, a.cross_shape, lambda shape, s=seed: seed_of(shape, s), so, model_dir, work)
+            results["acceptance"] = acceptance({seed: results})
+            fj.write_text(json.dumps(results, indent=2, default=str))
+            by_seed[seed] = results
+        return finish(out, by_seed, a.json)
     if a.probe_only:
         with open_server(model_dir, work, out / "probe-server.log") as srv:
             for shape in shapes:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from llmqueue.engine import EngineConfig, simulate
+from llmqueue.engine.options import SimOptions
 from llmqueue.engine.reference import ReferenceReplica
 from llmqueue.engine.replica import Replica
 from llmqueue.engine.request import Request
@@ -110,6 +111,29 @@ def test_a_fed_stream_holds_only_the_requests_in_flight():
     alive = sum(isinstance(o, Request) for o in gc.get_objects())
     assert alive <= 10, alive
     assert peak[0] < 2000  # a stable run: a few hundred in the system at once
+
+
+@pytest.mark.parametrize("retry", [False, True])
+def test_simulate_leaves_no_reference_cycle_holding_its_requests(retry):
+    """After ``simulate`` returns, its requests are freed by reference counting: no cycle (the
+    replica and its departures callback, a retry resubmitting to the replica) keeps them for the
+    cycle collector to find, which costs a walk over every request of the run."""
+    reqs = Workload("poisson:40", prompt="uniform:10:400", output="uniform:10:200").generate(seed=2, n=3000)
+    cfg = EngineConfig.from_capacity(4000, max_num_batched_tokens=512)
+    opts = SimOptions(horizon_s=60.0, timeout_s={"default": 5.0},
+                      retry=(lambda rid, attempt, status, t: t + 1.0 if attempt < 2 else None) if retry else None)
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        res = simulate(cfg, 0.02, reqs, options=opts)
+        found = gc.collect()  # objects only the cycle collector could free
+    finally:
+        if was:
+            gc.enable()
+    assert len(res.requests["request_id"]) > 2000  # the arrivals of the 60-s horizon
+    assert not retry or (res.requests["attempt"] > 1).any()
+    assert found < 100, found
 
 
 def test_the_readme_example_of_a_replica_on_a_shared_clock_runs_as_printed(capsys):

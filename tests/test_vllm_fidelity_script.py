@@ -337,3 +337,54 @@ def test_take_profile_profiles_a_server_over_http(tmp_path):
     for c in doc["decode"]:
         n = c["batch"]
         assert model.base(0, n, int(n * c["context_tokens"])) == pytest.approx(steps[n], rel=0.10), c
+
+
+def test_one_server_cross_shape_runs_every_shape_on_one_server(tmp_path, capsys):
+    """``--one-server``: the saturation runs back to back on one server (the source first and last),
+    one profile after the first, every run predicted from the first run's calibration. On an engine
+    that does not drift, each shape's capacity is predicted within the bar and the source's second
+    run (its own stream again) within a per cent or two."""
+    mod = load_script()
+    calls = simulated_lab(mod, tmp_path)
+    out = tmp_path / "out"
+    assert mod.main(["--out", str(out), "--shapes", "balanced,decode", "--step-model", "profile",
+                     "--cross-shape", "balanced", "--one-server", *QUICK]) == 0
+    text = capsys.readouterr().out
+    assert calls["runs"] == ["0-balanced", "1-decode", "2-balanced"]
+    assert calls["profiles"] == [out / "one-server" / "profile"]
+    one = json.loads((out / "fidelity.json").read_text())["cross_shape_one_server"]
+    assert one == json.loads((out / "one_server.json").read_text())
+    assert [x["shape"] for x in one["runs"]] == ["balanced", "decode", "balanced"]
+    assert one["step_time"].startswith(f"profile:{out / 'one-server' / 'profile'}:scale=")
+    for x in one["runs"]:
+        assert abs(x["err_sim"]) < 0.05, x
+        assert x["engine_speed_ratio"] == pytest.approx(1.0, abs=0.02)
+    # the second balanced run replays the first's stream on the same engine: the same capacity
+    assert one["runs"][2]["mu_measured"] == pytest.approx(one["runs"][0]["mu_measured"], rel=1e-6)
+    assert "| cross-shape capacity, simulator, one server | 5 % | 1 of 1 | PASS |" in text
+    assert "| 1-decode |" in text
+
+
+def test_one_server_cross_shape_reports_a_drifting_engine(tmp_path, capsys):
+    """The engine slows by 10 % for the decode shape's run on the one server: the bar fails by
+    that much, and the drift column says so."""
+    mod = load_script()
+    simulated_lab(mod, tmp_path, slower={"1-decode": 1.10})
+    out = tmp_path / "out"
+    assert mod.main(["--out", str(out), "--shapes", "balanced,decode", "--step-model", "profile",
+                     "--cross-shape", "balanced", "--one-server", *QUICK]) == 0
+    text = capsys.readouterr().out
+    runs = json.loads((out / "one_server.json").read_text())["runs"]
+    assert runs[1]["err_sim"] == pytest.approx(0.10, abs=0.03)
+    assert runs[1]["engine_speed_ratio"] == pytest.approx(1.10, abs=0.02)
+    assert abs(runs[2]["err_sim"]) < 0.03
+    assert "| cross-shape capacity, simulator, one server | 5 % | 0 of 1 | FAIL |" in text
+
+
+def test_one_server_needs_the_source_shape(tmp_path, capsys):
+    mod = load_script()
+    simulated_lab(mod, tmp_path)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--out", str(tmp_path / "out"), "--shapes", "balanced,decode", "--one-server"])
+    assert e.value.code == 2
+    assert "--one-server: give the calibration's shape with --cross-shape SOURCE" in capsys.readouterr().err
