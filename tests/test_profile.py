@@ -17,7 +17,10 @@ from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 
 STEPS = {1: 0.015, 2: 0.018, 4: 0.022, 8: 0.030}   # the stub's decode step (s) at n running requests
-FIRST_S, PER_TOKEN_S = 0.020, 2e-5                  # its TTFT: 20 ms + 20 us per prompt token
+FIRST_S, PER_TOKEN_S = 0.080, 5e-5                  # its TTFT: 80 ms + 50 us per prompt token
+# (a TTFT as the client sees it also holds the HTTP round trip and the stub's sleeps overshooting,
+# 1.3-2.2 ms on this machine when it is busy: against 20 ms + 20 us a token that came to 6 % of a
+# 16-token TTFT and of the per-token slope, past the 5 % bar; against these, under 3 %)
 PREFILL_LENGTHS = (16, 256, 1024)
 
 

@@ -377,8 +377,16 @@ def test_one_server_cross_shape_reports_a_drifting_engine(tmp_path, capsys):
     runs = json.loads((out / "one_server.json").read_text())["runs"]
     assert runs[1]["err_sim"] == pytest.approx(0.10, abs=0.03)
     assert runs[1]["engine_speed_ratio"] == pytest.approx(1.10, abs=0.02)
+    assert abs(runs[1]["err_sim_speed_matched"]) < 0.03  # with the run's own speed put in: right
     assert abs(runs[2]["err_sim"]) < 0.03
     assert "| cross-shape capacity, simulator, one server | 5 % | 0 of 1 | FAIL |" in text
+    # --analyze-only --rejudge predicts the saved one-server runs again: the same figures
+    saved = json.loads((out / "fidelity.json").read_text())["cross_shape_one_server"]["runs"]
+    assert mod.main(["--out", str(out), "--shapes", "balanced,decode", "--analyze-only", "--rejudge"]) == 0
+    again = json.loads((out / "fidelity.json").read_text())["cross_shape_one_server"]["runs"]
+    assert [x["err_sim"] for x in again] == pytest.approx([x["err_sim"] for x in saved], abs=1e-9)
+    assert [x["err_sim_speed_matched"] for x in again[1:]] == pytest.approx(
+        [x["err_sim_speed_matched"] for x in saved[1:]], abs=1e-9)
 
 
 def test_one_server_needs_the_source_shape(tmp_path, capsys):
