@@ -427,7 +427,6 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
     error is the engine's own drift over the sequence, the noise floor of the check. Written to
     ``so / "one_server.json"`` after each run (the runs in ``so / "one-server" / "<k>-<shape>"``)."""
     from llmqueue.bench.calibrate import calibrate, load_calibration, write_calibration
-    from llmqueue.bench.validate import validate
 
     od = so / "one-server"
     od.mkdir(parents=True, exist_ok=True)
@@ -458,21 +457,33 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
                 if not c.get(f"step_time_{a.step_model}"):
                     raise SystemExit(f"one server: the calibration has no {a.step_model} step model")
                 res.update(step_time=c[f"step_time_{a.step_model}"], b=c["b"], M=c["capacity_tokens"])
-            v = validate(rd, c, step_model=a.step_model, horizon_s=window[1], speed_band=0.0)
-            meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
-            mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
-            mu_th = v["capacity"]["theory"]
-            run.update(mu_measured=meas, mu_sim=mu_sim, err_sim=(mu_sim - meas) / meas if mu_sim else None,
-                       mu_theory=mu_th, err_theory=(mu_th - meas) / meas, calibrated_here=k == 0)
-            if a.step_model == "profile":  # a diagnosis: the engine's speed on this run against the first
-                run.update(one_server_speed_matched(rd, c, window, res["runs"][0] if res["runs"] else None))
+            run.update(one_server_predict(rd, c, window, a.step_model, res["runs"][0] if res["runs"] else None),
+                       calibrated_here=k == 0)
             res["runs"].append(run)
             path.write_text(json.dumps(res, indent=2, default=str))
-            print(f"one server, {k}-{shape}: measured {meas:.3f} req/s, sim ({a.step_model}) {_pct(run['err_sim'])}, "
+            print(f"one server, {k}-{shape}: measured {run['mu_measured']:.3f} req/s, sim ({a.step_model}) {_pct(run['err_sim'])}, "
                   f"theory {_pct(run['err_theory'])}"
                   + (f", engine x{run['engine_speed_ratio']:.3f} of the first run" if run.get("engine_speed_ratio")
                      else ""), flush=True)
     return res
+
+
+def one_server_predict(run_dir: Path, c: dict, window, step_model: str, first: dict | None) -> dict:
+    """One run of the one-server sequence predicted from the calibration ``c``: its measured
+    capacity in ``window``, the simulated one with ``step_model`` and theory's, with their errors;
+    with the profile model also the speed-matched diagnosis against the sequence's ``first`` run
+    (None: this is the first)."""
+    from llmqueue.bench.validate import validate
+
+    v = validate(run_dir, c, step_model=step_model, horizon_s=window[1], speed_band=0.0)
+    meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
+    mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+    mu_th = v["capacity"]["theory"]
+    out = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas if mu_sim else None,
+           "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas}
+    if step_model == "profile":  # a diagnosis: the engine's speed on this run against the first
+        out.update(one_server_speed_matched(run_dir, c, window, first))
+    return out
 
 
 def one_server_speed_matched(run_dir: Path, c: dict, window, first: dict | None) -> dict:
@@ -497,21 +508,13 @@ def one_server_speed_matched(run_dir: Path, c: dict, window, first: dict | None)
 def one_server_rejudge(so: Path, one: dict) -> None:
     """The saved one-server runs of ``so`` predicted again with the current code (in place)."""
     from llmqueue.bench.calibrate import load_calibration
-    from llmqueue.bench.validate import validate
 
     od = so / "one-server"
     c = load_calibration(od / "calibration.yaml")
     c["capacity_tokens"] = one["M"]
     for k, run in enumerate(one["runs"]):
-        rd = od / run["dir"]
-        window = tuple(run["window"])
-        v = validate(rd, c, step_model=one["step_model"], horizon_s=window[1], speed_band=0.0)
-        meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
-        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
-        run.update(mu_measured=meas, mu_sim=mu_sim, err_sim=(mu_sim - meas) / meas if mu_sim else None,
-                   mu_theory=v["capacity"]["theory"], err_theory=(v["capacity"]["theory"] - meas) / meas)
-        if one["step_model"] == "profile":
-            run.update(one_server_speed_matched(rd, c, window, one["runs"][0] if k else None))
+        run.update(one_server_predict(od / run["dir"], c, tuple(run["window"]), one["step_model"],
+                                      one["runs"][0] if k else None))
 
 
 def decode_only_level(run_dir: Path, c: dict, window) -> float | None:

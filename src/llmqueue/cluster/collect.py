@@ -15,7 +15,7 @@ from llmqueue.cluster.events import KV, SAMPLE
 from llmqueue.cluster.pool import PROVISIONING
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.replica import stack_columns
-from llmqueue.engine.run import SimResult, merge_by_seq, request_columns
+from llmqueue.engine.run import SimResult, merge_by_seq, with_seq
 
 
 
@@ -111,9 +111,8 @@ class FleetRecords:
     def _columns(self, rows: list) -> dict:
         """Record columns (and ``seq``) of ``rows``: (pool index, replica id, request)."""
         reqs = [q for _, _, q in rows]
-        req = request_columns(reqs)
+        req = with_seq(reqs)
         req["replica"] = np.fromiter((i for _, i, _ in rows), np.int64, len(rows))
-        req["seq"] = np.fromiter((q.seq for q in reqs), np.int64, len(rows))
         if not (req["status"] == "ok").all():  # only a failed request has a reason
             for q in reqs:
                 if q.reason:

@@ -160,7 +160,7 @@ class Replica:
         self._arrivals: list = []     # submitted requests: (arrival_time, retry?, seq, request)
         self._stream: RequestStream | None = None  # a fed stream, read a chunk at a time
         self._st_chunk = 0
-        self._st_times: list[float] = []
+        self._st_times: list[float] = []  # the loaded chunk's arrival times (its lists' [1], kept at hand)
         self._st_lists: ChunkLists | None = None  # the loaded chunk's columns (RequestStream.lists)
         self._st_pos = 0
         self._st_next = math.inf      # the stream's next arrival time

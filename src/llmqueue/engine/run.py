@@ -100,7 +100,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
 
         rows = sorted([*done, *left], key=attrgetter("seq"))
         if chunks:
-            req = merge_by_seq([_with_seq(rows), *chunks], fill={"replica": 0})
+            req = merge_by_seq([with_seq(rows), *chunks], fill={"replica": 0})
         else:
             req = request_columns(rows)
         if reference:
@@ -139,7 +139,7 @@ class _Departures:
         done = self.done
         done.append(r)
         if len(done) == RECORD_BATCH:
-            self.chunks.append(_with_seq(done))
+            self.chunks.append(with_seq(done))
             done.clear()
         if r.outcome != "ok" and self.retry is not None:
             t_next = self.retry(r.request_id, r.attempt, r.outcome, r.finish_time)
@@ -212,7 +212,8 @@ def request_columns(rows: list[Request], replica: int = 0) -> dict:
     }
 
 
-def _with_seq(rows: list[Request]) -> dict:
+def with_seq(rows: list[Request]) -> dict:
+    """Request columns of ``rows`` (:func:`request_columns`) with their ``seq`` (for :func:`merge_by_seq`)."""
     return {**request_columns(rows), "seq": np.array([r.seq for r in rows], dtype=np.int64)}
 
 
