@@ -10,8 +10,9 @@ server, figures in docs/benchmarks.md). Why the gate here is this wide: this tin
 take 8-18 ms, and on a 2-core AMD EPYC VM a single cell of either side moves by 10-12 % between
 runs a minute apart; and its decode step at batch 4 ran *faster* than at batch 2 (8.3-8.5 ms
 against 9.8-10.9 ms, in the profile and the held-out runs alike), which the profile's monotone
-model cannot follow: it pools the two, and batch 4 came out +13 to +22 % in six runs. Over those
-six runs the worst cell was +22.0 % and the worst median of absolute errors 13.1 % (11.4 % with
+model cannot follow: it pools the two, and batch 4 came out +13 to +22 % in six runs
+(+6.1 % in a seventh). Over those
+seven runs the worst cell was +22.0 % and the worst median of absolute errors 13.1 % (11.4 % with
 the bracketing below). The held-out runs bracket the profile (one pass before it, one after,
 after a warm-up level) so that a drift of the engine's speed over the test, or a fresh server
 warming up, moves both sides alike (held out after the profile only, two runs were biased +10 %
