@@ -223,6 +223,24 @@ def probe(srv, sd: Path, prompt: str, seed: int) -> float:
     return cal.frontend_latency_s
 
 
+def capacity(v: dict, which: str = "simulated"):
+    """A validation's capacity figure ``which`` (measured, simulated): from its capacity block, else
+    its first row (the saturation run's completion rate)."""
+    return v["capacity"].get(which) or v["rows"][0][which]
+
+
+def speed_matched(run_dir: Path, c: dict, window, r: float, meas: float) -> dict:
+    """A diagnosis beside a cross-shape bar: the run's capacity simulated with ``c``'s profile
+    rescaled by ``r`` (the engine's speed on this run relative to the calibration's), against the
+    measured ``meas``."""
+    from llmqueue.bench.validate import validate
+
+    v = validate(run_dir, dict(c, step_time_profile=rescale_spec(c["step_time_profile"], r)), step_model="profile",
+                 horizon_s=window[1], speed_band=0.0)
+    mu = capacity(v)
+    return {"engine_speed_ratio": r, "mu_sim_speed_matched": mu, "err_sim_speed_matched": (mu - meas) / meas if mu else None}
+
+
 def verdict_kind(v) -> str:
     """A verdict's kind: ``stable``, ``unstable`` (also "overloaded"), ``metastable`` (the simulator
     near the preemption cliff), ``indeterminate`` (theory) or the text before its first colon."""
@@ -305,11 +323,11 @@ def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors
         if not c.get(f"step_time_{a.step_model}"):
             raise SystemExit(f"{shape}: the calibration has no {a.step_model} step model (no step records?)")
         v_sat = validate(sd / "sat", c, horizon_s=window[1], speed_band=0.0)  # the saturated part, not the drain
-        mu_meas = v_sat["capacity"]["measured"] or v_sat["rows"][0]["measured"]
+        mu_meas = capacity(v_sat, "measured")
         row.update(lam_sat=lam_sat, sat_window=window, mu_measured=mu_meas, M=c["capacity_tokens"], b=cal.b,
                    b_cv=cal.itl_cv, linear=cal.linear, step_time=c["step_time"], profile_scale=c.get("profile_scale"),
                    mu_theory=v_sat["capacity"]["theory"],
-                   mu_sim=v_sat["capacity"].get("simulated") or v_sat["rows"][0]["simulated"],
+                   mu_sim=capacity(v_sat),
                    sat_verdict=v_sat["verdicts"]["measured"])
         row["err_theory"] = (row["mu_theory"] - mu_meas) / mu_meas
         row["err_sim"] = (row["mu_sim"] - mu_meas) / mu_meas if row["mu_sim"] else None
@@ -318,7 +336,7 @@ def shape_protocol(a, shape: str, seed: int, out: Path, model_dir, work, factors
         for name in ("linear", "profile"):
             if c.get(f"step_time_{name}"):
                 v = validate(sd / "sat", c, step_model=name, horizon_s=window[1], speed_band=0.0)
-                mu = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+                mu = capacity(v)
                 row["capacity_sim"][name] = {"mu": mu, "err": (mu - mu_meas) / mu_meas if mu else None}
         runs = {}
         for f in factors:
@@ -379,7 +397,7 @@ def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
         window = row["sat_window"]
         v = validate(out / shape / "sat", c, step_model=step_model, horizon_s=window[1], speed_band=0.0)
         meas = row["mu_measured"]
-        mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+        mu_sim = capacity(v)
         mu_th = v["capacity"]["theory"]
         res["shapes"][shape] = x = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas,
                                     "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas,
@@ -387,11 +405,7 @@ def cross_shape(out: Path, rows: dict, source: str, step_model: str) -> dict:
         if lev.get(shape) and lev.get(source):
             # a diagnosis, not the bar: the engine's own speed on this shape's run (its decode-only steps, the
             # same composition on every shape) relative to the source's, put into the source's calibration
-            r = lev[shape] / lev[source]
-            c2 = dict(c, step_time_profile=rescale_spec(c["step_time_profile"], r))
-            v2 = validate(out / shape / "sat", c2, step_model=step_model, horizon_s=window[1], speed_band=0.0)
-            mu2 = v2["capacity"].get("simulated") or v2["rows"][0]["simulated"]
-            x.update(engine_speed_ratio=r, mu_sim_speed_matched=mu2, err_sim_speed_matched=(mu2 - meas) / meas)
+            x.update(speed_matched(out / shape / "sat", c, window, lev[shape] / lev[source], meas))
     return res
 
 
@@ -524,32 +538,24 @@ def one_server_predict(run_dir: Path, c: dict, window, step_model: str, first: d
     from llmqueue.bench.validate import validate
 
     v = validate(run_dir, c, step_model=step_model, horizon_s=window[1], speed_band=0.0)
-    meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
-    mu_sim = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
+    meas, mu_sim = capacity(v, "measured"), capacity(v)
     mu_th = v["capacity"]["theory"]
     out = {"mu_measured": meas, "mu_sim": mu_sim, "err_sim": (mu_sim - meas) / meas if mu_sim else None,
            "mu_theory": mu_th, "err_theory": (mu_th - meas) / meas}
     if step_model == "profile" and speed:  # a diagnosis: the engine's speed on this run against the first
-        out.update(one_server_speed_matched(run_dir, c, window, first))
+        out.update(one_server_speed_matched(run_dir, c, window, first, meas))
     return out
 
 
-def one_server_speed_matched(run_dir: Path, c: dict, window, first: dict | None) -> dict:
+def one_server_speed_matched(run_dir: Path, c: dict, window, first: dict | None, meas: float) -> dict:
     """A diagnosis beside the one-server bar: the engine's speed on this run relative to the
     sequence's first run (from the decode-only steps, :func:`decode_only_level`), and the capacity
     predicted with that speed put into the calibration (``err_sim_speed_matched``)."""
-    from llmqueue.bench.validate import validate
-
     lev = decode_only_level(run_dir, c, window)
     out: dict = {"decode_level": lev}
     lev0 = first.get("decode_level") if first is not None else lev
     if lev and lev0:
-        r = out["engine_speed_ratio"] = lev / lev0
-        c2 = dict(c, step_time_profile=rescale_spec(c["step_time_profile"], r))
-        v = validate(run_dir, c2, step_model="profile", horizon_s=window[1], speed_band=0.0)
-        mu = v["capacity"].get("simulated") or v["rows"][0]["simulated"]
-        meas = v["capacity"]["measured"] or v["rows"][0]["measured"]
-        out.update(mu_sim_speed_matched=mu, err_sim_speed_matched=(mu - meas) / meas if mu else None)
+        out.update(speed_matched(run_dir, c, window, lev / lev0, meas))
     return out
 
 
@@ -660,18 +666,16 @@ def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
                                    "value": x.get("err_sim"), "bar": bars["cross_shape_sim"]})
         else:
             why.append(f"seed {seed}: no cross-shape check (--cross-shape)")
-        one = res.get("cross_shape_one_server")
-        for shape, x in ((one or {}).get("pooled") or {}).get("shapes", {}).items():
-            if shape != one["source"]:  # mirrored: each shape's two runs pooled, against the source's pooled level
+        one = res.get("cross_shape_one_server") or {}
+        if one.get("pooled"):  # mirrored: each shape's two runs pooled, against the source's pooled level
+            judged, how = list(one["pooled"]["shapes"].items()), ", mirrored runs pooled"
+        else:  # each run against the first run's calibration; the source's second run is the drift floor
+            judged, how = [(x["shape"], x) for x in one.get("runs", [])[1:]], ""
+        for shape, x in judged:
+            if shape != one["source"]:
                 checks.append({"group": "cross_shape_one_server", "seed": seed, "shape": shape,
-                               "what": f"simulated capacity from {one['source']}'s calibration on the same server, "
-                                       f"mirrored runs pooled ({one['step_model']})", "value": x.get("err_sim"),
-                               "bar": bars["cross_shape_sim"]})
-        for x in [] if (one or {}).get("pooled") else (one or {}).get("runs", [])[1:]:
-            if x["shape"] != one["source"]:  # the source's own second run is the drift floor, not a check
-                checks.append({"group": "cross_shape_one_server", "seed": seed, "shape": x["shape"],
-                               "what": f"simulated capacity from {one['source']}'s calibration on the same server "
-                                       f"({one['step_model']})", "value": x.get("err_sim"),
+                               "what": f"simulated capacity from {one['source']}'s calibration on the same server"
+                                       f"{how} ({one['step_model']})", "value": x.get("err_sim"),
                                "bar": bars["cross_shape_sim"]})
     for c in checks:
         if "ok" not in c:
@@ -695,6 +699,13 @@ def acceptance(by_seed: dict, bars: dict = BARS) -> dict:
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def _speed_cells(x: dict) -> str:
+    """The two diagnosis cells of a cross-shape row: the engine's speed against the source's, and
+    the prediction with that speed put in."""
+    speed = _pct(x["engine_speed_ratio"] - 1) if x.get("engine_speed_ratio") else "-"
+    return f"| {speed} | {_pct(x.get('err_sim_speed_matched'))} |"
 
 
 def acceptance_text(acc: dict, by_seed: dict) -> str:
@@ -726,9 +737,7 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
             cap = (row.get("capacity_sim") or {}).get(sm) or {}
             x = cs.get(shape) or {}
             L.append(f"| {seed} | {shape} | {row['mu_measured']:.3f} | {_pct(row.get('err_theory'))} | {_pct(cap.get('err'))} "
-                     f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} "
-                     f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
-                     f"| {_pct(x.get('err_sim_speed_matched'))} |")
+                     f"| {_pct(x.get('err_sim'))} | {_pct(x.get('err_theory'))} " + _speed_cells(x))
     ones = {seed: res["cross_shape_one_server"] for seed, res in by_seed.items() if res.get("cross_shape_one_server")}
     if ones:
         L += ["", "Cross-shape on one server (the saturation runs back to back, the source first and last; the "
@@ -740,9 +749,7 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
             for x in one["runs"]:
                 L.append(f"| {seed} | {x['dir']}{' (calibrated here)' if x.get('calibrated_here') else ''} "
                          f"| {x.get('started_min', '-')} | {x['mu_measured']:.3f} | {_pct(x.get('err_sim'))} "
-                         f"| {_pct(x.get('err_theory'))} "
-                         f"| {_pct(x['engine_speed_ratio'] - 1) if x.get('engine_speed_ratio') else '-'} "
-                         f"| {_pct(x.get('err_sim_speed_matched'))} |")
+                         f"| {_pct(x.get('err_theory'))} " + _speed_cells(x))
         pooled = {seed: one["pooled"] for seed, one in ones.items() if one.get("pooled")}
         if pooled:
             L += ["", "Mirrored on one server (each shape's two runs pooled; the source's two runs calibrating at "
@@ -751,9 +758,9 @@ def acceptance_text(acc: dict, by_seed: dict) -> str:
                   "|---|---|---|---|---|---|"]
             for seed, pl in pooled.items():
                 for shape, x in pl["shapes"].items():
+                    sim = f"{x['mu_sim']:.3f}" if x["mu_sim"] else "-"
                     L.append(f"| {seed} | {shape} | {x['mu_measured']:.3f} | {_pct(x['measured_spread'])} "
-                             f"| {x['mu_sim']:.3f} | {_pct(x['err_sim'])} |" if x["mu_sim"] else
-                             f"| {seed} | {shape} | {x['mu_measured']:.3f} | {_pct(x['measured_spread'])} | - | - |")
+                             f"| {sim} | {_pct(x['err_sim'])} |")
     L += ["", "| seed | shape, load | TTFT p50 (ms) | TTFT p99 | TPOT p50 | TPOT p99 |", "|---|---|---|---|---|---|"]
     for seed, res in by_seed.items():
         sm = res.get("step_model", "linear")
