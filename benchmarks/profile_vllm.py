@@ -6,9 +6,13 @@ model against held-out decode steps.
 2. Profile it (:func:`llmqueue.bench.profile.run_profile`, the ``llmqueue profile`` command):
    decode ladders at two prompt lengths, prefill probes, within ``--budget`` seconds.
 3. Held out: separate closed-loop runs at concurrency 1, 2, 4 and 30 with a prompt length the
-   profile did not use (200 tokens, between its two) and a longer output, three rounds over the
-   four; for each, the median cycle of the pure-decode steps of exactly that many sequences in
-   the iteration log (pooled over the rounds: the engine's speed wanders by 5-15 % over seconds).
+   profile did not use (200 tokens, between its two) and a longer output, four rounds over the
+   four, two before the profile and two after it (after a warm-up level), so that the held-out
+   runs are centred on the profile in time: a drift of the engine's speed over the benchmark moves
+   both sides alike (held out after the profile only, the engine's 10 % wander over minutes on the
+   AMD host fell on one side); for each batch, the median cycle of the pure-decode steps of
+   exactly that many sequences in the iteration log (pooled over the rounds: the engine's speed
+   wanders by 5-15 % over seconds).
 4. Compare: the profile model's decode step at that batch and the run's mean per-sequence
    context, against the measured median (acceptance: within 10 %). The linear model of a
    saturation run is what this replaces; a line through the profile's own cells
@@ -32,17 +36,18 @@ from pathlib import Path
 MODEL = dict(hidden_size=512, num_layers=4, heads=8, kv_heads=4, vocab_size=4096, max_position_embeddings=2048, seed=0)
 SERVER = dict(block_size=32, max_num_seqs=64, max_num_batched_tokens=1024, max_model_len=1024, kvcache_space_gib=1)
 HELD_OUT = (1, 2, 4, 30)
-HELD_PROMPT, HELD_OUTPUT, HELD_REPEATS = 200, 128, 3
+HELD_PROMPT, HELD_OUTPUT, HELD_ROUNDS = 200, 128, (2, 2)  # rounds before and after the profile
 
 
-def held_out(url, model, server_log, out: Path, *, M, batches=HELD_OUT, prompt=HELD_PROMPT, output=HELD_OUTPUT,
-             repeats=HELD_REPEATS, vocab_size=None) -> list[dict]:
-    """The held-out closed-loop runs (``repeats`` rounds over the batches, interleaved): per batch,
-    the measured decode step (the logged cycles of its pure-decode steps, pooled; and the ITL)."""
+def held_out(url, model, server_log, out: Path, *, M, rounds=range(3), batches=HELD_OUT, prompt=HELD_PROMPT,
+             output=HELD_OUTPUT, vocab_size=None, runs: dict | None = None) -> list[dict]:
+    """The held-out closed-loop runs (the ``rounds`` over the batches, interleaved), added to
+    ``runs``: per batch, the measured decode step of every round so far (the logged cycles of its
+    pure-decode steps, pooled; and the ITL)."""
     from llmqueue.bench.profile import measure_level, pool_cells
 
-    runs: dict = {}
-    for k in range(repeats):
+    runs = {} if runs is None else runs
+    for k in rounds:
         for c in batches:
             notes: list = []
             cell = measure_level(url, model, prompt, c, output, out / f"heldout-b{c}" / f"round{k + 1}",
@@ -100,15 +105,25 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "server.log"
     t0 = time.monotonic()
+    before, after = HELD_ROUNDS
+    runs: dict = {}
     with VllmServer(model_dir, work_dir=work, log_path=log, **SERVER) as srv:
         started = time.monotonic() - t0
+        from llmqueue.bench.profile import measure_level
+
+        print("  warm-up and held-out runs before the profile", file=sys.stderr, flush=True)
+        measure_level(srv.url, srv.model, HELD_PROMPT, HELD_OUT[-1], 32, out / "warm-up", server_log=log,
+                      vocab_size=MODEL["vocab_size"], seed=3, progress=False)
+        held_out(srv.url, srv.model, log, out, M=None, rounds=range(before), vocab_size=MODEL["vocab_size"],
+                 runs=runs)
         prof = run_profile(srv.url, srv.model, out / "profile", contexts=[int(x) for x in a.contexts.split(",")],
                            output_tokens=a.output_tokens, budget_s=a.budget, server_log=log,
                            vocab_size=MODEL["vocab_size"],
                            on_level=lambda text, total: print(f"  profile: {text}", file=sys.stderr, flush=True))
         server = json.loads((out / "profile" / "server.json").read_text())
-        print("  held-out runs", file=sys.stderr, flush=True)
-        cells = held_out(srv.url, srv.model, log, out, M=server.get("M_usable"), vocab_size=MODEL["vocab_size"])
+        print("  held-out runs after the profile", file=sys.stderr, flush=True)
+        cells = held_out(srv.url, srv.model, log, out, M=server.get("M_usable"), rounds=range(before, before + after),
+                         vocab_size=MODEL["vocab_size"], runs=runs)
     model = parse_step_time(f"profile:{out / 'profile'}")
     rows = compare(model, cells, linear_through(prof["decode"]))
     result = {"server_start_s": round(started, 1), "profile_elapsed_s": prof["elapsed_s"], "budget_s": a.budget,

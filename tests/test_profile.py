@@ -97,6 +97,63 @@ def test_noisy_measurements_are_made_monotone(tmp_path):
     assert v[0] == v[1] == pytest.approx(0.0115) and v[3] == pytest.approx(0.015)
 
 
+def test_a_dip_beyond_the_noise_is_kept_and_one_within_it_pooled(tmp_path):
+    """An engine whose batch-4 step is faster than batch 2's (vLLM CPU on an AMD EPYC: 6.6 against
+    8.5 ms in both passes) keeps its dip when the passes agree; the same dip between passes that
+    disagree by more is pooled, and so is a small dip and any dip of a one-pass profile."""
+    from llmqueue.engine.profile_step import cell_sd, level_noise, pool_within_noise
+    from llmqueue.engine.step_time import parse_step_time
+
+    def cell(b, t, passes):
+        return {"prompt_tokens": 64, "context_tokens": 96, "batch": b, "median_s": t, "count": 400,
+                "p25_s": 0.97 * t, "p75_s": 1.03 * t, "pass_medians_s": [t * x for x in passes]}
+
+    steady = (0.98, 1.02)  # passes 4 % apart: a level's standard error 2 %
+    pts = [(1, 0.0090), (2, 0.0103), (4, 0.0084), (8, 0.0110), (16, 0.0150)]
+    doc = _doc([])
+    doc["decode"] = [cell(b, t, steady) for b, t in pts]
+    assert level_noise(doc["decode"]) == pytest.approx(0.02)
+    m = parse_step_time(f"profile:{_write(tmp_path / 'a', doc)}")
+    for b, t in pts:
+        assert m.base(0, b, 96 * b) == pytest.approx(t, rel=1e-12)   # every point kept, the dip too
+    assert 0.0084 <= m.base(0, 3, 288) <= 0.0103                    # between 2 and 4: no overshoot
+
+    wander = (0.8, 1.2)  # passes 40 % apart: standard error 20 %, the same dip is noise
+    doc["decode"] = [cell(b, t, wander) for b, t in pts]
+    m = parse_step_time(f"profile:{_write(tmp_path / 'b', doc)}")
+    v2, v4 = m.base(0, 2, 192), m.base(0, 4, 384)
+    assert v2 == pytest.approx(v4) and v2 == pytest.approx((0.0103 + 0.0084) / 2)
+
+    # one pass: the engine's wander between levels cannot be told from a dip, every dip is pooled
+    doc["decode"] = [{k: v for k, v in cell(b, t, steady).items() if k != "pass_medians_s"} for b, t in pts]
+    assert level_noise(doc["decode"]) is None
+    m = parse_step_time(f"profile:{_write(tmp_path / 'c', doc)}")
+    assert m.base(0, 2, 192) == pytest.approx(m.base(0, 4, 384)) == pytest.approx((0.0103 + 0.0084) / 2)
+
+    # a 4 % dip between steady passes: within two standard errors (2 x 2.9 %), pooled
+    y = [0.0100, 0.0096]
+    sd = [cell_sd(cell(1, t, steady), 0.02) for t in y]
+    np.testing.assert_allclose(pool_within_noise(y, None, sd), [0.0098, 0.0098])
+    # no standard errors: plain pool-adjacent-violators
+    np.testing.assert_allclose(pool_within_noise([1, 3, 2, 4]), [1, 2.5, 2.5, 4])
+    # a pooled block is checked again against the block before it
+    np.testing.assert_allclose(pool_within_noise([2.0, 1.0, 1.1, 0.8], None, [0.01, 0.3, 0.3, 0.3]),
+                               [2.0, 2.9 / 3, 2.9 / 3, 2.9 / 3])
+
+
+def test_the_profile_records_each_pass_median():
+    from llmqueue.bench.profile import pool_cells
+
+    a = {"prompt_tokens": 64, "batch": 2, "_itl": np.full(10, 0.01), "_ctx": np.full(10, 80.0),
+         "_cycles": np.full(30, 0.009), "_elapsed": np.full(30, 0.008)}
+    b = {**a, "_itl": np.full(10, 0.012), "_cycles": np.full(30, 0.011)}
+    (c,) = pool_cells([a, b])
+    assert c["source"] == "iteration log" and c["pass_medians_s"] == pytest.approx([0.009, 0.011])
+    del b["_cycles"]
+    (c,) = pool_cells([a, b])
+    assert c["source"] == "inter-token latencies" and c["pass_medians_s"] == pytest.approx([0.010, 0.012])
+
+
 @pytest.mark.parametrize("content,fragment", [
     (None, "no profile"),
     ("{not json", "not a readable profile"),

@@ -451,10 +451,14 @@ def pool_cells(measured) -> list[dict]:
         ctx = np.concatenate([c["_ctx"] for c in cs])
         cell = {"prompt_tokens": int(p), "batch": int(b), "context_tokens": float(ctx.mean()), **_quartiles(itl),
                 "source": "inter-token latencies", "itl_median_s": float(np.median(itl)), "passes": len(cs)}
+        key = "_itl"
         if all("_cycles" in c for c in cs):
+            key = "_cycles"
             cyc = np.concatenate([c["_cycles"] for c in cs])
             el = np.concatenate([c["_elapsed"] for c in cs])
             cell.update(_quartiles(cyc), source="iteration log", elapsed_median_s=float(np.median(el)))
+        # each pass's own median: how far the engine's level wandered between passes (the model's noise)
+        cell["pass_medians_s"] = [float(np.median(c[key])) for c in cs]
         out.append(cell)
     return out
 
