@@ -19,7 +19,11 @@ model against held-out decode steps.
    (``c0 + c_decode n + c_ctx C`` by least squares) is printed beside it, to show what the
    concave shape is worth.
 
-Usage: python benchmarks/profile_vllm.py [--out runs/profile-vllm] [--budget 150] [--json]
+``--rejudge``: no server; the saved run in ``--out`` (its ``profile/`` and ``result.json``) priced
+again with the current model, beside the model with every dip pooled (the rule before dips were
+kept; ``monotone_ms``, ``monotone_err``).
+
+Usage: python benchmarks/profile_vllm.py [--out runs/profile-vllm] [--budget 150] [--json] [--rejudge]
 Run it alone on the machine (``flock /work/.measure.lock python benchmarks/profile_vllm.py``):
 other jobs on the two cores change the engine's speed.
 """
@@ -68,6 +72,28 @@ def linear_through(cells) -> tuple:
     return tuple(np.linalg.lstsq(X, y, rcond=None)[0])
 
 
+def rejudge(out: Path) -> dict:
+    """The saved run in ``out`` priced again: its held-out rows' measured steps against the current
+    profile model and the model with every dip pooled (``monotone``)."""
+    from llmqueue.engine.profile_step import ProfileStepTime, read_profile
+    from llmqueue.engine.step_time import parse_step_time
+
+    res = json.loads((out / "result.json").read_text())
+    model = parse_step_time(f"profile:{out / 'profile'}")
+    mono = ProfileStepTime(read_profile(out / "profile"), source=str(out / "profile"), monotone=True)
+    for r in res["held_out"]:
+        n = r["batch"]
+        C = int(round(n * r["context_per_seq"]))
+        for name, m in (("profile", model), ("monotone", mono)):
+            pred = 1e3 * m.base(0, n, C)
+            r[f"{name}_ms"], r[f"{name}_err"] = pred, pred / r["measured_ms"] - 1
+        r["err"] = r.pop("profile_err")
+    res["level_noise"] = model.level_noise
+    res["within_10pct"] = all(abs(r["err"]) <= 0.10 for r in res["held_out"])
+    res["monotone_within_10pct"] = all(abs(r["monotone_err"]) <= 0.10 for r in res["held_out"])
+    return res
+
+
 def compare(model, cells, lin=None) -> list[dict]:
     rows = []
     for c in cells:
@@ -91,7 +117,21 @@ def main() -> int:
     ap.add_argument("--contexts", default="64,512")
     ap.add_argument("--output-tokens", type=int, default=96)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rejudge", action="store_true", help="price the saved run in --out again (no server)")
     a = ap.parse_args()
+    if a.rejudge:
+        res = rejudge(Path(a.out))
+        if a.json:
+            print(json.dumps(res, indent=2))
+            return 0 if res["within_10pct"] else 1
+        noise = res["level_noise"]
+        print(f"{a.out}: level noise {'none (one pass: every dip pooled)' if noise is None else f'{100 * noise:.1f} %'}")
+        print(f"{'batch':>5} {'measured ms':>12} {'profile ms':>11} {'err':>7} {'monotone ms':>12} {'err':>7}")
+        for r in res["held_out"]:
+            print(f"{r['batch']:>5} {r['measured_ms']:>12.2f} {r['profile_ms']:>11.2f} {100 * r['err']:>+6.1f}% "
+                  f"{r['monotone_ms']:>12.2f} {100 * r['monotone_err']:>+6.1f}%")
+        print("within 10 %:", res["within_10pct"], "; monotone:", res["monotone_within_10pct"])
+        return 0 if res["within_10pct"] else 1
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
     from llmqueue.bench.profile import run_profile
     from llmqueue.engine.step_time import parse_step_time

@@ -1,8 +1,8 @@
 """``llmqueue profile`` and the ``profile:DIR`` step-time model.
 
 Against the stub server with known timings (a batch-dependent decode step, a prefill line): the
-profile recovers each decode step and the TTFT within 5 %. The model: monotone in the batch,
-through the measured points, linear in the per-sequence context, its stretches equal to its
+profile recovers each decode step and the TTFT within 5 %. The model: monotone in the batch
+within the noise (a dip beyond it kept), through the measured points, linear in the per-sequence context, its stretches equal to its
 steps; ``profile:DIR`` runs in ``simulate``; bad input is one line, exit 2.
 """
 
@@ -152,6 +152,35 @@ def test_the_profile_records_each_pass_median():
     del b["_cycles"]
     (c,) = pool_cells([a, b])
     assert c["source"] == "inter-token latencies" and c["pass_medians_s"] == pytest.approx([0.010, 0.012])
+
+
+def test_the_benchmark_rejudges_a_saved_run_with_either_rule(tmp_path):
+    """``benchmarks/profile_vllm.py --rejudge`` prices a saved run's held-out steps with the current
+    model (the dip its two passes agree on kept) and with every dip pooled."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "profile_vllm_under_test", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_vllm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pts = [(1, 0.0075), (2, 0.0085), (4, 0.0066), (8, 0.0090)]
+    doc = _doc([(64, 112, pts)])
+    for c in doc["decode"]:
+        c.update(p25_s=0.98 * c["median_s"], p75_s=1.02 * c["median_s"], count=180,
+                 pass_medians_s=[0.99 * c["median_s"], 1.01 * c["median_s"]])
+    _write(tmp_path / "profile", doc)
+    held = [{"batch": b, "context_per_seq": 112.0, "measured_ms": 1e3 * t, "profile_ms": 0.0, "err": 0.0}
+            for b, t in pts]
+    (tmp_path / "result.json").write_text(json.dumps({"held_out": held}))
+    res = mod.rejudge(tmp_path)
+    errs = {r["batch"]: r["err"] for r in res["held_out"]}
+    mono = {r["batch"]: r["monotone_err"] for r in res["held_out"]}
+    assert res["level_noise"] == pytest.approx(0.02) and res["within_10pct"]
+    assert max(abs(e) for e in errs.values()) < 1e-9
+    assert mono[2] == pytest.approx((0.0085 + 0.0066) / 2 / 0.0085 - 1)           # pooled: -11 %
+    assert mono[4] == pytest.approx((0.0085 + 0.0066) / 2 / 0.0066 - 1)           # +14 %
+    assert not res["monotone_within_10pct"]
 
 
 @pytest.mark.parametrize("content,fragment", [

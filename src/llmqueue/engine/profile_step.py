@@ -23,8 +23,9 @@ took 19.6 ms where the line said 9.7 ms, so TPOT at low load was under-predicted
   engine's wander between passes (:func:`level_noise`); a profile of one pass cannot tell that
   wander from a dip, so its dips are all pooled (on an H100 under ``transformers serve``, one
   pass measured 73, 119, 131 and 82 ms at batch 1, 2, 4 and 8, and the pooled curve predicted the
-  0.5x load's TTFT and TPOT within 15 % where the followed one missed its TTFT p50 by 38 %). At each batch the rows are
-  made non-decreasing in the context the same way (more KV read never costs less). Below a row's smallest
+  0.5x load's TTFT and TPOT within 15 % where the followed one missed its TTFT p50 by 38 %).
+  At each batch the rows are made non-decreasing in the context (pool-adjacent-violators, every
+  violation pooled: more KV read never costs less). Below a row's smallest
   batch the step costs what it costs there; above its largest, the row's last segment goes on
   (its slope at least 0). Between rows the step is linear in the per-sequence context
   ``C / n`` (exact for attention whose cost is proportional to the KV tokens read); below the
@@ -268,16 +269,18 @@ class ProfileStepTime:
 
     ``contexts``: per-sequence context of each row (tokens); ``rows``: per row, ``(batches,
     seconds)``, the measured levels pooled within the noise (``level_noise``: the level's relative
-    standard error); ``table[j, n]``: row ``j``'s decode step at ``n``
+    standard error; ``monotone``: every dip pooled, the rule before dips were kept, for
+    comparison); ``table[j, n]``: row ``j``'s decode step at ``n``
     sequences for ``n <= nmax``; ``tail[j]``: its slope beyond. ``prefill_per_token_s``,
     ``prefill_intercept_s``: the prefill line. ``scale``: a factor on every step.
     """
 
-    def __init__(self, doc: dict, *, source: str = "", scale: float = 1.0):
+    def __init__(self, doc: dict, *, source: str = "", scale: float = 1.0, monotone: bool = False):
         from scipy.interpolate import PchipInterpolator
 
         self.source = str(source)
         self.scale = float(scale)
+        self.monotone = bool(monotone)
         self.doc = doc
         pre = doc["prefill"]
         self.prefill_per_token_s = float(pre["per_token_s"])
@@ -286,7 +289,7 @@ class ProfileStepTime:
         self.level_noise = level_noise(doc["decode"])
         rows = _rows(doc["decode"], self.level_noise)
         self.contexts = np.array([r[0] for r in rows], dtype=np.float64)
-        self.rows = [(r[1], pool_within_noise(r[2], r[3], r[4])) for r in rows]
+        self.rows = [(r[1], isotonic(r[2], r[3]) if monotone else pool_within_noise(r[2], r[3], r[4])) for r in rows]
         self.nmax = int(max(int(b.max()) for b, _ in self.rows))
         n = np.arange(self.nmax + 1, dtype=np.float64)
         table = np.empty((len(rows), self.nmax + 1))
@@ -359,7 +362,8 @@ class ProfileStepTime:
         """This model with every step ``f`` times as long."""
         from llmqueue._validate import positive
 
-        return ProfileStepTime(self.doc, source=self.source, scale=self.scale * positive("scale", f))
+        return ProfileStepTime(self.doc, source=self.source, scale=self.scale * positive("scale", f),
+                               monotone=self.monotone)
 
     def with_drift(self, sd: float, span_s: float = 10.0):
         """This model with the engine's speed drifting by ``sd`` over windows of ``span_s`` seconds."""
