@@ -12,8 +12,8 @@ either side moves by 10-20 % between runs a minute apart. That engine's decode s
 runs *faster* than at batch 2 (6.6 against 8.5 ms in both passes of a profile); the model keeps
 such a dip when it exceeds two standard errors of the levels (their wander between the
 profile's two passes included) and pools it otherwise. With the dips pooled always (the model
-before), batch 4 came out +13 to +22 % in six of seven runs; with the rule, one run gave
-+6.0 / +2.7 / -2.3 / +2.2 % at batch 1 / 2 / 4 / 16. The held-out runs bracket the profile
+before), batch 4 came out +13 to +22 % in six of seven runs; with the rule, two runs gave
++6.0 / +2.7 / -2.3 / +2.2 % and +4.0 / -2.0 / -3.8 / -0.5 % at batch 1 / 2 / 4 / 16. The held-out runs bracket the profile
 (one pass before it, one after, after a warm-up level) so that a drift of the engine's speed over
 the test, or a fresh server warming up, moves both sides alike (held out after the profile only,
 two runs were biased +10 % on the mean).
