@@ -133,7 +133,7 @@ def main() -> int:
         print("within 10 %:", res["within_10pct"], "; monotone:", res["monotone_within_10pct"])
         return 0 if res["within_10pct"] else 1
     from llmqueue.bench.engine import VllmServer, build_tiny_model, vllm_version
-    from llmqueue.bench.profile import run_profile
+    from llmqueue.bench.profile import measure_level, run_profile
     from llmqueue.engine.step_time import parse_step_time
 
     if vllm_version() is None:
@@ -149,8 +149,6 @@ def main() -> int:
     runs: dict = {}
     with VllmServer(model_dir, work_dir=work, log_path=log, **SERVER) as srv:
         started = time.monotonic() - t0
-        from llmqueue.bench.profile import measure_level
-
         print("  warm-up and held-out runs before the profile", file=sys.stderr, flush=True)
         measure_level(srv.url, srv.model, HELD_PROMPT, HELD_OUT[-1], 32, out / "warm-up", server_log=log,
                       vocab_size=MODEL["vocab_size"], seed=3, progress=False)

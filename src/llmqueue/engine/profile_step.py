@@ -62,22 +62,7 @@ _cache: dict = {}
 
 def isotonic(y, w=None) -> np.ndarray:
     """The non-decreasing sequence closest to ``y`` in weighted least squares (pool adjacent violators)."""
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones(len(y)) if w is None else np.asarray(w, dtype=np.float64)
-    vals: list[float] = []
-    wts: list[float] = []
-    sizes: list[int] = []
-    for yi, wi in zip(y.tolist(), w.tolist()):
-        vals.append(yi)
-        wts.append(wi)
-        sizes.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            wsum = wts[-2] + wts[-1]
-            v = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / wsum
-            vals[-2:] = [v]
-            wts[-2:] = [wsum]
-            sizes[-2:] = [sizes[-2] + sizes[-1]]
-    return np.repeat(vals, sizes)
+    return pool_within_noise(y, w)
 
 
 NOISE_Z = 2.0
@@ -131,13 +116,11 @@ def cell_sd(c: dict, noise: float | None) -> float:
 def pool_within_noise(y, w=None, sd=None, z: float = NOISE_Z) -> np.ndarray:
     """``y`` made non-decreasing where its dips are noise: pool adjacent violators (weighted by ``w``),
     but two neighbouring blocks whose dip exceeds ``z`` standard errors (``sd``: each point's; a
-    pooled block's is the weighted mean of its points') stay apart. Without ``sd`` this is
-    :func:`isotonic`."""
-    if sd is None:
-        return isotonic(y, w)
+    pooled block's is the weighted mean of its points') stay apart. Without ``sd`` every dip is
+    pooled (:func:`isotonic`: the weighted least-squares non-decreasing fit)."""
     y = np.asarray(y, dtype=np.float64)
     w = np.ones(len(y)) if w is None else np.asarray(w, dtype=np.float64)
-    sd = np.asarray(sd, dtype=np.float64)
+    sd = np.full(len(y), math.inf) if sd is None else np.asarray(sd, dtype=np.float64)
     vals: list[float] = []
     wts: list[float] = []
     var: list[float] = []
