@@ -10,6 +10,7 @@ from llmqueue.cluster import ROUTERS, router, simulate_fleet
 from llmqueue.cluster.affinity import PrefixAffinity, Session, load_cap, mix64, prefix_key
 from llmqueue.cluster.view import PoolView
 from llmqueue.engine import EngineConfig
+from llmqueue.engine.api import ReplicaLoad
 from llmqueue.engine.options import SimOptions
 from llmqueue.engine.request import Request
 from llmqueue.errors import InputError
@@ -21,9 +22,9 @@ def pool(outstanding, free=None, routable=None, total=100, pending=None):
     ``pending`` prefill tokens each (0 unless given)."""
     n = len(outstanding)
     free = [total] * n if free is None else free
-    reps = [SimpleNamespace(free=f, waiting=[], _arrivals=[]) for f in free]
-    cfg = SimpleNamespace(max_num_seqs=8, num_kv_blocks=total, block_size=16)
-    return PoolView("p", reps, list(outstanding), list(range(n)) if routable is None else list(routable), cfg,
+    loads = [ReplicaLoad(0, o, f, total) for o, f in zip(outstanding, free)]
+    return PoolView("p", list(outstanding), list(range(n)) if routable is None else list(routable),
+                    load=loads.__getitem__, max_num_seqs=8, kv_blocks_total=total, block_size=16,
                     pending_prefill=None if pending is None else list(pending))
 
 

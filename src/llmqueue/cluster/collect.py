@@ -55,11 +55,8 @@ class FleetRecords:
             serving = pool.serving()
             for c in self.classes:
                 held = sum(1 for r in pool.held if r.class_name == c)
-                waiting = 0
-                for rep in pool.reps:
-                    if rep is not None:
-                        waiting += rep.waiting.count(c) + sum(1 for e in rep._arrivals if e[3].class_name == c)
-                self.samples.append((t, pool.name, c, serving, prov, waiting + held, pool.by_class[c] - waiting))
+                waiting = pool.count_waiting(c)  # the gateway queue's included
+                self.samples.append((t, pool.name, c, serving, prov, waiting, pool.by_class[c] - waiting + held))
         if self._periodic_next((k + 1) * self.sample_dt):
             self._push((k + 1) * self.sample_dt, SAMPLE, k + 1)
 
@@ -71,7 +68,7 @@ class FleetRecords:
                 if rep is None:
                     continue
                 rep.run(horizon)  # the rest is each replica's own (to the horizon, or until idle)
-                left += [(pool.k, pool.gid[i], q) for q in (*rep.in_system(), *(e[3] for e in rep._arrivals))]
+                left += [(pool.k, pool.gid[i], q) for q in rep.drain()]
             left += [(pool.k, -1, q) for q in pool.held]
         left += [(self.decode.k, -1, e[3]) for e in self.ev if e[1] == KV]
         for _, _, q in left:

@@ -76,14 +76,17 @@ _NO_QUEUE = _NoQueue()
 
 def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, router="random",
                    seed: int | None = None, horizon_s: float | None = None, sample_dt: float | None = None,
-                   options: SimOptions | None = None) -> SimResult:
+                   options: SimOptions | None = None, reference: bool = False) -> SimResult:
     """Simulate a fleet serving ``requests``; returns the records of all its replicas.
 
     ``config`` is a :class:`~llmqueue.cluster.spec.FleetSpec` (then ``step_time`` may hold the
     requests: ``simulate_fleet(spec, requests, options=...)``), or an engine config: then
     ``replicas`` replicas of it with ``step_time`` behind ``router`` (a name or an object), one
     pool. ``options``: the client and recording options (timeouts, retries, prefix hashes, ...);
-    ``seed`` / ``horizon_s`` / ``sample_dt`` given here take precedence over theirs."""
+    ``seed`` / ``horizon_s`` / ``sample_dt`` given here take precedence over theirs. ``reference=True``
+    runs the reference replica (:class:`~llmqueue.engine.reference.ReferenceReplica`, the executable
+    specification; slow) in every slot: the fleet drives both through the same contract
+    (:mod:`llmqueue.engine.api`), so their records must be equal."""
     if isinstance(config, FleetSpec):
         spec, requests = config, (requests if requests is not None else step_time)
         columns = True
@@ -99,12 +102,19 @@ def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, 
     opt = options or SimOptions()
     return _Fleet(spec, opt, seed=opt.seed if seed is None else seed,
                   horizon_s=opt.horizon_s if horizon_s is None else horizon_s,
-                  sample_dt=opt.sample_dt if sample_dt is None else sample_dt, columns=columns).run(requests)
+                  sample_dt=opt.sample_dt if sample_dt is None else sample_dt, columns=columns,
+                  reference=reference).run(requests)
 
 
 class _Fleet(FleetRecords):
-    def __init__(self, spec: FleetSpec, opt: SimOptions, *, seed: int, horizon_s, sample_dt: float, columns: bool):
+    def __init__(self, spec: FleetSpec, opt: SimOptions, *, seed: int, horizon_s, sample_dt: float, columns: bool,
+                 reference: bool = False, replica_cls: Any = None):
         self.spec, self.opt, self.seed = spec, opt, seed
+        self.replica_cls: Any = replica_cls or Replica  # any class keeping the contract (llmqueue.engine.api)
+        if reference:
+            from llmqueue.engine.reference import ReferenceReplica
+
+            self.replica_cls = ReferenceReplica
         self.horizon_s = horizon_s
         self.horizon = math.inf if horizon_s is None else horizon_s
         self.sample_dt = sample_dt
@@ -164,7 +174,7 @@ class _Fleet(FleetRecords):
         else:
             rs = int(np.random.SeedSequence(seed, spawn_key=(31, i, pool.k, incarnation)).generate_state(1)[0])
         opt = self.opt
-        return Replica(pool.config, pool.spec.step_time, seed=rs, on_finish=partial(self._left, pool, i),
+        return self.replica_cls(pool.config, pool.spec.step_time, seed=rs, on_finish=partial(self._left, pool, i),
                        on_first_token=partial(self._first, pool, i), sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
                        timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s)
 
@@ -261,15 +271,14 @@ class _Fleet(FleetRecords):
             r.outcome, r.finish_time, r.reason = "rejected", t, why
             self._record(pool, i, r)
             return
-        rep = pool.reps[i]
-        rep.submit(r, at)
         pool.outstanding[i] += 1
         pool.by_class[r.class_name] += 1
         if r.first_token_time != r.first_token_time:  # no first token yet (a P/D decode side has one)
             pool.pending_prefill[i] += s
             if self.track_age:
                 pool.no_token[r] = r.arrival_time
-        if rep._pending is None and pool.key[i] > t:  # a step in progress takes it when it ends
+        # a replica with a step in progress queues it (that step's end takes it); an idle one wakes now
+        if pool.reps[i].accept(r, at) and pool.key[i] > t:
             pool.key[i] = t
             self._push(t, WAKE, pool, i)
 
@@ -337,9 +346,8 @@ class _Fleet(FleetRecords):
         rep = pool.reps[i] if i < len(pool.reps) else None
         if rep is None or pool.state[i] not in (UP, DRAINING):
             return  # not serving (never started, provisioning, down or gone): nothing fails
-        rep.advance(t)
-        victims = [*rep.in_system(), *(e[3] for e in rep._arrivals)]
-        rep._arrivals.clear()
+        rep.step_at(t)  # the steps that ended by t count; what it holds then fails
+        victims = rep.drain()
         self._retire(pool, i, DOWN)
         pool.outstanding[i] = 0
         pool.pending_prefill[i] = 0
@@ -379,7 +387,7 @@ class _Fleet(FleetRecords):
                     n -= 1
             up = sorted(pool.routable, key=lambda i: (pool.outstanding[i], -i))[:n]
             for i in up:
-                if pool.outstanding[i] == 0 and not pool.reps[i]._arrivals:
+                if pool.outstanding[i] == 0 and pool.reps[i].load().num_waiting == 0:
                     self._retire(pool, i, GONE)
                 else:
                     pool.take_out(i, DRAINING)
@@ -435,8 +443,7 @@ class _Fleet(FleetRecords):
             pool._make = pool._new_id = None
             for rep in pool.reps:
                 if rep is not None:
-                    rep.on_finish = rep.on_first_token = rep.on_preempt = None
-                    rep._pending = None
+                    rep.close()
 
     def _loop(self, it) -> None:
         opt = self.opt
@@ -503,23 +510,15 @@ class _Fleet(FleetRecords):
             if sp < 1 or o < 1 or sp + o > max_total:
                 self._submit(entry, i, r, t_arr, None)  # refused there, with its reason
                 continue
-            rep: Replica = reps[i]
             outstanding[i] += 1
             by_class[r.class_name] += 1
             pending[i] += sp
-            if rep._pending is not None:
-                # a step in progress: the request joins the queue now (the step ending next would
-                # take it from the arrivals at its end, before anything else happens there)
-                if rep.plain_door:  # sizes checked above: it joins the queue
-                    rep._join(r)
-                else:
-                    rep._arrive(r)
-            else:
-                rep.submit(r)
-                if key[i] > t_arr:
-                    key[i] = t_arr
-                    self.n_ev += 1
-                    push(ev, (t_arr, WAKE, self.n_ev, entry, i))
+            # a step in progress: the request joins the queue now (the step ending next would take
+            # it from the arrivals at its end, before anything else happens there); else it wakes
+            if reps[i].accept(r) and key[i] > t_arr:
+                key[i] = t_arr
+                self.n_ev += 1
+                push(ev, (t_arr, WAKE, self.n_ev, entry, i))
 
     def _event(self, kind: int, a, b, t: float) -> None:
         """The fleet's events other than a replica's step end."""

@@ -1,54 +1,64 @@
-"""``PoolView``: what a router may read of one pool's replicas at the moment it routes.
+"""``PoolView``: what a policy may read of one pool's replicas at the moment it decides.
 
-Read-only and cheap: the fleet keeps each replica's outstanding count (requests it holds,
-waiting plus running: ``N_i`` in queueing terms) as requests are handed over and leave, so
-join-the-shortest-queue costs one pass over a list; the rest is read from the replica when asked.
-Only the replicas in ``routable`` serve (not provisioning, failed or draining).
+Numbers only, read-only, and the same whoever fills it: the fleet simulator, or a live gateway
+in front of real engines. The driver keeps each replica's outstanding count (requests it holds,
+waiting plus running: ``N_i`` in queueing terms) and its prefill backlog as requests are handed
+over and leave, so join-the-shortest-queue costs one pass over a list. The rest of a replica's
+state comes as a :class:`~llmqueue.engine.api.ReplicaLoad` (queued, running, free KV blocks),
+read when a policy asks: from the simulated replica's ``load()``, or from the last scrape of a
+live engine's ``/metrics`` (with its age). Only the replicas in ``routable`` serve (not
+provisioning, failed or draining).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmqueue.engine.api import ReplicaLoad
 
 
 class PoolView:
     """Replica slots ``0..n-1`` of one pool. ``outstanding[i]``: requests replica ``i`` holds;
     ``pending_prefill[i]``: prompt tokens of those without a first token yet (its prefill backlog);
-    ``routable``: the slots that take requests now (ascending); ``max_num_seqs``: sequence slots
-    per replica; ``kv_blocks_total``: KV blocks per replica."""
+    ``routable``: the slots that take requests now (ascending); ``load(i)``: replica ``i``'s
+    :class:`~llmqueue.engine.api.ReplicaLoad`; ``max_num_seqs``: sequence slots per replica;
+    ``kv_blocks_total``: KV blocks per replica."""
 
-    __slots__ = ("name", "reps", "outstanding", "routable", "max_num_seqs", "kv_blocks_total", "block_size",
-                 "hash_block_tokens", "pending_prefill")
+    __slots__ = ("name", "outstanding", "routable", "max_num_seqs", "kv_blocks_total", "block_size",
+                 "hash_block_tokens", "pending_prefill", "load")
 
-    def __init__(self, name: str, reps: list, outstanding: list, routable: list, config, hash_block_tokens: int = 512,
+    def __init__(self, name: str, outstanding: list, routable: list, *, load: Callable[[int], ReplicaLoad],
+                 max_num_seqs: int, kv_blocks_total: int, block_size: int, hash_block_tokens: int = 512,
                  pending_prefill: list | None = None):
         self.name = name
-        self.pending_prefill = pending_prefill if pending_prefill is not None else [0] * len(outstanding)
-        self.reps = reps
         self.outstanding = outstanding
+        self.pending_prefill = pending_prefill if pending_prefill is not None else [0] * len(outstanding)
         self.routable = routable
-        self.max_num_seqs = config.max_num_seqs
-        self.kv_blocks_total = config.num_kv_blocks
-        self.block_size = config.block_size
+        self.load = load
+        self.max_num_seqs = max_num_seqs
+        self.kv_blocks_total = kv_blocks_total
+        self.block_size = block_size
         self.hash_block_tokens = hash_block_tokens
 
     @property
     def n(self) -> int:
-        return len(self.reps)
+        return len(self.outstanding)
 
     def num_waiting(self, i: int) -> int:
         """Requests replica ``i`` holds that are not running (queued, or handed over and not yet
         seen by its scheduler)."""
-        rep = self.reps[i]
-        return len(rep.waiting) + len(rep._arrivals)
+        return self.load(i).num_waiting
 
     def num_running(self, i: int) -> int:
-        return self.outstanding[i] - self.num_waiting(i)
+        """Requests in replica ``i``'s running batch."""
+        return self.load(i).num_running
 
     def kv_blocks_free(self, i: int) -> int:
-        return self.reps[i].free
+        return self.load(i).kv_blocks_free
 
     def kv_usage(self, i: int) -> float:
         """Share of replica ``i``'s KV blocks in use (0..1)."""
-        return 1.0 - self.reps[i].free / self.kv_blocks_total
+        return 1.0 - self.load(i).kv_blocks_free / self.kv_blocks_total
 
     def least_outstanding(self) -> int:
         """The routable replica holding the fewest requests (ties to the lowest index)."""

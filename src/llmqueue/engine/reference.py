@@ -31,6 +31,8 @@ import math
 
 from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
                                        reject_reason)
+from llmqueue.engine.api import ReplicaLoad
+from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.scheduler import Scheduler
@@ -62,10 +64,12 @@ class ReferenceReplica:
         self.on_finish = on_finish or (lambda r: None)
         self.on_first_token = on_first_token
         self.on_preempt = on_preempt
-        self.on_step = on_step or (lambda row: None)
-        self.on_sample = on_sample
+        self._step_rows: list = []    # the records kept here when no callback takes them
+        self._sample_rows: list = []
+        self.on_step = on_step or self._step_rows.append
+        self.on_sample = on_sample or (self._sample_rows.append if sample_dt > 0 else None)
         self.sample_dt = sample_dt
-        self.next_sample = 0.0 if (sample_dt > 0 and on_sample is not None) else math.inf
+        self.next_sample = 0.0 if (sample_dt > 0 and self.on_sample is not None) else math.inf
         self._sample_k = 0
         self.now = 0.0
         self.clock = 0.0  # the latest time advanced to
@@ -80,6 +84,56 @@ class ReferenceReplica:
         """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
         dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
         heapq.heappush(self._arrivals, arrival_entry(request, at))
+
+    def accept(self, request, at: float | None = None) -> bool:
+        """Hand over a request arriving now (``at``: dispatched by a gateway at that time): with a
+        step in progress it joins the queue at once, else it is submitted. Returns whether the
+        replica was idle (the driver then calls :meth:`step_at` now)."""
+        if self._pending is not None and at is None:
+            self._arrive(request)
+            return False
+        self.submit(request, at)
+        return self._pending is None
+
+    def step_at(self, t: float) -> float:
+        """:meth:`advance` to ``t``, then :meth:`next_event_time`."""
+        self.advance(t)
+        return self.next_event_time()
+
+    def load(self) -> ReplicaLoad:
+        """The replica's load as numbers (:class:`~llmqueue.engine.api.ReplicaLoad`)."""
+        s = self.scheduler
+        return ReplicaLoad(len(s.waiting) + len(self._arrivals), len(s.running), s.kv.num_free_blocks,
+                           self.config.num_kv_blocks, self._pending is not None)
+
+    def count_waiting(self, class_name: str) -> int:
+        """Waiting requests of one class (handed over ones included)."""
+        return (self.scheduler.waiting.count(class_name)
+                + sum(1 for e in self._arrivals if e[3].class_name == class_name))
+
+    def drain(self) -> list:
+        """Every request the replica holds, handed back: running, then queued, then handed over
+        and not yet seen. The replica is not stepped again."""
+        held = [*self.in_system(), *(e[3] for e in self._arrivals)]
+        self._arrivals.clear()
+        return held
+
+    def close(self) -> None:
+        """Drop the driver's callbacks and the step in progress."""
+        self.on_finish = self.on_first_token = self.on_preempt = None
+        self._pending = None
+
+    def step_chunks(self) -> list:
+        """The step records so far as one column chunk (when no ``on_step`` was given)."""
+        from llmqueue.engine.run import _columns
+
+        return [_columns(self._step_rows, STEP_FIELDS, ("start_s", "duration_s"))]
+
+    def timeseries_chunks(self) -> list:
+        """The time-series rows so far as one column chunk (when no ``on_sample`` was given)."""
+        from llmqueue.engine.run import _columns
+
+        return [_columns(self._sample_rows, TS_FIELDS, ("t_s",))]
 
     def next_event_time(self) -> float:
         """When this replica next changes state: the end of the step in progress, else the next

@@ -41,6 +41,7 @@ from typing import Any, Final
 import numpy as np
 
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
+from llmqueue.engine.api import ReplicaLoad
 from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
                                        reject_reason)
 from llmqueue.engine.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
@@ -213,6 +214,40 @@ class Replica:
         """Hand over a request that arrives at ``request.arrival_time``, or that a gateway
         dispatches at ``at`` (its ``dispatch_time``; the replica sees it then)."""
         _heappush(self._arrivals, arrival_entry(request, at))
+
+    def accept(self, request, at: float | None = None) -> bool:
+        """Hand over a request arriving now (the driver's clock; ``at``: dispatched by a gateway
+        at that time): a replica with a step in progress queues it at once (its next step sees
+        it), else it is submitted. Returns whether the replica was idle (the driver must then
+        call :meth:`step_at` now)."""
+        if self._pending is not None and at is None:
+            self._arrive(request)
+            return False
+        _heappush(self._arrivals, arrival_entry(request, at))
+        return self._pending is None
+
+    def load(self) -> ReplicaLoad:
+        """The replica's load as numbers (:class:`~llmqueue.engine.api.ReplicaLoad`): queued
+        requests (handed over ones included), the running batch, free KV blocks."""
+        return ReplicaLoad(len(self.waiting) + len(self._arrivals), len(self.order), self.free, self.total_blocks,
+                           self._pending is not None)
+
+    def count_waiting(self, class_name: str) -> int:
+        """Waiting requests of one class (handed over ones included)."""
+        return self.waiting.count(class_name) + sum(1 for e in self._arrivals if e[3].class_name == class_name)
+
+    def drain(self) -> list:
+        """Every request the replica holds, handed back: running, then queued, then handed over
+        and not yet seen (a failure, or the end of a run). The replica is not stepped again."""
+        held = [*self.in_system(), *(e[3] for e in self._arrivals)]
+        self._arrivals.clear()
+        return held
+
+    def close(self) -> None:
+        """Drop the driver's callbacks and the step in progress (they refer to the driver): what
+        the replica holds is freed with it by reference counting."""
+        self.on_finish = self.on_first_token = self.on_preempt = None
+        self._pending = None
 
     def feed(self, stream) -> None:
         """Take a whole :class:`~llmqueue.engine.stream.RequestStream` (sorted by arrival time): its
