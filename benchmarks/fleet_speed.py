@@ -17,8 +17,12 @@ records and a 1 s time series kept. Cases:
 Each case runs in its own process; the table gives wall seconds, requests per wall second,
 engine steps per request and the share of requests completed.
 
+``--baseline-src OLD/src`` runs every case on another source tree too (e.g. a ``git worktree`` of
+the commit before a change, built), alternating new and old ``--repeat`` times, and gives the
+ratio of the medians: a speed comparison measured side by side in one run.
+
 Usage: python benchmarks/fleet_speed.py [--replicas 1,8,64] [--routers least-outstanding,random] [--max-requests 2.5e6]
-                                        [--gpus h100,l4] [--duration 600] [--json]
+                                        [--gpus h100,l4] [--duration 600] [--baseline-src OLD/src --repeat 3] [--json]
 """
 
 from __future__ import annotations
@@ -75,6 +79,38 @@ def _engine() -> str:
     return status()
 
 
+def _spawn(case: str, pure: bool = False, src: str | None = None) -> dict | None:
+    """One case in a fresh process (``src``: the source tree it imports llmqueue from)."""
+    env = {k: v for k, v in os.environ.items() if k != "LLMQUEUE_PURE_PYTHON"}
+    if pure:
+        env["LLMQUEUE_PURE_PYTHON"] = "1"
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    env["PYTHONPATH"] = os.path.abspath(src or here)
+    out = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True, env=env)
+    if out.returncode:
+        print(out.stderr, file=sys.stderr)
+        return None
+    return json.loads(out.stdout)
+
+
+def _side_by_side(case: str, baseline_src: str, repeat: int) -> dict | None:
+    """The case on this tree and on ``baseline_src``, alternating ``repeat`` times: the medians."""
+    import statistics
+
+    new, old = [], []
+    for _ in range(max(1, repeat)):
+        for runs, src in ((new, None), (old, baseline_src)):
+            r = _spawn(case, src=src)
+            if r is None:
+                return None
+            runs.append(r)
+    n_rate = statistics.median(r["requests_per_s"] for r in new)
+    o_rate = statistics.median(r["requests_per_s"] for r in old)
+    return {"new": new[0], "old": old[0], "new_requests_per_s": round(n_rate), "old_requests_per_s": round(o_rate),
+            "ratio": n_rate / o_rate, "new_runs": [r["requests_per_s"] for r in new],
+            "old_runs": [r["requests_per_s"] for r in old]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="1,8,64")
@@ -87,6 +123,8 @@ def main() -> int:
                          "limit is lifted for the benchmark: records take ~500 bytes a request)")
     ap.add_argument("--source-too", action="store_true",
                     help="run each case from source as well (LLMQUEUE_PURE_PYTHON=1): the compiled build's gain")
+    ap.add_argument("--baseline-src", help="src/ of the code to compare against (a built worktree of the old commit)")
+    ap.add_argument("--repeat", type=int, default=1, help="with --baseline-src: runs of each, alternating")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -99,18 +137,24 @@ def main() -> int:
         for router in a.routers.split(","):
             for n in a.replicas.split(","):
                 d = a.duration if gpu == "h100" else a.l4_duration
-                for pure in ((False, True) if a.source_too else (False,)):
-                    env = {k: v for k, v in os.environ.items() if k != "LLMQUEUE_PURE_PYTHON"}
-                    if pure:
-                        env["LLMQUEUE_PURE_PYTHON"] = "1"
-                    out = subprocess.run([sys.executable, __file__, "--case", f"{gpu},{n},{router},{d},{a.max_requests}"],
-                                         capture_output=True, text=True, env=env)
-                    if out.returncode:
-                        print(out.stderr, file=sys.stderr)
+                case = f"{gpu},{n},{router},{d},{a.max_requests}"
+                if a.baseline_src:
+                    row = _side_by_side(case, a.baseline_src, a.repeat)
+                    if row is None:
                         return 1
-                    rows.append(json.loads(out.stdout))
+                    rows.append(row)
                     if not a.json:
-                        r = rows[-1]
+                        r = row["new"]
+                        print(f"{r['gpu']:5} {r['router']:18} N={r['replicas']:3}  {r['requests']:>9,} req  new "
+                              f"{row['new_requests_per_s']:>7,} req/s  old {row['old_requests_per_s']:>7,} req/s  "
+                              f"new/old {row['ratio']:.3f}  (runs: {row['new_runs']} / {row['old_runs']})", flush=True)
+                    continue
+                for pure in ((False, True) if a.source_too else (False,)):
+                    r = _spawn(case, pure=pure)
+                    if r is None:
+                        return 1
+                    rows.append(r)
+                    if not a.json:
                         print(f"{r['gpu']:5} {r['router']:18} N={r['replicas']:3}  {r['requests']:>9,} req  "
                               f"{r['wall_s']:7.1f} s  {r['requests_per_s']:>7,} req/s  "
                               f"{r['steps_per_request']:5.2f} steps/req  ok {r['completed_share']:.3f}  [{r['engine']}]",

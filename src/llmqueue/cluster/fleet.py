@@ -477,7 +477,9 @@ class _Fleet(FleetRecords):
                         pool = a
                         if pool.key[b] != t:
                             continue  # superseded
-                        nk = pool.reps[b].step_at(t)
+                        rep = pool.reps[b]
+                        # the fast replica narrowed to its class: a native call in the compiled build
+                        nk = rep.step_at(t) if isinstance(rep, Replica) else rep.step_at(t)
                         if nk <= t:
                             raise RuntimeError(f"replica {pool.gid[b]} of pool {pool.name} made no progress at t={t}")
                         pool.key[b] = nk
@@ -515,7 +517,8 @@ class _Fleet(FleetRecords):
             pending[i] += sp
             # a step in progress: the request joins the queue now (the step ending next would take
             # it from the arrivals at its end, before anything else happens there); else it wakes
-            if reps[i].accept(r) and key[i] > t_arr:
+            rep = reps[i]
+            if (rep.accept(r) if isinstance(rep, Replica) else rep.accept(r)) and key[i] > t_arr:
                 key[i] = t_arr
                 self.n_ev += 1
                 push(ev, (t_arr, WAKE, self.n_ev, entry, i))
