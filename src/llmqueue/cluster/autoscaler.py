@@ -27,24 +27,24 @@ from llmqueue.cluster.predict import P99, P99Load, predicted_p99, replicas_for_p
 TOLERANCE = 0.1
 
 
-def metric_total(metric: str, pool, t: float) -> float | P99Load:
-    """The pool's ``metric`` summed over its serving replicas (``waiting``: requests waiting,
-    the pool's gateway queue included; ``kv``: KV usage 0..1 each; ``utilization``: running /
-    max_num_seqs each), or for ``queue_age`` the age in seconds of the oldest request without a
-    first token; for ``p99_ttft`` the :class:`~llmqueue.cluster.predict.P99Load` its prediction
-    reads (``pool.watch``: arrivals since the last evaluation, the lengths seen, and the waiting
-    requests as ``Q``)."""
+def metric_total(metric: str, view, t: float, watch=None) -> float | P99Load:
+    """The pool's ``metric`` summed over its serving replicas, read from its
+    :class:`~llmqueue.cluster.view.PoolView` (``waiting``: requests waiting, the pool's gateway
+    queue included; ``kv``: KV usage 0..1 each; ``utilization``: running / max_num_seqs each), or
+    for ``queue_age`` the age in seconds of the oldest request without a first token; for
+    ``p99_ttft`` the :class:`~llmqueue.cluster.predict.P99Load` its prediction reads (``watch``: the
+    pool's :class:`~llmqueue.cluster.predict.ArrivalWatch`, arrivals since the last evaluation and
+    the lengths seen, with the waiting requests as ``Q``)."""
     if metric == P99:
-        return pool.watch.read(t, pool.num_waiting())
-    v = pool.view
-    up = pool.routable
+        return watch.read(t, view.queue_depth())
+    up = view.routable
     if metric == "queue_age":
-        return pool.queue_age(t)
+        return view.queue_age(t)
     if metric == "waiting":
-        return float(pool.num_waiting())
+        return float(view.queue_depth())
     if metric == "kv":
-        return float(sum(v.kv_usage(i) for i in up))
-    return sum(v.num_running(i) for i in up) / v.max_num_seqs  # utilization
+        return float(sum(view.kv_usage(i) for i in up))
+    return sum(view.num_running(i) for i in up) / view.max_num_seqs  # utilization
 
 
 def desired_replicas(a, current: int, totals: dict) -> int:

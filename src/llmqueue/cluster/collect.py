@@ -52,7 +52,7 @@ class FleetRecords:
         t = k * self.sample_dt
         for pool in self.pools:
             prov = pool.count(PROVISIONING)
-            serving = pool.serving()
+            serving = pool.view.serving()
             for c in self.classes:
                 held = sum(1 for r in pool.held if r.class_name == c)
                 waiting = pool.count_waiting(c)  # the gateway queue's included

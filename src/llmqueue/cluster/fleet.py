@@ -139,6 +139,7 @@ class _Fleet(FleetRecords):
         for k, p in enumerate(spec.pools):
             self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens))
         self.by_name = {p.name: p for p in self.pools}
+        self.views = {p.name: p.view for p in self.pools}  # what the gateway's rules read
         for a in spec.autoscalers:
             if a.metric == P99 or P99 in a.also:  # the p99 rule counts the arrivals routed to its pool
                 pool = self.by_name[a.pool]
@@ -302,7 +303,8 @@ class _Fleet(FleetRecords):
                 if ln.batch_window_s > 0 and not held:
                     return self._hold(ln, r, t)
         if self.gateway is not None:
-            pool, why = self.gateway.decide(r, pool, self.by_name, t)
+            view, why = self.gateway.decide(r, pool.view, self.views, t)
+            pool = self.by_name[view.name]
             if why is not None:
                 return self._reject(pool, r, why, t)
         if pool is self.prefill and r.max_tokens > 1:
@@ -370,8 +372,9 @@ class _Fleet(FleetRecords):
     def _tick(self, j: int, t: float) -> None:
         a = self.spec.autoscalers[j]
         pool = self.by_name[a.pool]
-        current = pool.serving() + pool.count(PROVISIONING)
-        want = desired_replicas(a, current, {m: metric_total(m, pool, t) for m in dict.fromkeys((a.metric, *a.also))})
+        current = pool.view.serving() + pool.count(PROVISIONING)
+        want = desired_replicas(a, current, {m: metric_total(m, pool.view, t, pool.watch)
+                                             for m in dict.fromkeys((a.metric, *a.also))})
         if want > current:
             for _ in range(want - current):
                 i = pool.add_slot(PROVISIONING)

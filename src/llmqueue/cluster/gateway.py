@@ -37,32 +37,35 @@ class GatewayRuntime:
         self.fallback = {fb.pool: fb for fb in spec.fallbacks}
         self.fallbacks_taken = 0
 
-    def decide(self, r, pool, pools: dict, t: float):
-        """``(pool runtime, None)`` to serve ``r`` there, or ``(pool runtime, reason)`` to reject it."""
+    def decide(self, r, view, views: dict, t: float):
+        """``(view, None)`` to serve ``r`` in the pool of ``view``, or ``(view, reason)`` to reject it.
+        ``view``: the :class:`~llmqueue.cluster.view.PoolView` of the pool its lane chose; ``views``:
+        every pool's, by name (a fallback's target). Reads numbers only: the same rules run in the
+        simulator and in front of live engines."""
         s = self.spec
         for key in (r.class_name, "*"):
             b = self.buckets.get(key)
             if b is not None and not b.take(t):
-                return pool, f"rate limited ({key})"
-        fb = self.fallback.get(pool.name)
-        if fb is not None and pool.queue_age(t) > fb.queue_age_s:
+                return view, f"rate limited ({key})"
+        fb = self.fallback.get(view.name)
+        if fb is not None and view.queue_age(t) > fb.queue_age_s:
             self.fallbacks_taken += 1
-            pool = pools[fb.to]
+            view = views[fb.to]
         if s.max_queue_depth is not None:
-            serving = max(pool.serving(), 1)
-            if pool.num_waiting() >= s.max_queue_depth * serving:
-                return pool, "queue full"
+            serving = max(view.serving(), 1)
+            if view.queue_depth() >= s.max_queue_depth * serving:
+                return view, "queue full"
         age = None
         if s.max_queue_age_s is not None:
-            age = pool.queue_age(t)
+            age = view.queue_age(t)
             if age > s.max_queue_age_s:
-                return pool, "queue age"
+                return view, "queue age"
         for sh in s.shed:
             if r.priority >= sh.min_priority:
-                age = pool.queue_age(t) if age is None else age
+                age = view.queue_age(t) if age is None else age
                 if age > sh.queue_age_s:
-                    return pool, f"shed (priority {r.priority})"
-        return pool, None
+                    return view, f"shed (priority {r.priority})"
+        return view, None
 
 
 def uses_queue_age(spec, autoscalers) -> bool:

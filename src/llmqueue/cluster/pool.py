@@ -51,7 +51,8 @@ class PoolRuntime:
         c = self.config
         self.view = PoolView(self.name, self.outstanding, self.routable, load=self.load,
                              max_num_seqs=c.max_num_seqs, kv_blocks_total=c.num_kv_blocks, block_size=c.block_size,
-                             hash_block_tokens=hash_block_tokens, pending_prefill=self.pending_prefill)
+                             hash_block_tokens=hash_block_tokens, pending_prefill=self.pending_prefill,
+                             held=self.held, no_token=self.no_token)
         self.last_scale = -np.inf        # the autoscaler's last change (scale-down waits a cooldown after it)
         self.watch: Any = None           # an ArrivalWatch when a p99_ttft autoscaler reads the pool
         for _ in range(spec.replicas):
@@ -97,10 +98,7 @@ class PoolRuntime:
             self.reps[i] = None
         self.key[i] = np.inf
 
-    # -- what the gateway and the autoscaler read --------------------------------------------------
-    def serving(self) -> int:
-        return len(self.routable)
-
+    # -- what the view reads (policies read the view: self.view) ------------------------------------
     def count(self, state: str) -> int:
         return sum(1 for s in self.state if s == state)
 
@@ -108,24 +106,11 @@ class PoolRuntime:
         """Slot ``i``'s replica's :class:`~llmqueue.engine.api.ReplicaLoad` (what the view reads)."""
         return self.reps[i].load()
 
-    def num_waiting(self) -> int:
-        """Requests waiting in the pool: the replicas' queues and the pool's gateway queue."""
-        return len(self.held) + sum(r.load().num_waiting for r in self.reps if r is not None)
-
     def count_waiting(self, class_name: str) -> int:
         """Requests of one class waiting in the pool: the replicas' queues and the gateway queue."""
         return (sum(1 for r in self.held if r.class_name == class_name)
                 + sum(r.count_waiting(class_name) for r in self.reps if r is not None))
 
-    def busy(self, i: int) -> bool:
-        """Is a step in progress on slot ``i``'s replica?"""
-        return self.reps[i].load().busy
-
-    def queue_age(self, t: float) -> float:
-        """Age at ``t`` of the oldest request the pool holds without a first token (0: none)."""
-        for a in self.no_token.values():
-            return t - a
-        return 0.0
 
     def all_replicas(self) -> list:
         """(slot, replica) of every replica this pool ran, live and retired."""

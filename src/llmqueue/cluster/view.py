@@ -12,7 +12,7 @@ provisioning, failed or draining).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 
 from llmqueue.engine.api import ReplicaLoad
 
@@ -25,11 +25,11 @@ class PoolView:
     ``kv_blocks_total``: KV blocks per replica."""
 
     __slots__ = ("name", "outstanding", "routable", "max_num_seqs", "kv_blocks_total", "block_size",
-                 "hash_block_tokens", "pending_prefill", "load")
+                 "hash_block_tokens", "pending_prefill", "load", "held", "no_token")
 
     def __init__(self, name: str, outstanding: list, routable: list, *, load: Callable[[int], ReplicaLoad],
                  max_num_seqs: int, kv_blocks_total: int, block_size: int, hash_block_tokens: int = 512,
-                 pending_prefill: list | None = None):
+                 pending_prefill: list | None = None, held: Sized = (), no_token: dict | None = None):
         self.name = name
         self.outstanding = outstanding
         self.pending_prefill = pending_prefill if pending_prefill is not None else [0] * len(outstanding)
@@ -39,6 +39,26 @@ class PoolView:
         self.kv_blocks_total = kv_blocks_total
         self.block_size = block_size
         self.hash_block_tokens = hash_block_tokens
+        self.held = held          # the pool's gateway queue (read for its length)
+        self.no_token = no_token if no_token is not None else {}  # request -> arrival time, oldest first
+
+    # -- the pool as a whole (what admission rules and autoscalers read) ----------------------------
+    def serving(self) -> int:
+        """Replicas taking requests (``c`` now)."""
+        return len(self.routable)
+
+    def queue_depth(self) -> int:
+        """Requests waiting in the pool (``Q``): its gateway queue and every serving or draining
+        replica's queue."""
+        load = self.load  # a replica holding no request has none waiting
+        return len(self.held) + sum(load(i).num_waiting for i, n in enumerate(self.outstanding) if n)
+
+    def queue_age(self, t: float) -> float:
+        """Age at ``t`` of the oldest request the pool holds without a first token (0: none): the
+        wait of the head of its queue, the leading indicator of a queue that grows."""
+        for a in self.no_token.values():
+            return t - a
+        return 0.0
 
     @property
     def n(self) -> int:

@@ -89,8 +89,8 @@ class ReferenceReplica:
         """Hand over a request arriving now (``at``: dispatched by a gateway at that time): with a
         step in progress it joins the queue at once, else it is submitted. Returns whether the
         replica was idle (the driver then calls :meth:`step_at` now)."""
-        if self._pending is not None and at is None:
-            self._arrive(request)
+        if self._pending is not None and at is None and not self._arrivals:
+            self._arrive(request)  # what the step's end would do first: nothing else is queued before it
             return False
         self.submit(request, at)
         return self._pending is None

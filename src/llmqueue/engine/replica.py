@@ -217,11 +217,11 @@ class Replica:
 
     def accept(self, request, at: float | None = None) -> bool:
         """Hand over a request arriving now (the driver's clock; ``at``: dispatched by a gateway
-        at that time): a replica with a step in progress queues it at once (its next step sees
-        it), else it is submitted. Returns whether the replica was idle (the driver must then
-        call :meth:`step_at` now)."""
-        if self._pending is not None and at is None:
-            self._arrive(request)
+        at that time): a replica with a step in progress and nothing else handed over queues it at
+        once (its next step would take it first), else it is submitted. Returns whether the replica
+        was idle (the driver must then call :meth:`step_at` now)."""
+        if self._pending is not None and at is None and not self._arrivals:
+            self._arrive(request)  # what the step's end would do first: nothing else is queued before it
             return False
         _heappush(self._arrivals, arrival_entry(request, at))
         return self._pending is None
