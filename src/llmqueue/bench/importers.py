@@ -409,9 +409,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
                    out / "workload.parquet")
     itl = None
     if tokens is not None:
-        from llmqueue.bench.client import _TOKEN_SCHEMA
+        from llmqueue.bench.recorder import token_schema
 
-        pq.write_table(pa.table(tokens, schema=_TOKEN_SCHEMA()), out / "tokens.parquet")
+        pq.write_table(pa.table(tokens, schema=token_schema()), out / "tokens.parquet")
         t = np.asarray(tokens["t_s"])
         same = (np.diff(tokens["request_id"]) == 0) & (np.diff(tokens["attempt"]) == 0) if len(t) > 1 \
             else np.zeros(0, bool)
