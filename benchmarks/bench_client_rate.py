@@ -56,8 +56,7 @@ def idle_lag_ms(rate: float = 1000.0, duration: float = 3.0, use_uvloop: bool = 
     import numpy as np
 
     async def run():
-        from llmqueue.bench.client import _pc
-
+        _pc = time.perf_counter
         rng = np.random.default_rng(0)
         arr = np.cumsum(rng.exponential(1 / rate, int(rate * duration))).tolist()
         t0 = _pc()

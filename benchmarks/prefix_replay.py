@@ -90,7 +90,7 @@ def main() -> int:
     M = (a.kv_blocks - 1) * 32  # vLLM holds one null block back (one_run writes it as M_usable)
     t = time.time()
     with VllmServer(model_dir, work_dir=work, log_path=out / "server.log", enable_prefix_caching=True, **knobs) as srv:
-        summary = one_run(srv, run_dir, reqs, warmup_s=0.0, knobs=knobs, hash_ids=tr.hash_ids, hash_block_tokens=H,
+        summary = one_run(srv, run_dir, reqs, warmup_s=0.0, knobs=knobs, hash_ids=tr.hash_ids, prefix_block_tokens=H,
                           progress=sys.stderr.isatty())
     run_s = time.time() - t
     version = vllm_version()

@@ -15,17 +15,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from llmqueue.bench.client import (
-    DEFAULT_TOKEN_RANGE,
-    BenchConnectError,
-    _Prompts,
-    arrival_check,
-    classify_http,
-    endpoint_url,
-    ks_2samp,
-    run_bench,
-    token_id_range,
-)
+from llmqueue.bench.checks import arrival_check, ks_2samp
+from llmqueue.bench.client import BenchConnectError, run_bench
+from llmqueue.bench.http import classify_http, endpoint_url
+from llmqueue.bench.prompts import DEFAULT_TOKEN_RANGE, Prompts, token_id_range
 from llmqueue.bench.stub_server import StubServer
 from llmqueue.errors import InputError as InputErrorType
 from llmqueue.records import REQUEST_COLUMNS, is_complete, read_records
@@ -146,11 +139,11 @@ def test_chat_endpoint_records_the_servers_usage(stub, tmp_path):
 
 def test_prompts_are_seeded_exact_and_in_range():
     reqs = _reqs(n=30)
-    a = _Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
+    a = Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
                  extra_body={"temperature": 0})
-    b = _Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
+    b = Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
                  extra_body={"temperature": 0})
-    c = _Prompts(reqs, model="m", endpoint="completions", seed=8, token_range=(100, 500), exact_output=True,
+    c = Prompts(reqs, model="m", endpoint="completions", seed=8, token_range=(100, 500), exact_output=True,
                  extra_body=None)
     for i in range(len(reqs)):
         d = json.loads(a.body(i))
@@ -161,7 +154,7 @@ def test_prompts_are_seeded_exact_and_in_range():
         assert d["ignore_eos"] is True and d["stream"] is True
         assert d["stream_options"] == {"include_usage": True} and d["temperature"] == 0
     assert any(a.body(i) != c.body(i) for i in range(len(reqs)))
-    chat = json.loads(_Prompts(reqs, model="m", endpoint="chat", seed=7, token_range=(100, 500),
+    chat = json.loads(Prompts(reqs, model="m", endpoint="chat", seed=7, token_range=(100, 500),
                                exact_output=False, extra_body=None).body(0))
     assert len(chat["messages"][0]["content"].split()) == reqs.prompt_tokens[0]
     assert chat["max_completion_tokens"] == reqs.output_tokens[0] and "ignore_eos" not in chat
@@ -177,7 +170,7 @@ def test_prompts_from_prefix_hashes_share_exactly_the_shared_blocks():
     hashes = [[1, 2, 3], [1, 2, 9], [7, 2], [1, 2], None, []]
 
     def make(seed=7, endpoint="completions", hash_ids=hashes):
-        return _Prompts(reqs, model="m", endpoint=endpoint, seed=seed, token_range=(100, 500), exact_output=True,
+        return Prompts(reqs, model="m", endpoint=endpoint, seed=seed, token_range=(100, 500), exact_output=True,
                         extra_body=None, hash_ids=hash_ids, hash_block_tokens=H)
 
     p = make()
@@ -202,7 +195,7 @@ def test_prompts_from_prefix_hashes_share_exactly_the_shared_blocks():
     with pytest.raises(InputErrorType, match="hash_ids"):
         make(hash_ids=hashes[:3])
     with pytest.raises(InputErrorType, match="hash_block_tokens"):
-        _Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
+        Prompts(reqs, model="m", endpoint="completions", seed=7, token_range=(100, 500), exact_output=True,
                  extra_body=None, hash_ids=hashes, hash_block_tokens=0)
 
 
@@ -455,7 +448,7 @@ def test_exchange_parses_any_split_of_the_bytes(framing, step):
     """HTTP framing and server-sent events, fed in pieces of any size (as TCP may deliver them)."""
     import asyncio
 
-    from llmqueue.bench.client import _Exchange
+    from llmqueue.bench.attempt import Attempt
 
     tok = '{"id":"c","choices":[{"index":0,"text":" a","finish_reason":null}],"usage":null}'
     usage = '{"id":"c","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,' \
@@ -475,7 +468,7 @@ def test_exchange_parses_any_split_of_the_bytes(framing, step):
 
     loop = asyncio.new_event_loop()
     try:
-        ex = _Exchange(0.0, 5)
+        ex = Attempt(0.0, 5)
         ex.fut = loop.create_future()
         for i in range(0, len(raw), step):
             ex.feed(raw[i:i + step])
@@ -487,7 +480,7 @@ def test_exchange_parses_any_split_of_the_bytes(framing, step):
         assert len(ex.toks) == 3 and ex.ot == 3 and ex.pt == 7 and ex.cached == 2
         assert ex.keep_alive == (framing != "close")
         # a body cut short is an error, not ok
-        cut = _Exchange(0.0, 5)
+        cut = Attempt(0.0, 5)
         cut.fut = loop.create_future()
         cut.feed(raw[: len(raw) - 30])
         cut.lost(ConnectionResetError())
@@ -499,12 +492,12 @@ def test_exchange_parses_any_split_of_the_bytes(framing, step):
 def test_exchange_errors():
     import asyncio
 
-    from llmqueue.bench.client import _Exchange
+    from llmqueue.bench.attempt import Attempt
 
     loop = asyncio.new_event_loop()
     try:
         def run(raw):
-            ex = _Exchange(0.0, 5)
+            ex = Attempt(0.0, 5)
             ex.fut = loop.create_future()
             ex.feed(raw)
             return ex
@@ -592,9 +585,9 @@ def test_slow_writes_never_overlap_nor_repeat(stub, tmp_path, monkeypatch):
     import threading
     import time
 
-    from llmqueue.bench import client as mod
+    from llmqueue.bench import recorder as mod
 
-    real = mod._Run._write_batch
+    real = mod.Recorder._write_batch
     state = {"active": 0, "overlap": 0, "calls": 0}
     lock = threading.Lock()
 
@@ -610,7 +603,7 @@ def test_slow_writes_never_overlap_nor_repeat(stub, tmp_path, monkeypatch):
             with lock:
                 state["active"] -= 1
 
-    monkeypatch.setattr(mod._Run, "_write_batch", slow)
+    monkeypatch.setattr(mod.Recorder, "_write_batch", slow)
     reqs = _reqs(rate=400, n=80, output="fixed:2", seed=11)
     res = run_bench(stub.url, stub.model, reqs, out_dir=tmp_path, flush_interval_s=0.02)
     assert res.error is None and state["calls"] >= 2
@@ -642,10 +635,10 @@ def test_usage_counts_are_checked():
     than the prompt: anything else is the attempt's error, recorded with the prompt sent and the
     chunks counted (before: -1 failed the whole batch's write, 2**70 an OverflowError that lost
     the request, "12" was taken as 12)."""
-    from llmqueue.bench.client import _Exchange
+    from llmqueue.bench.attempt import Attempt
 
     def outcome(usage):
-        ex = _Exchange(0.0, 5)
+        ex = Attempt(0.0, 5)
         ex.http_status, ex.done, ex.usage = 200, True, usage
         ex.toks.extend([0.1, 0.2])
         return ex.outcome(), ex.ot, ex.pt, ex.cached
@@ -702,9 +695,9 @@ def test_an_unforeseen_parsing_failure_is_its_attempts_error(stub, monkeypatch, 
     """An exception while a response is parsed (in the protocol callback) fails that attempt, in
     one reason, and never escapes to the event loop (which printed an asyncio traceback per
     request and left the attempt to end as a cut connection)."""
-    from llmqueue.bench import client as mod
+    from llmqueue.bench import attempt as mod
 
-    real = mod._Exchange.payload
+    real = mod.Attempt.payload
     calls = {"n": 0}
 
     def flaky(self, data):
@@ -713,7 +706,7 @@ def test_an_unforeseen_parsing_failure_is_its_attempts_error(stub, monkeypatch, 
             raise RuntimeError("unforeseen")
         real(self, data)
 
-    monkeypatch.setattr(mod._Exchange, "payload", flaky)
+    monkeypatch.setattr(mod.Attempt, "payload", flaky)
     reqs = _reqs(rate=200, n=30, output="fixed:1", seed=15)
     res = run_bench(stub.url, stub.model, reqs)
     r = res.records

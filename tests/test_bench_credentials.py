@@ -23,7 +23,7 @@ import pytest
 from llmqueue.bench.client import run_bench
 from llmqueue.bench.credentials import proxy_auth, proxy_for, request_headers
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.bench_cmd import server_model
+from llmqueue.bench.served_model import server_model
 from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.records import read_records

@@ -178,13 +178,13 @@ USAGE = b'{"id":"c","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":
 
 
 def exchange(body: bytes, step: int | None = None):
-    """An ``_Exchange`` fed a 200 ``text/event-stream`` answer (Content-Length framing)."""
-    from llmqueue.bench.client import _Exchange
+    """An ``Attempt`` fed a 200 ``text/event-stream`` answer (Content-Length framing)."""
+    from llmqueue.bench.attempt import Attempt
 
     loop = asyncio.new_event_loop()
     try:
         raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-        ex = _Exchange(0.0, 5)
+        ex = Attempt(0.0, 5)
         ex.fut = loop.create_future()
         step = step or len(raw)
         for i in range(0, len(raw), step):

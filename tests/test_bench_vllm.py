@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmqueue.bench import vllm_flags as vf
-from llmqueue.bench.client import peak_concurrency
+from llmqueue.bench.checks import peak_concurrency
 from llmqueue.bench.datasets import estimate_tokens, load_dataset
 from llmqueue.bench.stub_server import StubServer
 from llmqueue.cli.main import main
@@ -207,12 +207,12 @@ def test_percentile_flags_shape_summary_and_result(stub, capsys, tmp_path):
 
 
 def test_extra_body_is_merged_into_every_request():
-    from llmqueue.bench.client import _Prompts
+    from llmqueue.bench.prompts import Prompts
     from llmqueue.workload import Workload
 
     reqs = Workload("poisson:5", prompt="fixed:3", output="fixed:2").generate(seed=0, n=3)
     for endpoint, texts in (("completions", None), ("chat", None), ("completions", ["a b", "c", "d e f"])):
-        p = _Prompts(reqs, model="m", endpoint=endpoint, seed=0, token_range=(100, 500), exact_output=True,
+        p = Prompts(reqs, model="m", endpoint=endpoint, seed=0, token_range=(100, 500), exact_output=True,
                      extra_body=vf.parse_extra_body('{"temperature": 0, "top_p": 0.5}'), texts=texts)
         b = json.loads(p.body(2))
         assert b["temperature"] == 0 and b["top_p"] == 0.5 and b["stream"] is True

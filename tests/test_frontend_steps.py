@@ -43,7 +43,7 @@ def low_load_run(path, *, rate="poisson:4", seed=3, steps=True):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from llmqueue.bench.client import _TOKEN_SCHEMA
+        from llmqueue.bench.recorder import token_schema
 
         (path / "steps.parquet").unlink()
         ok = np.flatnonzero(q["status"] == "ok")
@@ -52,7 +52,7 @@ def low_load_run(path, *, rate="poisson:4", seed=3, steps=True):
         pq.write_table(pa.table({"request_id": np.repeat(np.asarray(q["request_id"])[ok], k),
                                  "attempt": np.repeat(np.asarray(q["attempt"])[ok], k),
                                  "index": np.concatenate([np.arange(m) for m in k]), "t_s": t},
-                                schema=_TOKEN_SCHEMA()), path / "tokens.parquet")
+                                schema=token_schema()), path / "tokens.parquet")
     return path
 
 

@@ -232,7 +232,7 @@ def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm
         hits = {}
         for name, h in (("hashes", tr.hash_ids), ("random", None)):
             # one request at a time: a client stall cannot put two of a document's requests in one step
-            res = run_bench(srv.url, srv.model, reqs, vocab_size=vocab, hash_ids=h, hash_block_tokens=H,
+            res = run_bench(srv.url, srv.model, reqs, vocab_size=vocab, hash_ids=h, prefix_block_tokens=H,
                             metrics_url=srv.url, metrics_interval_s=0.2, seed=1 if h is None else 0, concurrency=1,
                             out_dir=tmp_path / name)
             assert res.error is None and (res.records["status"] == "ok").all(), res.summary["errors"]

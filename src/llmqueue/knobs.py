@@ -18,12 +18,18 @@ where and why one differs. ``None`` means "derived", and the help says from what
 rewritten by :mod:`llmqueue.scenario.override`), ``"slos"`` (the SLO thresholds), ``"spec"``
 (not in the file: applied to the built :class:`~llmqueue.simulate.SimSpec`), or ``None`` (it
 cannot apply to a scenario; given with ``--scenario`` it is an error).
+
+Another table of knobs uses the same :class:`Knob` declaration, flags and checks: the options of
+a benchmark run against a real server (:data:`llmqueue.bench.options.OPTIONS`, whose fields make
+:class:`~llmqueue.bench.options.BenchOptions`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmqueue.errors import InputError
@@ -39,7 +45,16 @@ class Knob:
     text on the command line, text or a number in a scenario file). ``ge``/``gt``/``le``: bounds
     (checked by :func:`check` and by the scenario's fields). ``flag``: whether commands take it
     as a flag (``replicas``, ``preemption_mode``: scenario files only). ``alias_of``: another
-    name for that knob (``chunk``)."""
+    name for that knob (``chunk``).
+
+    Checks beyond the bounds: ``problem``, what a number that fails its bounds (or is NaN, or
+    infinite where ``allow_inf`` is false) is told, instead of the bound itself; ``per_class``:
+    the value may also be a ``{class: value}`` mapping, each value checked; ``check``: a function
+    checking (and returning) a value the bounds cannot judge (a URL). On the command line:
+    ``parse`` turns the flag's text into the value (a JSON object); ``flag_unset``: the flag
+    holds None when not given (the command decides, and the help says what applies);
+    ``switch``: a boolean flag without ``--no-x``; ``multiple``: repeatable; ``envvar``: read from
+    that environment variable when not given."""
 
     name: str
     type: type
@@ -57,6 +72,15 @@ class Knob:
     metavar: str | None = None
     flag_as: str | None = None   # the flag's name when it is not the knob's (``--prompt-len`` for ``prompt``)
     old_flags: tuple = ()        # earlier names of the flag: still accepted, not shown in --help
+    problem: str | None = None
+    allow_inf: bool = False
+    per_class: bool = False
+    check: Callable[[Any], Any] | None = None
+    parse: Callable[[str], Any] | None = None
+    flag_unset: bool = False
+    switch: bool = False
+    multiple: bool = False
+    envvar: str | None = None
 
     @property
     def flag_name(self) -> str:
@@ -249,17 +273,29 @@ def _bound_problem(k: Knob, x: float) -> str | None:
 def check(name: str, value):
     """``value`` checked against knob ``name``'s type, bounds and choices (None passes: "not
     given" or "derived"); returns it (an integral float as int for an int knob)."""
-    k = knob(name)
+    return check_value(knob(name), value)
+
+
+def check_value(k: Knob, value, field: str | None = None):
+    """``value`` checked against knob ``k`` (of any table; see :func:`check`); ``field``: the
+    name its errors give (default: the knob's)."""
     if value is None:
         return None
+    if field is not None:
+        k = replace(k, name=field)
+    if k.per_class and isinstance(value, Mapping):
+        one = replace(k, per_class=False)
+        return {c: check_value(one, v) for c, v in value.items()}
     if k.type is bool:
         if not isinstance(value, bool):
             raise InputError(k.name, f"must be true or false (got {value!r})")
         return value
     if k.type in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             what = "a whole number" if k.type is int else "a number"
             raise InputError(k.name, f"must be {what} (got {value!r})")
+        if k.problem is not None:
+            return _number_with_problem(k, value)
         if not math.isfinite(value):
             raise InputError(k.name, f"must be a finite number (got {value})")
         if k.type is int:
@@ -273,6 +309,20 @@ def check(name: str, value):
     if k.choices and value not in k.choices:
         raise InputError(k.name, f"unknown {k.name.replace('_', ' ')} {value!r}",
                          f"choose one of: {', '.join(k.choices)}")
+    return k.check(value) if k.check is not None else value
+
+
+def _number_with_problem(k: Knob, value):
+    """A number of a knob with its own ``problem``: NaN, an infinity (unless ``allow_inf``) or a
+    value out of bounds are told that problem."""
+    x = float(value)
+    if math.isnan(x) or (math.isinf(x) and not (k.allow_inf and x > 0)) or _bound_problem(k, x):
+        shown = f"{value:g}" if isinstance(value, float) else f"{value}"
+        raise InputError(k.name, f"{k.problem} (got {shown})")
+    if k.type is int and math.isfinite(x):
+        if x != int(x):
+            raise InputError(k.name, f"must be a whole number (got {value!r})")
+        return int(value)
     return value
 
 

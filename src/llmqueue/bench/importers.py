@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from llmqueue.errors import InputError
+from llmqueue.records.columns import request_record_columns
 
 FORMATS = ("vllm-bench", "guidellm", "aiperf", "jsonl", "csv")
 
@@ -317,14 +318,12 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
     cls = cols.get("class")
     cls = np.array(["default"] * n, dtype=object) if cls is None else cls
     cached = cols.get("cached_prompt_tokens")
-    records = {
-        "request_id": rid, "class": cls, "arrival_s": arrival, "dispatched_s": send,
-        "first_scheduled_s": np.full(n, np.nan), "first_token_s": np.where(ok, first, np.nan),
-        "finish_s": fin, "prompt_tokens": cols["prompt_tokens"].astype(np.int64),
-        "output_tokens": np.where(ok, np.nan_to_num(out_tok), 0).astype(np.int64),
-        "cached_prompt_tokens": np.zeros(n, np.int64) if cached is None else np.nan_to_num(cached).astype(np.int64),
-        "status": status, "preemptions": np.zeros(n, np.int64), "replica": np.zeros(n, np.int64),
-        "attempt": att}
+    records = request_record_columns(
+        n, request_id=rid, class_=cls, arrival_s=arrival, dispatched_s=send, first_token_s=np.where(ok, first, np.nan),
+        finish_s=fin, prompt_tokens=cols["prompt_tokens"].astype(np.int64),
+        output_tokens=np.where(ok, np.nan_to_num(out_tok), 0).astype(np.int64),
+        cached_prompt_tokens=0 if cached is None else np.nan_to_num(cached).astype(np.int64), status=status,
+        attempt=att)
     tokens = None
     if chunks is not None:
         keep = [i for i in range(n) if ok[i] and len(chunks[i])]
@@ -410,9 +409,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
                    out / "workload.parquet")
     itl = None
     if tokens is not None:
-        from llmqueue.bench.client import _TOKEN_SCHEMA
+        from llmqueue.bench.recorder import token_schema
 
-        pq.write_table(pa.table(tokens, schema=_TOKEN_SCHEMA()), out / "tokens.parquet")
+        pq.write_table(pa.table(tokens, schema=token_schema()), out / "tokens.parquet")
         t = np.asarray(tokens["t_s"])
         same = (np.diff(tokens["request_id"]) == 0) & (np.diff(tokens["attempt"]) == 0) if len(t) > 1 \
             else np.zeros(0, bool)

@@ -64,9 +64,10 @@ def _http_get(url: str, path: str, api_key: str | None):
     an error; a server that cannot be reached is a :class:`BenchConnectError`."""
     import httpx
 
-    from llmqueue.bench.client import BenchConnectError, _base_url
+    from llmqueue.bench.client import BenchConnectError
+    from llmqueue.bench.http import base_url
 
-    base = _base_url(url)
+    base = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         with httpx.Client(trust_env=False, timeout=10) as c:

@@ -157,6 +157,20 @@ def server_setting_options(f):
     return f
 
 
+def server_settings(params: dict) -> dict:
+    """What the ``--server-*`` flags (:func:`server_setting_options`) say, by setting name
+    (``max_num_seqs``...; None: not given), each checked to be a positive integer."""
+    from llmqueue.errors import InputError
+
+    out = {}
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks"):
+        v = params[f"server_{name}"]
+        if v is not None and v < 1:
+            raise InputError(f"server_{name}", f"must be a positive integer (got {v})")
+        out[name] = v
+    return out
+
+
 def renamed_option(*decls, old=(), **kwargs):
     """``click.option`` with earlier flag names ``old`` accepted but hidden (:class:`Renamed`)."""
     return click.option(*decls, *old, cls=Renamed, old=old, **kwargs)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
+from llmqueue.bench.options import option
 from llmqueue.cli.common import (InputPath, OutputPath, command, json_option, print_json, print_kv, print_table,
-                                 server_setting_options)
+                                 server_setting_options, server_settings)
+from llmqueue.cli.flags import knob_options
 
 
 def _ints(text: str | None, option: str):
@@ -49,15 +51,12 @@ def _profile_outputs(p) -> list:
               "profile runs (vLLM with --enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): "
               "its step times are preferred to the client's inter-token gaps; its startup lines give the settings.")
 @server_setting_options
-@click.option("--vocab-size", type=int, help="Tokenizer vocabulary size: prompt ids come from its middle 90% "
-              "[default: ids 100-499].")
-@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, if the server wants one.")
+@knob_options(knobs=[option("vocab_size"), option("api_key")])  # the benchmark's own declarations
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the prompts' token ids.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar over the levels (default: on a terminal).")
 @json_option
 def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengths, prefill_repeats, passes, budget,
-            server_log, server_max_num_seqs, server_max_num_batched_tokens, server_num_gpu_blocks,
-            server_block_size, server_max_model_len, vocab_size, api_key, seed, progress, as_json):
+            server_log, vocab_size, api_key, seed, progress, as_json, **server):
     """Measure a server's step-time surface through the OpenAI API, within a time budget.
 
     Decode ladders (closed loops of 1, 2, 4, ... requests with long outputs, at two or three
@@ -71,19 +70,14 @@ def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengt
       llmqueue profile --url http://127.0.0.1:8000 --out runs/profile --server-log vllm.log
     """
     from llmqueue._progress import bar, wanted
+    from llmqueue.bench.http import check_url
+    from llmqueue.bench.options import BenchOptions
     from llmqueue.bench.profile import run_profile
-    from llmqueue.cli.bench_cmd import check_url, server_model
-    from llmqueue.errors import InputError
+    from llmqueue.bench.served_model import server_model
 
     check_url(url)
-    flags = {"max_num_seqs": server_max_num_seqs, "max_num_batched_tokens": server_max_num_batched_tokens,
-             "num_gpu_blocks": server_num_gpu_blocks, "block_size": server_block_size,
-             "max_model_len": server_max_model_len}
-    for name, v in flags.items():
-        if v is not None and v < 1:
-            raise InputError(f"server_{name}", f"must be a positive integer (got {v})")
-    if vocab_size is not None and vocab_size < 40:
-        raise InputError("vocab_size", f"must be at least 40 (got {vocab_size})")
+    flags = server_settings(server)
+    BenchOptions(vocab_size=vocab_size, api_key=api_key)  # checked as the runs will check them
     ctx_list = _ints(contexts, "contexts")
     batch_list = _ints(batches, "batches")
     pre_list = _ints(prefill_lengths, "prefill_lengths")

@@ -187,11 +187,11 @@ def _target(url, model):
         if model is not None:
             raise InputError("served_model", "--served-model needs --url")
         return None
-    from llmqueue.cli.bench_cmd import check_url
+    from llmqueue.bench.http import check_url
 
     check_url(url)
     if model is None:
-        from llmqueue.cli.bench_cmd import server_model
+        from llmqueue.bench.served_model import server_model
 
         model = server_model(url)
     return {"url": url, "model": model}

@@ -20,29 +20,18 @@ import numpy as np
 from llmqueue._validate import nonnegative, positive, positive_int
 from llmqueue.engine.run import SimResult
 from llmqueue.engine.step_time import parse_step_time
+from llmqueue.records.columns import request_record_columns
 
 NAN = float("nan")
 
 
 def _columns(requests, first_sched, first_tok, finish, outp, status) -> dict:
-    n = len(requests)
+    """The request records of a baseline run (one replica, no retries, admitted on arrival)."""
     cls = requests.class_name
-    return {
-        "request_id": np.asarray(requests.request_id, dtype=np.int64),
-        "class": np.asarray([str(c) for c in cls] if not isinstance(cls, str) else [cls] * n, dtype=object),
-        "arrival_s": np.asarray(requests.arrival_s, dtype=np.float64),
-        "dispatched_s": np.asarray(requests.arrival_s, dtype=np.float64),
-        "first_scheduled_s": np.asarray(first_sched, dtype=np.float64),
-        "first_token_s": np.asarray(first_tok, dtype=np.float64),
-        "finish_s": np.asarray(finish, dtype=np.float64),
-        "prompt_tokens": np.asarray(requests.prompt_tokens, dtype=np.int64),
-        "output_tokens": np.asarray(outp, dtype=np.int64),
-        "cached_prompt_tokens": np.zeros(n, dtype=np.int64),
-        "status": np.asarray(status, dtype=object),
-        "preemptions": np.zeros(n, dtype=np.int64),
-        "replica": np.zeros(n, dtype=np.int64),
-        "attempt": np.ones(n, dtype=np.int64),
-    }
+    return request_record_columns(
+        len(requests), request_id=requests.request_id, class_=cls if isinstance(cls, str) else [str(c) for c in cls],
+        arrival_s=requests.arrival_s, first_scheduled_s=first_sched, first_token_s=first_tok, finish_s=finish,
+        prompt_tokens=requests.prompt_tokens, output_tokens=outp, status=status)
 
 
 def _steps(rows: list) -> dict:

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from llmqueue.engine.request import RequestStatus
+from llmqueue.records.columns import request_record_columns
 
 MAX_CHUNK = 50_000  # arrivals considered per epoch, at most
 MAX_EPOCH_STEPS = 1 << 20
@@ -211,15 +212,12 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
             stream = rep._stream
             d = ids[done]
             arrival = stream.arrival_s[d]
-            rep.on_records({
-                "seq": d.astype(np.int64), "request_id": stream.request_id[d],
-                "class": np.asarray(stream.classes, dtype=object)[stream.class_index[d]],
-                "arrival_s": arrival, "dispatched_s": arrival.copy(),
-                "first_scheduled_s": t0 + k0[done] * b, "first_token_s": t0 + (k0[done] + 1) * b,
-                "finish_s": t0 + (e[done] + 1) * b, "prompt_tokens": sa[done], "output_tokens": oa[done],
-                "cached_prompt_tokens": np.zeros(len(d), dtype=np.int64),
-                "status": np.full(len(d), "ok", dtype=object), "preemptions": np.zeros(len(d), dtype=np.int64),
-                "attempt": np.ones(len(d), dtype=np.int64)})
+            rep.on_records(request_record_columns(
+                len(d), request_id=stream.request_id[d],
+                class_=np.asarray(stream.classes, dtype=object)[stream.class_index[d]],
+                arrival_s=arrival, first_scheduled_s=t0 + k0[done] * b, first_token_s=t0 + (k0[done] + 1) * b,
+                finish_s=t0 + (e[done] + 1) * b, prompt_tokens=sa[done], output_tokens=oa[done], status="ok",
+                extra={"seq": d.astype(np.int64)}))
         live = ~done
         if live.any():
             produced = K - k0[live]

@@ -12,6 +12,7 @@ import numpy as np
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
 from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.request import Request
+from llmqueue.records.columns import request_record_columns
 
 
 RECORD_BATCH = 65536  # finished requests converted to record columns at a time
@@ -190,26 +191,27 @@ def _horizon(horizon: float, req: dict) -> float:
 
 def request_columns(rows: list[Request], replica: int = 0) -> dict:
     """Request records (``llmqueue.records.schema.REQUEST_COLUMNS``) of engine requests: one pass
-    over the requests per column, reading their fields natively in the compiled build."""
-    n = len(rows)
+    over the requests per column, reading their fields natively in the compiled build; the
+    columns made by :func:`~llmqueue.records.columns.request_record_columns`."""
     arrival = np.array([r.arrival_time for r in rows], dtype=np.float64)
     dispatch = np.array([r.dispatch_time for r in rows], dtype=np.float64)
-    return {
-        "request_id": np.array([r.request_id for r in rows], dtype=np.int64),
-        "class": np.array([r.class_name for r in rows], dtype=object),
-        "arrival_s": arrival,
-        "dispatched_s": np.where(np.isnan(dispatch), arrival, dispatch),
-        "first_scheduled_s": np.array([r.first_scheduled_time for r in rows], dtype=np.float64),
-        "first_token_s": np.array([r.first_token_time for r in rows], dtype=np.float64),
-        "finish_s": np.array([r.finish_time for r in rows], dtype=np.float64),
-        "prompt_tokens": np.array([r.num_prompt_tokens for r in rows], dtype=np.int64),
-        "output_tokens": np.array([r.num_output_tokens for r in rows], dtype=np.int64),
-        "cached_prompt_tokens": np.array([max(r.num_cached_tokens, 0) for r in rows], dtype=np.int64),
-        "status": np.array([r.outcome for r in rows], dtype=object),
-        "preemptions": np.array([r.num_preemptions for r in rows], dtype=np.int64),
-        "replica": np.full(n, replica, dtype=np.int64),
-        "attempt": np.array([r.attempt for r in rows], dtype=np.int64),
-    }
+    return request_record_columns(
+        len(rows),
+        request_id=[r.request_id for r in rows],
+        class_=[r.class_name for r in rows],
+        arrival_s=arrival,
+        dispatched_s=np.where(np.isnan(dispatch), arrival, dispatch),
+        first_scheduled_s=[r.first_scheduled_time for r in rows],
+        first_token_s=[r.first_token_time for r in rows],
+        finish_s=[r.finish_time for r in rows],
+        prompt_tokens=[r.num_prompt_tokens for r in rows],
+        output_tokens=[r.num_output_tokens for r in rows],
+        cached_prompt_tokens=[max(r.num_cached_tokens, 0) for r in rows],
+        status=[r.outcome for r in rows],
+        preemptions=[r.num_preemptions for r in rows],
+        replica=replica,
+        attempt=[r.attempt for r in rows],
+    )
 
 
 def with_seq(rows: list[Request]) -> dict:

@@ -1,11 +1,18 @@
 """Per-request, per-step and time-series records: one schema for simulated and measured runs.
 
+The records are the schema every layer shares: the simulator (``engine``, ``cluster``) and the
+benchmark client and importers (``bench``) write them, ``metrics``, ``plan`` and ``report`` read
+them. So that any layer may use them, ``schema`` and ``columns`` import nothing of llmqueue but
+:mod:`llmqueue.errors` (the engine, compiled, builds its records with ``columns``).
+
 - ``schema``: column names and dtypes (:data:`REQUEST_COLUMNS`, :data:`REQUEST_OPTIONAL_COLUMNS`,
   :data:`STEP_COLUMNS`, :data:`STEP_OPTIONAL_COLUMNS`, :data:`TIMESERIES_COLUMNS`,
   :data:`TIMESERIES_OPTIONAL_COLUMNS`, :data:`POOL_COLUMNS`, :data:`STATUSES`).
+- ``columns``: :func:`~llmqueue.records.columns.request_record_columns`, the one builder of
+  request record columns (defaults, dtypes, the schema's order), used by every producer.
 - ``table``: :class:`RequestRecords`, :class:`StepRecords`, :class:`TimeSeries`,
   :class:`PoolSeries` (validated columnar tables; ``derived()`` latencies; ``to_arrow()`` /
-  ``to_pandas()``).
+  ``to_pandas()``; :func:`arrow_schema`, their Arrow schemas).
 - ``io``: Parquet files (:class:`RecordWriter` appends a row group per batch and survives
   exceptions; :func:`read_records`), the run directory (``requests.parquet``, ``steps.parquet``,
   ``timeseries.parquet``, a fleet's ``pools.parquet``, ``summary.json``: :func:`write_run`, :func:`read_run`,
@@ -38,7 +45,7 @@ _EXPORTS = {
     "RecordWriter": "io",
     "RunWriter": "io",
     "Run": "io",
-    "arrow_schema": "io",
+    "arrow_schema": "table",
     "read_records": "io",
     "read_steps": "io",
     "read_timeseries": "io",

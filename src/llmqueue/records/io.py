@@ -44,7 +44,17 @@ from llmqueue.records.journal import (
     journal_path,
     read_journal,
 )
-from llmqueue.records.table import TABLES, PoolSeries, RequestRecords, StepRecords, TimeSeries, _Table
+from llmqueue.records.table import (
+    KIND_KEY,
+    TABLES,
+    PoolSeries,
+    RequestRecords,
+    StepRecords,
+    TimeSeries,
+    _Table,
+    arrow_schema,
+    table_class,
+)
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -52,42 +62,7 @@ TIMESERIES_FILE = "timeseries.parquet"
 POOLS_FILE = "pools.parquet"
 SUMMARY_FILE = "summary.json"
 
-_ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "str": pa.string()}
-_KIND_KEY = b"llmqueue.kind"
 _COMPLETE_KEY = b"llmqueue.complete"
-
-
-def arrow_schema(kind: str, optional=()) -> pa.Schema:
-    """The Arrow schema of a record kind (``requests``, ``steps``, ``timeseries``, ``pools``).
-
-    ``optional`` names optional columns to include (e.g. ``["steps"]`` for step records,
-    ``["pool", "lane", "model"]`` for a fleet's request records).
-    """
-    cls = _table_class(kind)
-    optional = list(optional)
-    unknown = [c for c in optional if c not in cls.OPTIONAL]
-    if unknown:
-        raise InputError("optional", f"{unknown} are not optional {kind} columns",
-                         f"choose from {list(cls.OPTIONAL)}")
-    fields = [pa.field(n, _ARROW_TYPES[t]) for n, t in cls.COLUMNS.items()]
-    fields += [pa.field(n, _ARROW_TYPES[cls.OPTIONAL[n]]) for n in cls.OPTIONAL if n in optional]
-    return pa.schema(fields, metadata={_KIND_KEY: kind.encode()})
-
-
-def _table_class(kind) -> type[_Table]:
-    if isinstance(kind, type) and issubclass(kind, _Table):
-        return kind
-    if isinstance(kind, Mapping):  # one of the schema's column dicts
-        for cls in TABLES.values():
-            if dict(kind) == cls.COLUMNS:
-                return cls
-        raise InputError("schema", "column dict is not one of REQUEST_COLUMNS, STEP_COLUMNS, "
-                         "TIMESERIES_COLUMNS, POOL_COLUMNS")
-    try:
-        return TABLES[kind]
-    except (KeyError, TypeError):
-        raise InputError("schema", f"unknown record kind {kind!r}",
-                         f"use one of {list(TABLES)}") from None
 
 
 class RecordWriter:
@@ -109,7 +84,7 @@ class RecordWriter:
 
     def __init__(self, path, schema="requests", *, optional=(), compression: str = "zstd",
                  journal: bool = False):
-        self.cls = _table_class(schema)
+        self.cls = table_class(schema)
         self.path = Path(path)
         self.schema = arrow_schema(self.cls.KIND, optional)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +159,7 @@ def _read(path, cls: type[_Table]):
         schema, read = table.schema, lambda: table
     else:
         raise InputError("path", f"{path} does not exist")
-    kind = (schema.metadata or {}).get(_KIND_KEY)
+    kind = (schema.metadata or {}).get(KIND_KEY)
     if kind is not None and kind.decode() != cls.KIND:
         raise InputError("path", f"{path} holds {kind.decode()} records, not {cls.KIND}")
     return cls.from_arrow(read())

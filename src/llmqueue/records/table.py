@@ -186,8 +186,6 @@ class _Table:
 
     # -- conversion ------------------------------------------------------------------------
     def arrow_schema(self):
-        from llmqueue.records.io import arrow_schema
-
         return arrow_schema(self.KIND, optional=[c for c in self.OPTIONAL if c in self._cols])
 
     def to_arrow(self):
@@ -368,3 +366,45 @@ TABLES: dict[str, type[_Table]] = {
     "timeseries": TimeSeries,
     "pools": PoolSeries,
 }
+
+
+KIND_KEY = b"llmqueue.kind"  # the Arrow schema's metadata key naming the record kind
+
+
+def table_class(kind) -> type[_Table]:
+    """The table class of a record kind: its name (``"requests"``...), the class itself, or the
+    schema's column dict (``REQUEST_COLUMNS``...)."""
+    if isinstance(kind, type) and issubclass(kind, _Table):
+        return kind
+    if isinstance(kind, Mapping):  # one of the schema's column dicts
+        for cls in TABLES.values():
+            if dict(kind) == cls.COLUMNS:
+                return cls
+        raise InputError("schema", "column dict is not one of REQUEST_COLUMNS, STEP_COLUMNS, "
+                         "TIMESERIES_COLUMNS, POOL_COLUMNS")
+    try:
+        return TABLES[kind]
+    except (KeyError, TypeError):
+        raise InputError("schema", f"unknown record kind {kind!r}",
+                         f"use one of {list(TABLES)}") from None
+
+
+def arrow_schema(kind, optional=()):
+    """The Arrow schema (a ``pyarrow.Schema``) of a record kind (``requests``, ``steps``,
+    ``timeseries``, ``pools``; see :func:`table_class`).
+
+    ``optional`` names optional columns to include (e.g. ``["steps"]`` for step records,
+    ``["pool", "lane", "model"]`` for a fleet's request records).
+    """
+    import pyarrow as pa
+
+    cls = table_class(kind)
+    optional = list(optional)
+    unknown = [c for c in optional if c not in cls.OPTIONAL]
+    if unknown:
+        raise InputError("optional", f"{unknown} are not optional {kind} columns",
+                         f"choose from {list(cls.OPTIONAL)}")
+    types = {"int64": pa.int64(), "float64": pa.float64(), "str": pa.string()}
+    fields = [pa.field(n, types[t]) for n, t in cls.COLUMNS.items()]
+    fields += [pa.field(n, types[cls.OPTIONAL[n]]) for n in cls.OPTIONAL if n in optional]
+    return pa.schema(fields, metadata={KIND_KEY: cls.KIND.encode()})

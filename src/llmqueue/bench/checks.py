@@ -1,0 +1,128 @@
+"""The client's checks of itself: did it send on schedule? (``summary["client"]``)
+
+Scheduling lag (actual - intended send, before any concurrency wait) percentiles and its trend
+over the run (drift), and a two-sample Kolmogorov-Smirnov test of the realized against the
+intended inter-arrival gaps (:func:`arrival_check`); :func:`peak_concurrency`, vLLM's
+``max_concurrent_requests``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from llmqueue.errors import InputError
+
+LAG_TOLERANCE_MS = 2.0
+
+
+def arrival_check(intended, realized, *, lag_tolerance_ms: float | None = None, alpha: float = 0.01) -> dict:
+    """Did the client send on schedule? ``intended`` and ``realized`` send times (s) of the same requests.
+
+    - ``lag_ms``: percentiles of the scheduling lag ``realized - intended`` (mean, p50, p90, p99,
+      p99.9, max); ``late_over_1ms`` / ``late_over_10ms``: fractions; ``lag_trend_ms_per_s``: the
+      least-squares slope of the lag against the intended time (a client falling behind drifts);
+    - ``ks_gaps``: two-sample Kolmogorov-Smirnov test of the realized inter-arrival gaps against
+      the intended ones (``statistic`` D, ``pvalue``), and the p99 of the per-gap error
+      ``|realized gap - intended gap|``.
+
+    ``arrivals_ok`` is true when the p99 lag is at most ``lag_tolerance_ms`` (default 2 ms) and
+    the gaps pass the KS test at level ``alpha``, or fail it only by sub-tolerance jitter (p99 gap
+    error <= the tolerance: a KS test on many gaps detects any jitter at all, e.g. on
+    deterministic arrivals, whose intended gaps are all equal).
+    """
+    tol = LAG_TOLERANCE_MS if lag_tolerance_ms is None else float(lag_tolerance_ms)
+    a = np.asarray(intended, dtype=np.float64)
+    r = np.asarray(realized, dtype=np.float64)
+    if a.shape != r.shape:
+        raise InputError("realized", f"needs one time per intended time ({r.shape} vs {a.shape})")
+    out: dict = {"requests": int(len(a))}
+    order = np.argsort(a, kind="stable")
+    a, r = a[order], r[order]
+    lag = r - a
+    if len(lag):
+        out["lag_ms"] = {"mean": 1e3 * float(lag.mean()),
+                         **{f"p{_pw(q)}": 1e3 * float(np.percentile(lag, q)) for q in (50, 90, 99, 99.9)},
+                         "max": 1e3 * float(lag.max())}
+        out["late_over_1ms"] = float(np.mean(lag > 1e-3))
+        out["late_over_10ms"] = float(np.mean(lag > 1e-2))
+        out["lag_trend_ms_per_s"] = (1e3 * float(np.polyfit(a, lag, 1)[0])
+                                     if len(a) > 2 and np.ptp(a) > 0 else None)
+    else:
+        out["lag_ms"] = None
+    ks = None
+    if len(a) >= 3:
+        ga = np.diff(a)
+        gr = np.diff(np.sort(r))
+        stat, pvalue = ks_2samp(ga, gr)
+        err = np.abs(np.diff(r) - ga)
+        ks = {"statistic": stat, "pvalue": pvalue, "n": int(len(ga)),
+              "mean_gap_intended_ms": 1e3 * float(ga.mean()), "mean_gap_realized_ms": 1e3 * float(gr.mean()),
+              "p99_gap_error_ms": 1e3 * float(np.percentile(err, 99))}
+    out["ks_gaps"] = ks
+    problems = []
+    p99 = out["lag_ms"]["p99"] if out["lag_ms"] else None
+    if p99 is not None and p99 > tol:
+        problems.append(f"p99 scheduling lag {p99:.2f} ms > {tol:g} ms")
+    if ks is not None and ks["pvalue"] < alpha and ks["p99_gap_error_ms"] > tol:
+        problems.append(f"realized inter-arrival gaps differ from the intended ones (KS D = "
+                        f"{ks['statistic']:.3f}, p = {ks['pvalue']:.2g})")
+    out["arrivals_ok"] = not problems
+    out["verdict"] = "ok: sent on schedule" if not problems else "client fell behind: " + "; ".join(problems)
+    out["rule"] = (f"ok when p99 lag <= {tol:g} ms and the realized gaps pass a KS two-sample test against the "
+                   f"intended ones at {alpha:g} (or differ from them by <= {tol:g} ms at p99: a KS test on many "
+                   "gaps flags any jitter, e.g. on deterministic arrivals)")
+    return out
+
+
+
+def ks_2samp(x, y) -> tuple[float, float]:
+    """Two-sample Kolmogorov-Smirnov test of realized against intended gaps: ``(D, p)``,
+    two-sided, asymptotic p-value (``scipy.stats.ks_2samp``, imported when a run ends)."""
+    from scipy.stats import ks_2samp as _ks
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.size == 0 or y.size == 0:
+        return math.nan, math.nan
+    r = _ks(x, y, method="asymp")
+    return float(r.statistic), float(r.pvalue)
+
+
+def peak_concurrency(start, end) -> int:
+    """The most intervals ``[start, end)`` open at once (an end before a start at the same time)."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    m = np.isfinite(start) & np.isfinite(end)
+    t = np.concatenate([start[m], end[m]])
+    d = np.concatenate([np.ones(int(m.sum()), dtype=np.int64), -np.ones(int(m.sum()), dtype=np.int64)])
+    if not len(t):
+        return 0
+    order = np.lexsort((d, t))
+    return int(max(0, np.cumsum(d[order]).max()))
+
+
+def _pw(q) -> str:
+    return str(int(q)) if int(q) == q else str(q)
+
+
+def client_checks(recs, sched, closed_loop: bool) -> dict:
+    """The client's checks of a run's records ``recs`` (one row per attempt), ``sched`` the time
+    each attempt's send began (before any wait for a concurrency slot): the first attempts' lag
+    and gaps (:func:`arrival_check`), the retries' lag, and with a concurrency cap
+    (``closed_loop``) the wait for a slot."""
+    arr = recs["arrival_s"]
+    first = recs["attempt"] == 1
+    out = arrival_check(arr[first], sched[first])
+    out["attempts"] = int(len(arr))
+    if (~first).any():
+        lag = sched[~first] - arr[~first]
+        out["retry_lag_ms"] = {"p50": 1e3 * float(np.percentile(lag, 50)),
+                               "p99": 1e3 * float(np.percentile(lag, 99)), "max": 1e3 * float(lag.max())}
+    wait = recs["dispatched_s"] - sched
+    if closed_loop and np.isfinite(wait).any():
+        w = wait[np.isfinite(wait)]
+        out["client_queue_ms"] = {"mean": 1e3 * float(w.mean()), "p50": 1e3 * float(np.percentile(w, 50)),
+                                  "p99": 1e3 * float(np.percentile(w, 99)), "max": 1e3 * float(w.max())}
+    return out
