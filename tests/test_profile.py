@@ -45,7 +45,8 @@ CONCAVE = [(64, 96, [(1, 0.010), (2, 0.013), (4, 0.015), (8, 0.018), (32, 0.030)
 # --- the model -----------------------------------------------------------------------------------
 
 def test_the_model_hits_the_points_and_is_monotone(tmp_path):
-    from llmqueue.engine.step_time import StepTime, parse_step_time
+    from llmqueue.engine.step_model import StepTime
+    from llmqueue.engine.step_time import parse_step_time
 
     m = parse_step_time(f"profile:{_write(tmp_path, _doc(CONCAVE))}")
     assert isinstance(m, StepTime)

@@ -153,7 +153,8 @@ def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
     run's own mean step, ``b_mean_simulated``, depends on its load), or, where no fixed point is
     found, the mean duration of the simulated steps.
     """
-    from llmqueue.engine.step_time import constant_step, parse_step_time
+    from llmqueue.engine.step_model import constant_step
+    from llmqueue.engine.step_time import parse_step_time
     from llmqueue.theory.replica import replica_capacity, saturated_capacity
 
     cfg = spec.engine

@@ -34,7 +34,8 @@ from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_ent
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.scheduler import Scheduler
-from llmqueue.engine.step_time import drift_stream, noise_stream, parse_step_time
+from llmqueue.engine.step_model import drift_stream, noise_stream
+from llmqueue.engine.step_time import parse_step_time
 from llmqueue.errors import InputError
 
 
