@@ -194,7 +194,7 @@ def test_sent_view_and_stream_move_late_sends():
     replayed stream puts those requests at their send times (in order)."""
     import numpy as np
 
-    from llmqueue.bench.validate import sent_stream, sent_view
+    from llmqueue.bench.replay import sent_stream, sent_view
     from llmqueue.records import RequestRecords
     from llmqueue.workload.generate import RequestArrays
 

@@ -316,7 +316,7 @@ def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     assert sorted(r["prompt_tokens"]) == sorted(len(h) * 64 - 7 for h in ([0, 1, 9], [0, 2]) for _ in range(6))
     # the run keeps the hashes beside its workload, for validate's simulation
     from llmqueue.bench.client import load_requests_parquet
-    from llmqueue.bench.validate import measured_hashes
+    from llmqueue.bench.replay import measured_hashes
 
     stream = load_requests_parquet(tmp_path / "on" / "workload.parquet")
     hashes, H = measured_hashes(tmp_path / "on", stream)

@@ -10,7 +10,8 @@ import pytest
 from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.plan import sweep_run as sweep_mod
-from llmqueue.plan.capacity import capacity_search, judge, scenario_slos, slo_targets
+from llmqueue.plan.capacity import capacity_search
+from llmqueue.plan.slo_judge import judge, scenario_slos, slo_targets
 from llmqueue.plan.points import scenario_spec
 from llmqueue.plan.sweep_run import PointResult
 
