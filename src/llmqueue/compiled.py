@@ -101,7 +101,8 @@ def status() -> str:
 
 
 def is_compiled() -> bool:
-    """Is the fast replica running as compiled code (checked on the imported module itself)?"""
-    import llmqueue.engine.replica as rep
-
-    return not str(getattr(rep, "__file__", "")).endswith(".py")
+    """Is the fast replica running as compiled code? Checked on the module the import system gives
+    (the imported one, or the one it would import: through :class:`_SourceFinder` when on source);
+    this module names the engine's modules but imports none of them."""
+    spec = importlib.util.find_spec("llmqueue.engine.replica")
+    return spec is not None and not str(spec.origin or "").endswith(".py")

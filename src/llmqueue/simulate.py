@@ -295,7 +295,7 @@ def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
 
 def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
     """Generate, simulate, summarise; returns the records, the summary and the theory. ``margin``:
-    also measure the run's distance to the preemption cliff (:mod:`llmqueue.plan.margin`: the
+    also measure the run's distance to the preemption cliff (:mod:`llmqueue.margin`: the
     same arrivals re-simulated with a slower engine and with more traffic); a run within
     ``1 + margin`` of it is judged "metastable"."""
     from llmqueue.metrics import summarize
@@ -361,7 +361,7 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
                                          **fleet_accounts(spec))
     theory = theory_for(spec, requests, res.steps)
     if margin is not None:
-        from llmqueue.plan.margin import margin_verdict, regime_margin
+        from llmqueue.margin import margin_verdict, regime_margin
 
         m = regime_margin(spec, requests, margin=margin)
         summary["regime_margin"] = m

@@ -93,7 +93,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     ``enable_prefix_caching`` the choice made from the server's counters, ``seed`` the seed.
     ``progress``: one bar on stderr over every simulation (the prediction, the speed band's two, each
     drift draw), in simulated seconds. ``margin``: also the prediction's distance to the preemption
-    cliff (:func:`llmqueue.plan.margin.regime_margin` on the same stream, engine and seed; key
+    cliff (:func:`llmqueue.margin.regime_margin` on the same stream, engine and seed; key
     ``regime_margin``); a simulated "stable" within ``1 + margin`` of it becomes "metastable".
     ``verdict_copies``: the simulated verdict judges the system at the run's rate, not one finite
     path: the stream is replayed that many times back to back (:func:`~llmqueue.bench.replay.tiled_stream`) and the
@@ -310,7 +310,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         verdicts.update(simulated=long_verdict, simulated_path=sim.get("verdict"), simulated_copies=verdict_copies)
     regime = None
     if margin is not None:
-        from llmqueue.plan.margin import margin_verdict, regime_margin
+        from llmqueue.margin import margin_verdict, regime_margin
 
         spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
                        predictor_cv=predictor_cv, options=SimOptions(seed=seed, horizon_s=horizon, hash_ids=hash_ids,

@@ -99,7 +99,7 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
     m = s.get("regime_margin")
     if m:
-        from llmqueue.plan.margin import margin_rows
+        from llmqueue.margin import margin_rows
 
         rows += margin_rows(m)
     print_kv(rows, title="Simulation")

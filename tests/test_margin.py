@@ -1,4 +1,4 @@
-"""Regime margins (llmqueue.plan.margin): the distance of a run without preemption to the
+"""Regime margins (llmqueue.margin): the distance of a run without preemption to the
 preemption cliff of a KV-bound engine, in Nie et al.'s 1:1 setting (M = 131,000 tokens, chunk
 512, b = 0.0372 s, U(10, 1600) prompts and outputs; their thrashing capacity mu = 3.263 req/s)."""
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llmqueue.cli.main import main
-from llmqueue.plan.margin import preemptions, regime_margin
+from llmqueue.margin import preemptions, regime_margin
 from llmqueue.spec import spec_from_flags
 
 FLAGS = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512", "--prompt-len", "uniform:10:1600",
