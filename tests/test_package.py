@@ -76,7 +76,7 @@ LAYERS = (
     ("engine",),
     ("cluster", "records"),
     ("metrics", "scenario"),
-    ("margin",),
+    ("margin", "theory.prediction"),  # theory.prediction: the closed forms fed a run's engine and workload
     ("simulate",),
     ("spec",),
     ("bench",),
@@ -159,7 +159,11 @@ def _cycles(graph: dict) -> list[set]:
 
 
 def _layer(mod: str) -> str:
-    return mod.split(".")[1] if "." in mod else mod
+    """The entry of :data:`LAYERS` that holds ``mod``: its module (``theory.prediction``), else its
+    package or top-level module (``engine``, ``simulate``), else ``llmqueue`` (the root)."""
+    parts = mod.split(".")[1:]
+    named = {n for layer in LAYERS for n in layer}
+    return next((".".join(parts[:k]) for k in (2, 1) if ".".join(parts[:k]) in named), "llmqueue")
 
 
 def test_import_graph_reads_every_form_of_import(tmp_path):
@@ -192,7 +196,7 @@ def test_layers_import_only_downward():
     nor a package beside it in its layer; every package has a layer."""
     rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
     graph = _import_graph()
-    assert not {_layer(m) for m in graph} - set(rank), "packages without a layer in LAYERS"
+    assert {m.split(".")[1] for m in graph if "." in m} <= set(rank), "packages without a layer in LAYERS"
     bad = [f"{m}:{line} imports {t}" for m, edges in sorted(graph.items()) for t, line in sorted(edges.items())
            if _layer(t) != _layer(m) and rank[_layer(t)] >= rank[_layer(m)]]
     assert not bad, "imports that are not downward:\n" + "\n".join(bad)
