@@ -5,8 +5,8 @@ preemption cliff of a KV-bound engine, in Nie et al.'s 1:1 setting (M = 131,000 
 import json
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.margin import preemptions, regime_margin
 from llmqueue.spec import spec_from_flags
 
@@ -14,9 +14,8 @@ FLAGS = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512
          "--output-len", "uniform:10:1600", "--duration", "1800", "--seed", "1", "--no-progress"]
 
 
-def _run(capsys, rate, *extra):
-    code = main(["simulate", *FLAGS, "--rate", str(rate), "--json", *extra])
-    out, err = capsys.readouterr()
+def _run(rate, *extra):
+    code, out, err = run_cli("simulate", *FLAGS, "--rate", str(rate), "--json", *extra)
     assert code == 0, err
     d = json.loads(out)
     return d
@@ -72,17 +71,16 @@ def test_the_rate_without_preemption_is_one_capacity_below_the_thrashing_one(mar
     assert max(rates) < 0.9 * 3.263
 
 
-def test_the_command_line_says_metastable(capsys):
-    d = _run(capsys, 2.3, "--margin", "0.1")
+def test_the_command_line_says_metastable():
+    d = _run(2.3, "--margin", "0.1")
     assert d["verdict"].startswith("metastable") and d["regime_margin"]["regime"] == "metastable"
-    d = _run(capsys, 1.5, "--margin", "0.1")
+    d = _run(1.5, "--margin", "0.1")
     assert d["verdict"].startswith("stable") and d["regime_margin"]["regime"] == "clear"
 
 
 @pytest.mark.parametrize("extra,fragment", [(["--margin", "0"], "margin"), (["--margin", "5"], "margin"),
                                             (["--margin", "0.1", "--replicas", "2"], "margin")])
-def test_bad_margins_are_one_line(capsys, extra, fragment):
-    code = main(["simulate", *FLAGS, "--rate", "1", *extra])
-    _, err = capsys.readouterr()
+def test_bad_margins_are_one_line(extra, fragment):
+    code, _, err = run_cli("simulate", *FLAGS, "--rate", "1", *extra)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err

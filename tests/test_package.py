@@ -1,6 +1,7 @@
-"""The package's public surface: lazy exports, shell completion."""
+"""The package's public surface: lazy exports, shell completion, help texts, the import graph."""
 
 import pytest
+from _cli import run_cli
 
 
 def test_lazy_exports_are_the_names_not_their_modules():
@@ -45,21 +46,33 @@ def test_shell_completion_answers(tmp_path):
 
 def test_no_command_help_names_the_project_source_documents():
     """Users have no "seed 00x" documents: help texts cite the sources by name."""
-    from click.testing import CliRunner
-
     from llmqueue.cli.main import COMMANDS, cli
 
-    runner = CliRunner()
-    texts = [runner.invoke(cli, ["--help"]).output]
+    texts = [run_cli("--help").out]
     for name in COMMANDS:
-        res = runner.invoke(cli, [name, "--help"])
-        assert res.exit_code == 0, name
-        texts.append(res.output)
+        code, out, _ = run_cli(name, "--help")
+        assert code == 0, name
+        texts.append(out)
         cmd = cli.get_command(None, name)
         for sub in getattr(cmd, "commands", {}):
-            texts.append(runner.invoke(cli, [name, sub, "--help"]).output)
+            texts.append(run_cli(name, sub, "--help").out)
     for t in texts:
         assert "seed 00" not in t.lower() and "seed00" not in t.lower(), t[:200]
+
+
+
+def test_run_cli_keeps_each_run_apart(monkeypatch):
+    """The tests' ``run_cli``: stdout and stderr apart, nothing carried from one run into the next,
+    the environment it was given undone afterwards."""
+    import os
+
+    ok = run_cli("queue", "mm1", "--lam", "8", "--mu", "10", "--json")
+    bad = run_cli("queue", "mm1", "--lam", "12", "--mu", "10")
+    assert ok.code == 0 and ok.err == "" and ok.json()["rho"] == pytest.approx(0.8)
+    assert bad.code == 2 and bad.out == "" and bad.err.startswith("llmqueue: error: ") and bad.err.count("\n") == 1
+    monkeypatch.delenv("LLMQUEUE_TEST_VAR", raising=False)
+    assert run_cli("--help", env={"LLMQUEUE_TEST_VAR": "1"}).code == 0
+    assert "LLMQUEUE_TEST_VAR" not in os.environ
 
 
 # -- the package's import graph ----------------------------------------------------------------
