@@ -58,11 +58,12 @@ class SimSpec:
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
-                       num_requests: int | None = None) -> SimSpec:
+                       num_requests: int | None = None, router: str = "random") -> SimSpec:
     """A :class:`SimSpec` from a validated :class:`llmqueue.scenario.Scenario`.
 
     With ``deployment.replicas > 1`` the whole stream is served by that many replicas on one
-    clock behind a uniform random router (:func:`llmqueue.cluster.simulate_fleet`).
+    clock behind ``router`` (:func:`llmqueue.cluster.simulate_fleet`; ``--router``, uniform random
+    by default); with ``deployment.pools``, by the scenario's fleet (each pool behind its own router).
     """
     run = scenario.run
     seed = run.seed if seed is None else seed
@@ -76,7 +77,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     d = scenario.deployment
     notes = list(scenario.notes)
     if d.replicas > 1:
-        notes.append(f"{d.replicas} replicas on one clock behind a uniform random router (each request "
+        behind = "a uniform random router" if router == "random" else f"the {router} router"
+        notes.append(f"{d.replicas} replicas on one clock behind {behind} (each request "
                      "routed as it arrives; retries routed afresh)")
     engine, step_time = scenario.engine()
     mix = scenario.mix
@@ -86,7 +88,7 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     spec = SimSpec(engine=engine, step_time=step_time, requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
                    duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas,
-                   fleet=scenario.fleet)
+                   router=router, fleet=scenario.fleet)
     spec.notes = notes
     return spec
 
