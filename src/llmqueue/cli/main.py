@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cost": ("llmqueue.cli.cost_cmd", "cost", "Tokens per dollar, cost per million tokens, error budgets and replica counts."),
     "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
     "scenario": ("llmqueue.cli.scenario_cmd", "scenario", "Scenario files (workload + deployment + SLOs): check."),
-    "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate one serving replica step by step: records, summary, verdict."),
+    "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate a serving replica or a fleet step by step: records, summary, verdict."),
     "bench": ("llmqueue.cli.bench_cmd", "bench", "Open-loop benchmark of an OpenAI-compatible server: records, summary, client checks."),
     "import": ("llmqueue.cli.import_cmd", "import_", "Another client's per-request measurements (vLLM bench serve, JSONL, CSV) as a run directory."),
     "profile": ("llmqueue.cli.profile_cmd", "profile", "Measure a server's step-time surface (decode ladders, prefill probes) as a step-time model."),
