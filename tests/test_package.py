@@ -75,6 +75,32 @@ def test_run_cli_keeps_each_run_apart(monkeypatch):
     assert "LLMQUEUE_TEST_VAR" not in os.environ
 
 
+
+def test_the_command_loads_blas_with_one_thread(tmp_path):
+    """The `llmqueue` console script sets OPENBLAS_NUM_THREADS=1 before numpy loads (a value the user
+    set is kept); the library itself leaves the environment alone."""
+    import os
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["llmqueue"] == "llmqueue.cli.main:run"
+    code = ("import os, sys\nsys.argv = ['llmqueue', '--version']\nfrom llmqueue.cli.main import run\n"
+            "try:\n    run()\nexcept SystemExit:\n    pass\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def last_line(**extra):
+        p = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True,
+                           timeout=60)
+        return p.stdout.strip().splitlines()[-1]
+
+    assert last_line() == "1 False"
+    assert last_line(OPENBLAS_NUM_THREADS="3") == "3 False"
+
+
 # -- the package's import graph ----------------------------------------------------------------
 # Every ``import``/``from`` statement of the package, at module level or inside a function, is an
 # edge: an import deferred into a function still ties the two modules together.
