@@ -30,7 +30,8 @@ UNLIMITED_KV_TOKENS = 1 << 40
 
 @dataclass
 class SimSpec:
-    """Everything one simulation needs.
+    """Everything one simulation needs: the engine of one replica, or of ``replicas`` behind
+    ``router``, or a ``fleet``; the step-time model; the workload; the run's options.
 
     ``workload``: a :class:`llmqueue.workload.Workload`, a ``ClassMix``-like object with
     ``generate(seed, n=, duration=)``, or ready ``requests`` (a ``RequestArrays``).
@@ -144,10 +145,14 @@ def generate_requests(spec: SimSpec):
 
 
 def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
-    """Generate, simulate, summarise; returns the records, the summary and the theory. ``margin``:
+    """Generate, simulate, summarise; returns the records, the summary and the theory.
+
+    The stream is served by one replica of ``spec.engine``, by ``spec.replicas`` of them behind
+    ``spec.router``, or by ``spec.fleet`` (pools, lanes, P/D, gateway, autoscalers, faults), all on
+    one clock; a fleet's summary adds its per-pool accounts (``summary["fleet"]``). ``margin``:
     also measure the run's distance to the preemption cliff (:mod:`llmqueue.margin`: the
-    same arrivals re-simulated with a slower engine and with more traffic); a run within
-    ``1 + margin`` of it is judged "metastable"."""
+    same arrivals re-simulated with a slower engine and with more traffic; one replica only); a
+    run within ``1 + margin`` of it is judged "metastable"."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
