@@ -23,7 +23,7 @@ import platform
 import tempfile
 import time
 
-from llmqueue.plan.capacity import scenario_slos
+from llmqueue.plan.slo_judge import scenario_slos
 from llmqueue.plan.planner import plan
 
 GPUS = ("l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200")

@@ -192,7 +192,7 @@ def probe_gap_s(cal: dict, reqs) -> float:
     (linear step model), at least 0.5 s, so that each is done before the next is sent."""
     import numpy as np
 
-    from llmqueue.bench.validate import engine_config
+    from llmqueue.bench.replay import engine_config
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.simulate import SimSpec, run_simulation
     from llmqueue.workload.generate import RequestArrays

@@ -3,8 +3,8 @@ quickly, and nothing written.
 
 Each case runs the command line in a fresh directory holding the probe files below (a trace, a
 truncated gzip, bytes that are not UTF-8, nesting too deep to parse, a Python YAML tag, a FIFO,
-...). In-process cases call :func:`llmqueue.cli.main.main` in a thread (so a hang fails after
-10 s instead of blocking the suite); cases where a real file descriptor matters (a FIFO, stdout
+...). In-process cases run the CLI (``run_cli``) in a thread (so a hang fails after 10 s instead
+of blocking the suite); cases where a real file descriptor matters (a FIFO, stdout
 on a full device) run the CLI in a subprocess. Every case checks the directory is unchanged
 afterwards. The cases come from the issue tracker's probes and from probing each flag with the
 wrong type, a negative, zero, NaN, inf, an unknown name, a missing file, a directory instead of a
@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 10.0
@@ -529,21 +528,20 @@ CASES: list[tuple[str, str, str]] = [
 ]
 
 
-def _run_in_process(argv: list[str], capsys) -> tuple[object, str, str]:
-    """``main(argv)`` in a thread, given ``LIMIT_S`` seconds; (exit code or 'hung', stdout, stderr)."""
+def _run_in_process(argv: list[str]) -> tuple[object, str, str]:
+    """``run_cli(*argv)`` in a thread, given ``LIMIT_S`` seconds; (exit code or 'hung', stdout, stderr)."""
     box: dict = {}
 
     def target():
         try:
-            box["code"] = main(argv)
+            box["run"] = run_cli(*argv)
         except BaseException as e:  # noqa: BLE001 - the test reports what escaped
-            box["code"] = f"raised {type(e).__name__}: {e}"
+            box["run"] = (f"raised {type(e).__name__}: {e}", "", "")
 
     th = threading.Thread(target=target, daemon=True)
     th.start()
     th.join(LIMIT_S)
-    out, err = capsys.readouterr()
-    return (box.get("code", "hung") if not th.is_alive() else "hung"), out, err
+    return ("hung", "", "") if th.is_alive() else tuple(box["run"])
 
 
 def _assert_one_line(code, err: str, fragment: str) -> None:
@@ -565,10 +563,10 @@ def probe_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("cmdline,fragment", [pytest.param(c, f, id=i) for i, c, f in CASES])
-def test_bad_input_is_one_line(probe_dir, capsys, cmdline, fragment):
+def test_bad_input_is_one_line(probe_dir, cmdline, fragment):
     before = _snapshot(probe_dir)
     t0 = time.monotonic()
-    code, out, err = _run_in_process(shlex.split(cmdline), capsys)
+    code, out, err = _run_in_process(shlex.split(cmdline))
     assert code != "hung", f"no answer within {LIMIT_S} s"
     assert time.monotonic() - t0 < LIMIT_S
     _assert_one_line(code, err, fragment)
@@ -625,11 +623,11 @@ def test_bad_input_is_one_line_in_a_process(probe_dir, cmdline, fragment, full):
     assert _snapshot(probe_dir) == before
 
 
-def test_missing_output_parents_are_created(probe_dir, capsys):
+def test_missing_output_parents_are_created(probe_dir):
     """The other side of the output check: a path whose parents are missing is written, parents made."""
-    code, out, err = _run_in_process(["workload", "convert", "t.csv", "-o", "new/deeper/t.parquet"], capsys)
+    code, out, err = _run_in_process(["workload", "convert", "t.csv", "-o", "new/deeper/t.parquet"])
     assert code == 0, err
     assert (probe_dir / "new" / "deeper" / "t.parquet").is_file()
-    code, out, err = _run_in_process(["workload", "fit", "t.csv", "-o", "specs/a/fit.yaml"], capsys)
+    code, out, err = _run_in_process(["workload", "fit", "t.csv", "-o", "specs/a/fit.yaml"])
     assert code == 0, err
     assert (probe_dir / "specs" / "a" / "fit.yaml").is_file()

@@ -19,12 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench.client import run_bench
 from llmqueue.bench.credentials import proxy_auth, proxy_for, request_headers
 from llmqueue.bench.stub_server import StubServer
 from llmqueue.bench.served_model import server_model
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.records import read_records
 from llmqueue.workload import Workload
@@ -32,12 +32,6 @@ from llmqueue.workload import Workload
 KEY = "sk-test-secret"
 WL = ("--arrival", "poisson:100", "--prompt", "fixed:4", "--output", "fixed:2", "--num-requests", "10",
       "--no-progress")
-
-
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 class Recorder:
@@ -120,7 +114,7 @@ def _one_line(err: str) -> str:
 
 # -- redirects --------------------------------------------------------------------------------
 
-def test_a_models_redirect_to_another_origin_never_gets_the_key(capsys, clean_env, tmp_path):
+def test_a_models_redirect_to_another_origin_never_gets_the_key(clean_env, tmp_path):
     """Acceptance: /v1/models redirects to another port; that server never receives the key
     (before: urllib followed the redirect with ``Authorization: Bearer ...``). The run is refused
     in one line, exit 2."""
@@ -129,8 +123,8 @@ def test_a_models_redirect_to_another_origin_never_gets_the_key(capsys, clean_en
             return 307, {"Location": f"{other.url}/v1/models"}, b""
 
         with recorder(answer) as home:
-            code, out, err = run(capsys, "bench", "--url", home.url, "--api-key", KEY, *WL,
-                                 "--out", str(tmp_path / "r"))
+            code, out, err = run_cli("bench", "--url", home.url, "--api-key", KEY, *WL,
+                                     "--out", str(tmp_path / "r"))
             line = _one_line(err)
             assert code == 2
             assert line.startswith(f"llmqueue: error: --url: {home.url}/v1/models redirects to another origin "
@@ -159,14 +153,14 @@ def test_a_models_redirect_within_the_origin_is_followed(clean_env):
 
 # -- proxies ----------------------------------------------------------------------------------
 
-def test_proxy_variables_are_ignored_unless_asked(capsys, clean_env, stub, tmp_path):
+def test_proxy_variables_are_ignored_unless_asked(clean_env, stub, tmp_path):
     """http_proxy & co. do not route anything (before: the /v1/models lookup went through them
     with the key, in clear)."""
     before = stub.stats()
     with recorder() as proxy:
         for k in ("http_proxy", "HTTP_PROXY", "all_proxy"):
             clean_env.setenv(k, proxy.url)
-        code, out, err = run(capsys, "bench", "--url", stub.url, "--api-key", KEY, *WL, "--out", str(tmp_path / "r"))
+        code, out, err = run_cli("bench", "--url", stub.url, "--api-key", KEY, *WL, "--out", str(tmp_path / "r"))
         assert code == 0, err
         assert proxy.seen == []
         assert proxy_for(stub.url) is None
@@ -176,33 +170,33 @@ def test_proxy_variables_are_ignored_unless_asked(capsys, clean_env, stub, tmp_p
     assert after["proxied"] == before["proxied"]
 
 
-def test_trust_env_refuses_a_key_in_clear_through_a_proxy(capsys, clean_env, stub, tmp_path):
+def test_trust_env_refuses_a_key_in_clear_through_a_proxy(clean_env, stub, tmp_path):
     before = stub.stats()
     with recorder() as proxy:
         clean_env.setenv("http_proxy", proxy.url)
-        code, out, err = run(capsys, "bench", "--url", stub.url, "--api-key", KEY, "--trust-env", *WL,
-                             "--out", str(tmp_path / "r"))
+        code, out, err = run_cli("bench", "--url", stub.url, "--api-key", KEY, "--trust-env", *WL,
+                                 "--out", str(tmp_path / "r"))
         line = _one_line(err)
         assert code == 2 and line.startswith(f"llmqueue: error: --proxy: the API key would cross the proxy "
                                              f"{proxy.url} in clear")
         assert "--allow-key-over-http-proxy" in line
-        code, out, err = run(capsys, "bench", "--url", stub.url, "--api-key", KEY, "--proxy", proxy.url,
-                             "--model", "m", *WL, "--out", str(tmp_path / "r2"))
+        code, out, err = run_cli("bench", "--url", stub.url, "--api-key", KEY, "--proxy", proxy.url,
+                                 "--model", "m", *WL, "--out", str(tmp_path / "r2"))
         assert code == 2 and "in clear" in _one_line(err)
         assert proxy.seen == []
     assert stub.stats()["requests"] == before["requests"]
 
 
 @pytest.mark.parametrize("how", ["--proxy", "--trust-env"])
-def test_the_proxy_carries_everything_when_asked(capsys, clean_env, tmp_path, how):
+def test_the_proxy_carries_everything_when_asked(clean_env, tmp_path, how):
     """Asked for, the proxy carries the lookup and every request (the stub stands in for the
     proxy and the server behind it: it answers what is addressed to another host); --url names
     a port where nothing listens, so nothing went there directly."""
     with StubServer(token_delay_s=0.001) as proxy:
         args = ["--proxy", proxy.url] if how == "--proxy" else ["--trust-env"]
         clean_env.setenv("http_proxy", proxy.url)
-        code, out, err = run(capsys, "bench", "--url", "http://127.0.0.1:9", "--api-key", KEY,
-                             "--allow-key-over-http-proxy", *args, *WL, "--out", str(tmp_path / "r"), "--json")
+        code, out, err = run_cli("bench", "--url", "http://127.0.0.1:9", "--api-key", KEY,
+                                 "--allow-key-over-http-proxy", *args, *WL, "--out", str(tmp_path / "r"), "--json")
         st = proxy.stats()
     assert code == 0, err
     r = read_records(tmp_path / "r")
@@ -330,10 +324,10 @@ def test_an_https_server_through_a_proxy_is_reached_by_a_connect_tunnel(clean_en
     (("--proxy", "socks5://127.0.0.1:1080"), "--proxy"),
     (("--proxy", "http://127.0.0.1:3128", "--trust-env"), "--proxy"),
 ])
-def test_bad_header_values_are_refused_before_anything_is_sent(capsys, clean_env, stub, args, flag):
+def test_bad_header_values_are_refused_before_anything_is_sent(clean_env, stub, args, flag):
     """Before: ``--api-key $'abc\\r\\nX-Injected: yes'`` added a header to every request."""
     before = stub.stats()
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", "m", *args, *WL)
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", "m", *args, *WL)
     line = _one_line(err)
     assert code == 2 and line.startswith(f"llmqueue: error: {flag}"), line
     assert "abc" not in line and "yes" not in line  # a value (perhaps a key) is never repeated
@@ -341,10 +335,10 @@ def test_bad_header_values_are_refused_before_anything_is_sent(capsys, clean_env
     assert after["requests"] == before["requests"] and "x-injected" not in after["x_headers"]
 
 
-def test_custom_headers_reach_the_server_and_the_lookup(capsys, clean_env, stub, tmp_path):
+def test_custom_headers_reach_the_server_and_the_lookup(clean_env, stub, tmp_path):
     before = stub.stats()["x_headers"]
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--header", "X-Tenant: blue", "--header",
-                         "x-trace:1", *WL, "--out", str(tmp_path / "r"))
+    code, out, err = run_cli("bench", "--url", stub.url, "--header", "X-Tenant: blue", "--header",
+                             "x-trace:1", *WL, "--out", str(tmp_path / "r"))
     assert code == 0, err
     after = stub.stats()["x_headers"]
     for name in ("x-tenant", "x-trace"):

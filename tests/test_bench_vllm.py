@@ -12,12 +12,12 @@ import types
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench import vllm_flags as vf
 from llmqueue.bench.checks import peak_concurrency
 from llmqueue.bench.datasets import estimate_tokens, load_dataset
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.records import read_records
 
@@ -41,12 +41,6 @@ def stub():
         yield s
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(scope="module")
 def sharegpt(tmp_path_factory):
     d = tmp_path_factory.mktemp("ds")
@@ -64,12 +58,12 @@ def sharegpt(tmp_path_factory):
 
 # -- the acceptance: vLLM's flags, vLLM's TTFT, vLLM's result file ----------------------------
 
-def test_acceptance_vllm_flags_ttft_from_the_send_and_result_file(slow_first, capsys, tmp_path):
+def test_acceptance_vllm_flags_ttft_from_the_send_and_result_file(slow_first, tmp_path):
     out_dir = tmp_path / "run"
-    code, out, err = run(capsys, "bench", "--url", slow_first.url, "--model", slow_first.model,
-                         "--request-rate", "20", "--max-concurrency", "1", "--num-prompts", "50",
-                         "--prompt", "fixed:16", "--output", "fixed:4", "--save-result", "--out", str(out_dir),
-                         "--no-progress")
+    code, out, err = run_cli("bench", "--url", slow_first.url, "--model", slow_first.model,
+                             "--request-rate", "20", "--max-concurrency", "1", "--num-prompts", "50",
+                             "--prompt", "fixed:16", "--output", "fixed:4", "--save-result", "--out", str(out_dir),
+                             "--no-progress")
     assert code == 0, err
     s = json.loads((out_dir / "summary.json").read_text())
     # vLLM's TTFT (from the actual send): the server's 50 ms; from the schedule, the wait for the
@@ -101,18 +95,18 @@ def test_acceptance_vllm_flags_ttft_from_the_send_and_result_file(slow_first, ca
     assert v["output_lens"] == [4] * 50 and v["errors"] == [""] * 50
 
 
-def test_request_rate_inf_sends_everything_at_once(stub, capsys, tmp_path):
+def test_request_rate_inf_sends_everything_at_once(stub, tmp_path):
     out_dir = tmp_path / "run"
-    code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--request-rate", "inf",
-                       "--num-prompts", "30", "--prompt", "fixed:8", "--output", "fixed:2", "--out", str(out_dir),
-                       "--no-progress", "--save-result", "--result-filename", "r.json")
+    code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--request-rate", "inf",
+                           "--num-prompts", "30", "--prompt", "fixed:8", "--output", "fixed:2", "--out", str(out_dir),
+                           "--no-progress", "--save-result", "--result-filename", "r.json")
     assert code == 0, err
     wl = pq.read_table(out_dir / "workload.parquet").to_pydict()
     assert len(wl["arrival_s"]) == 30 and set(wl["arrival_s"]) == {0.0}
     assert json.loads((out_dir / "r.json").read_text())["request_rate"] == "inf"
 
 
-def test_request_rate_and_burstiness_follow_vllm(stub, capsys, tmp_path):
+def test_request_rate_and_burstiness_follow_vllm(stub, tmp_path):
     # burstiness b: Gamma gaps with shape b (CV 1/sqrt(b)), mean 1/rate
     assert vf.arrival_spec(5.0, 1.0) == "poisson:5.0"
     assert vf.arrival_spec(5.0, 0.25) == "gamma:5.0:cv=2.0"
@@ -124,9 +118,9 @@ def test_request_rate_and_burstiness_follow_vllm(stub, capsys, tmp_path):
     assert gaps.std() / gaps.mean() == pytest.approx(0.5, rel=0.05) and gaps.mean() == pytest.approx(0.1, rel=0.03)
     # as vLLM does: the times scaled so that the last request is sent at N / rate
     out_dir = tmp_path / "run"
-    code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--request-rate", "200",
-                       "--burstiness", "4", "--num-prompts", "40", "--prompt", "fixed:4", "--output", "fixed:1",
-                       "--out", str(out_dir), "--no-progress")
+    code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--request-rate", "200",
+                           "--burstiness", "4", "--num-prompts", "40", "--prompt", "fixed:4", "--output", "fixed:1",
+                           "--out", str(out_dir), "--no-progress")
     assert code == 0, err
     a = np.asarray(pq.read_table(out_dir / "workload.parquet").to_pydict()["arrival_s"])
     assert a[-1] == pytest.approx(40 / 200, rel=1e-12) and np.all(np.diff(a) >= 0)
@@ -159,7 +153,7 @@ def test_request_rate_and_burstiness_follow_vllm(stub, capsys, tmp_path):
     (("--result-dir", "RES"), "--result-dir"),
     (("--max-concurrency", "0"), "--max-concurrency"),
 ])
-def test_bad_vllm_flags_are_one_line(args, flag, capsys, tmp_path, sharegpt):
+def test_bad_vllm_flags_are_one_line(args, flag, tmp_path, sharegpt):
     args = tuple(str(sharegpt) if a == "DATA" else str(tmp_path / "res") if a == "RES" else a for a in args)
     base = ["bench", "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "o")]
     wl = [] if any(a in args for a in ("--arrival", "--request-rate", "--num-requests", "--num-prompts")) else \
@@ -168,35 +162,35 @@ def test_bad_vllm_flags_are_one_line(args, flag, capsys, tmp_path, sharegpt):
         wl += ["--prompt", "fixed:3", "--output", "fixed:2"]
     if "--num-requests" not in args and "--num-prompts" not in args and "--duration" not in args:
         wl += ["--num-prompts", "3"] if "--num-prompts" not in wl else []
-    code, out, err = run(capsys, *base, *wl, *args)
+    code, out, err = run_cli(*base, *wl, *args)
     assert code == 2, (err, out)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
 
 
-def test_goodput_takes_vllms_multi_value_spelling(slow_first, capsys, tmp_path):
+def test_goodput_takes_vllms_multi_value_spelling(slow_first, tmp_path):
     assert vf.expand_multi(["--goodput", "ttft:1", "tpot:2", "--x", "y"]) == \
         ["--goodput", "ttft:1", "--goodput", "tpot:2", "--x", "y"]
     assert vf.parse_goodput(["ttft:500", "tpot:50 e2el:900"]) == {"ttft_ms": 500.0, "tpot_ms": 50.0, "e2el_ms": 900.0}
     common = ["bench", "--url", slow_first.url, "--model", slow_first.model, "--request-rate", "100",
               "--num-prompts", "20", "--prompt", "fixed:4", "--output", "fixed:3", "--no-progress", "--json"]
-    code, out, err = run(capsys, *common, "--goodput", "ttft:2000", "e2el:5000", "--out", str(tmp_path / "a"))
+    code, out, err = run_cli(*common, "--goodput", "ttft:2000", "e2el:5000", "--out", str(tmp_path / "a"))
     assert code == 0, err
     s = json.loads(out)
     assert s["request_goodput"] == pytest.approx(s["request_throughput"]) and s["request_goodput"] > 0
     # the 50 ms first token misses a 10 ms TTFT target
-    code, out, err = run(capsys, *common, "--goodput", "ttft:10", "--out", str(tmp_path / "b"))
+    code, out, err = run_cli(*common, "--goodput", "ttft:10", "--out", str(tmp_path / "b"))
     assert code == 0, err
     assert json.loads(out)["request_goodput"] == 0
 
 
-def test_percentile_flags_shape_summary_and_result(stub, capsys, tmp_path):
+def test_percentile_flags_shape_summary_and_result(stub, tmp_path):
     out_dir = tmp_path / "run"
-    code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--request-rate", "200",
-                       "--num-prompts", "20", "--prompt", "fixed:4", "--output", "fixed:3", "--out", str(out_dir),
-                       "--no-progress", "--metric-percentiles", "25,50,99", "--percentile-metrics", "e2el,ttft",
-                       "--save-result", "--result-dir", str(tmp_path / "res"), "--result-filename", "v.json")
+    code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--request-rate", "200",
+                           "--num-prompts", "20", "--prompt", "fixed:4", "--output", "fixed:3", "--out", str(out_dir),
+                           "--no-progress", "--metric-percentiles", "25,50,99", "--percentile-metrics", "e2el,ttft",
+                           "--save-result", "--result-dir", str(tmp_path / "res"), "--result-filename", "v.json")
     assert code == 0, err
     s = json.loads((out_dir / "summary.json").read_text())
     assert s["percentiles"] == [25, 50, 99] and "p25_ttft_ms" in s and "p90_ttft_ms" not in s
@@ -228,12 +222,12 @@ def test_peak_concurrency_as_vllm_counts_it():
 
 # -- datasets ---------------------------------------------------------------------------------
 
-def test_sharegpt_prompts_are_sent_as_text_and_records_keep_the_servers_counts(stub, capsys, tmp_path, sharegpt):
+def test_sharegpt_prompts_are_sent_as_text_and_records_keep_the_servers_counts(stub, tmp_path, sharegpt):
     for endpoint in ("completions", "chat"):
         out_dir = tmp_path / endpoint
-        code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--endpoint", endpoint,
-                           "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--request-rate", "200",
-                           "--num-prompts", "15", "--seed", "4", "--out", str(out_dir), "--no-progress")
+        code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--endpoint", endpoint,
+                               "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--request-rate", "200",
+                               "--num-prompts", "15", "--seed", "4", "--out", str(out_dir), "--no-progress")
         assert code == 0, err
         ds = load_dataset("sharegpt", sharegpt, 15, seed=4)
         r = read_records(out_dir)
@@ -261,7 +255,7 @@ def test_sharegpt_oversamples_and_output_flag_overrides(sharegpt):
     assert load_dataset("sharegpt", sharegpt, 50, seed=2).texts != ds.texts
 
 
-def test_custom_jsonl_prompts_and_output_lengths(stub, capsys, tmp_path):
+def test_custom_jsonl_prompts_and_output_lengths(stub, tmp_path):
     p = tmp_path / "prompts.jsonl"
     p.write_text("\n".join(json.dumps({"prompt": f"question number {i} " + "x " * i, "output_len": 2 + i})
                            for i in range(8)) + "\n\n" + json.dumps({"prompt": "no length"}) + "\n")
@@ -269,9 +263,9 @@ def test_custom_jsonl_prompts_and_output_lengths(stub, capsys, tmp_path):
     lens = dict(zip(ds.texts, ds.output_tokens.tolist()))
     assert lens["no length"] == 256 and lens["question number 3 x x x "] == 5
     out_dir = tmp_path / "run"
-    code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--dataset-name", "custom",
-                       "--dataset-path", str(p), "--arrival", "poisson:300", "--num-requests", "9",
-                       "--output", "fixed:3", "--out", str(out_dir), "--no-progress")
+    code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--dataset-name", "custom",
+                           "--dataset-path", str(p), "--arrival", "poisson:300", "--num-requests", "9",
+                           "--output", "fixed:3", "--out", str(out_dir), "--no-progress")
     assert code == 0, err
     r = read_records(out_dir)
     assert set(r["status"]) == {"ok"} and set(r["output_tokens"].tolist()) == {3}  # --output overrides

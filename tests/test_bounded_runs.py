@@ -153,7 +153,7 @@ def test_ctrl_c_on_sweep_is_one_line_and_keeps_the_finished_points(tmp_path):
     """Two quick points finish, two long ones are running on the process pool: the line names the
     cached points, they stay, and no worker prints a traceback."""
     rc, err = _interrupt(["sweep", *LONG, "--arrival", "poisson:1", "--rates", "0.01,0.02,3,3.1", "--duration",
-                          "300000", "--sample-dt", "100", "--out", "sw", "--workers", "2", "--no-progress"],
+                          "900000", "--sample-dt", "100", "--out", "sw", "--workers", "2", "--no-progress"],
                          tmp_path, after_s=8)
     assert rc == 130
     lines = err.strip().splitlines()

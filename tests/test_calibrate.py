@@ -3,16 +3,14 @@
 import json
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 
 def _sim(tmp_path, name, step, extra=()):
     out = tmp_path / name
-    code = main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:400",
-                 "--output", "uniform:10:200", "--arrival", "poisson:12", "--duration", "400", "--out", str(out),
-                 "--no-progress", "--json", *extra])
-    assert code == 0
+    assert run_cli("simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:400",
+                   "--output", "uniform:10:200", "--arrival", "poisson:12", "--duration", "400", "--out", str(out),
+                   "--no-progress", "--json", *extra).code == 0
     return out
 
 
@@ -23,19 +21,17 @@ def _probe(tmp_path, step: str, rate: float):
     import pyarrow.parquet as pq
 
     probe = tmp_path / "probe"
-    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
-                 "--output", "fixed:4", "--arrival", f"deterministic:{rate:g}", "--num-requests", "30",
-                 "--out", str(probe), "--no-progress", "--json"]) == 0
+    assert run_cli("simulate", "--capacity-tokens", "20000", "--step-time", step, "--prompt", "uniform:10:200",
+                   "--output", "fixed:4", "--arrival", f"deterministic:{rate:g}", "--num-requests", "30",
+                   "--out", str(probe), "--no-progress", "--json").code == 0
     t = pq.read_table(probe / "requests.parquet").to_pydict()
     return probe, {k: np.asarray(v) for k, v in t.items()}
 
 
-def test_calibrate_recovers_the_step_model_and_capacity(tmp_path, capsys):
+def test_calibrate_recovers_the_step_model_and_capacity(tmp_path):
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
-    capsys.readouterr()
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("calibrate", str(run), "-o", str(cal), "--json").json()
     assert d["capacity_tokens"] == 20000  # from the run's summary (block-rounded M)
     lin = d["linear"]
     assert lin["c0"] == pytest.approx(0.01, rel=1e-6)
@@ -43,22 +39,18 @@ def test_calibrate_recovers_the_step_model_and_capacity(tmp_path, capsys):
     assert lin["decode"] == pytest.approx(3e-4, rel=1e-6)
     assert lin["r2"] > 0.999999
     # validating the run against its own calibrated linear model reproduces it exactly
-    assert main(["validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--json"]) == 0
-    v = json.loads(capsys.readouterr().out)
+    v = run_cli("validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--json").json()
     for r in v["rows"]:
         if r["measured"] is not None:
             assert r["rel_err_sim"] == pytest.approx(0.0, abs=1e-9), r
 
 
-def test_constant_step_calibration_predicts_capacity(tmp_path, capsys):
+def test_constant_step_calibration_predicts_capacity(tmp_path):
     run = _sim(tmp_path, "sat", "0.03", ["--arrival", "poisson:60"])
-    capsys.readouterr()
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("calibrate", str(run), "-o", str(cal), "--json").json()
     assert d["b"] == pytest.approx(0.03)
-    assert main(["validate", str(run), "--calibration", str(cal), "--json"]) == 0
-    v = json.loads(capsys.readouterr().out)
+    v = run_cli("validate", str(run), "--calibration", str(cal), "--json").json()
     assert v["saturated"]
     cap = v["capacity"]
     assert abs(cap["rel_err_sim"]) < 1e-9          # the same simulator with the same inputs
@@ -66,7 +58,7 @@ def test_constant_step_calibration_predicts_capacity(tmp_path, capsys):
 
 
 def test_calibrate_errors(tmp_path):
-    assert main(["calibrate", str(tmp_path / "nope")]) == 2
+    assert run_cli("calibrate", str(tmp_path / "nope")).code == 2
 
 
 def test_step_cycles_count_the_time_between_steps_and_skip_idle_gaps():
@@ -90,12 +82,10 @@ def test_step_cycles_count_the_time_between_steps_and_skip_idle_gaps():
     assert mask.tolist() == [True, True, False] and np.allclose(cyc[:2], [0.02, 0.03])
 
 
-def test_cycle_estimator_and_window(tmp_path, capsys):
+def test_cycle_estimator_and_window(tmp_path):
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:40"])
-    capsys.readouterr()
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--from", "50", "--to", "300", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("calibrate", str(run), "-o", str(cal), "--from", "50", "--to", "300", "--json").json()
     assert d["b_estimator"] == "cycle"
     # the simulator runs steps back to back: the mean cycle is the mean step time in the window
     import numpy as np
@@ -108,13 +98,15 @@ def test_cycle_estimator_and_window(tmp_path, capsys):
     want = np.asarray(st["duration_s"])[w].sum() / k[w].sum()
     assert d["b"] == pytest.approx(want, rel=0.02)
     assert d["b_estimators"]["median"] != d["b"]
-    assert main(["calibrate", str(run), "-o", str(cal), "--estimator", "median", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["b_estimator"] == "median"
-    assert main(["calibrate", str(run), "-o", str(cal), "--from", "10", "--to", "5"]) == 2
-    assert "--to" in capsys.readouterr().err
+    ran = run_cli("calibrate", str(run), "-o", str(cal), "--estimator", "median", "--json")
+    assert ran.code == 0
+    assert json.loads(ran.out)["b_estimator"] == "median"
+    ran = run_cli("calibrate", str(run), "-o", str(cal), "--from", "10", "--to", "5")
+    assert ran.code == 2
+    assert "--to" in ran.err
 
 
-def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
+def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path):
     """A probe run whose every token reached the client 12 ms after the engine made it: the
     calibration finds the 12 ms, and validate adds it to TTFT and E2EL but not to TPOT."""
 
@@ -147,11 +139,11 @@ def test_frontend_latency_is_recovered_from_isolated_requests(tmp_path, capsys):
     assert abs(with_f["median_ttft_ms"]["rel_err_sim"]) < 1e-6
     assert without["median_ttft_ms"]["simulated"] == pytest.approx(with_f["median_ttft_ms"]["simulated"] - 12, abs=1e-6)
     assert with_f["median_tpot_ms"]["simulated"] == pytest.approx(without["median_tpot_ms"]["simulated"])
-    capsys.readouterr()
     out = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(probe), "-o", str(out), "--probe", str(probe), "--json"]) == 0
+    ran = run_cli("calibrate", str(probe), "-o", str(out), "--probe", str(probe), "--json")
+    assert ran.code == 0
     import json as _json
-    assert _json.loads(capsys.readouterr().out)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
+    assert _json.loads(ran.out)["frontend_latency_s"] == pytest.approx(0.012, abs=1e-6)
 
 
 def test_frontend_latency_counts_only_requests_alone_at_the_server(tmp_path):
@@ -194,7 +186,7 @@ def test_sent_view_and_stream_move_late_sends():
     replayed stream puts those requests at their send times (in order)."""
     import numpy as np
 
-    from llmqueue.bench.validate import sent_stream, sent_view
+    from llmqueue.bench.replay import sent_stream, sent_view
     from llmqueue.records import RequestRecords
     from llmqueue.workload.generate import RequestArrays
 
@@ -240,7 +232,7 @@ def test_speed_drift_measures_the_engine_wander_against_the_model():
     assert speed_drift({k: v[:100] for k, v in steps.items()}, lin) is None  # 2 s: too short
 
 
-def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path, capsys):
+def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path):
     """The run's engine was 10 % slower than calibrated: the point prediction misses, the band
     for +-15 % engine speed holds the measured values, a +-2 % band does not hold them all."""
     from llmqueue.bench.calibrate import calibrate
@@ -249,7 +241,6 @@ def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path, capsys):
     base = "linear:c0=0.01:prefill=2e-5:decode=3e-4"
     ref = _sim(tmp_path, "ref", base, ["--arrival", "poisson:40"])
     run = _sim(tmp_path, "slow", "linear:c0=0.011:prefill=2.2e-5:decode=3.3e-4", ["--arrival", "poisson:10"])
-    capsys.readouterr()
     cal = calibrate(ref).to_dict()
     assert cal["speed_sd"] == pytest.approx(0.0, abs=1e-6)  # a simulated engine keeps its speed
     wide = validate(run, cal, step_model="linear", speed_band=0.15)
@@ -262,7 +253,7 @@ def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path, capsys):
     assert not all(r["in_band"] for r in narrow["rows"] if r.get("band") and r["quantity"].endswith("tpot_ms"))
     off = validate(run, cal, step_model="linear", speed_band=0.0)
     assert all("band" not in r for r in off["rows"])
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "nope.yaml")]) == 2
+    assert run_cli("validate", str(run), "--calibration", str(tmp_path / "nope.yaml")).code == 2
     with pytest.raises(Exception, match="speed_band"):
         validate(run, cal, speed_band=1.5)
     # the diagnosis: at the speed the engine had in the run (read from its step log), the same
@@ -280,12 +271,13 @@ def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path, capsys):
     import yaml
 
     (tmp_path / "cal.yaml").write_text(yaml.safe_dump(cal))
-    capsys.readouterr()
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
-                 "--speed-factor", "run"]) == 0
-    assert "engine speed x1.100 applied" in capsys.readouterr().out
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--speed-factor", "fast"]) == 2
-    assert "--speed-factor" in capsys.readouterr().err
+    ran = run_cli("validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
+                  "--speed-factor", "run")
+    assert ran.code == 0
+    assert "engine speed x1.100 applied" in ran.out
+    ran = run_cli("validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--speed-factor", "fast")
+    assert ran.code == 2
+    assert "--speed-factor" in ran.err
 
 
 def test_step_time_scaled_scales_every_term():
@@ -298,7 +290,7 @@ def test_step_time_scaled_scales_every_term():
     assert s.decode_stretch(8, 500, 4) == pytest.approx(1.25 * m.decode_stretch(8, 500, 4))
 
 
-def test_window_up_to_the_last_send(tmp_path, capsys):
+def test_window_up_to_the_last_send(tmp_path):
     """``--to last-send`` / ``--horizon last-send``: the window ends at the client's last send
     (a concurrency-capped saturation run is saturated until then), read from ``dispatched_s``."""
     import numpy as np
@@ -315,31 +307,30 @@ def test_window_up_to_the_last_send(tmp_path, capsys):
     cols["dispatched_s"][:3] = np.nan
     write_records(run / "requests.parquet", RequestRecords.from_columns(cols))
     assert last_send_s(run) == pytest.approx(250.0)
-    capsys.readouterr()
 
     def cal_json(*args):
-        assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--from", "20", *args, "--json"]) == 0
-        return json.loads(capsys.readouterr().out)
+        return run_cli("calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--from", "20", *args, "--json").json()
 
     by_name, by_value, whole = cal_json("--to", "last-send"), cal_json("--to", "250"), cal_json()
     assert by_name["b"] == by_value["b"] and by_name["b"] != whole["b"]
     assert any("[20, 250)" in n for n in by_name["notes"])
 
     def horizon(value):
-        assert main(["validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", value,
-                     "--speed-band", "0", "--json"]) == 0
-        return json.loads(capsys.readouterr().out)["simulation"]["horizon_s"]
+        return run_cli("validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", value,
+                       "--speed-band", "0", "--json").json()["simulation"]["horizon_s"]
 
     assert horizon("last-send") == pytest.approx(250.0) and horizon("300") == pytest.approx(300.0)
-    assert main(["calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--to", "soon"]) == 2
-    assert "--to" in capsys.readouterr().err
+    ran = run_cli("calibrate", str(run), "-o", str(tmp_path / "c.yaml"), "--to", "soon")
+    assert ran.code == 2
+    assert "--to" in ran.err
     cols["dispatched_s"][:] = np.nan
     write_records(run / "requests.parquet", RequestRecords.from_columns(cols))
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", "last-send"]) == 2
-    assert "dispatched_s" in capsys.readouterr().err
+    ran = run_cli("validate", str(run), "--calibration", str(tmp_path / "c.yaml"), "--horizon", "last-send")
+    assert ran.code == 2
+    assert "dispatched_s" in ran.err
 
 
-def test_steps_from_another_run_join_the_linear_fit(tmp_path, capsys):
+def test_steps_from_another_run_join_the_linear_fit(tmp_path):
     """``calibrate --steps-from``: a low-load run's steps join the linear model's fit (M and b
     stay the main run's). Runs with one linear step model give it back from both
     together; a low-load run whose steps are cheaper (a concave engine's small batches) pulls
@@ -351,7 +342,6 @@ def test_steps_from_another_run_join_the_linear_fit(tmp_path, capsys):
     low = _sim(tmp_path, "low", truth, ["--arrival", "poisson:2", "--duration", "120"])
     cheap = _sim(tmp_path, "cheap", "linear:c0=0.005:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:2",
                                                                                 "--duration", "120"])
-    capsys.readouterr()
     from llmqueue.bench.calibrate import calibrate
 
     alone = calibrate(sat)
@@ -364,17 +354,19 @@ def test_steps_from_another_run_join_the_linear_fit(tmp_path, capsys):
     pulled = calibrate(sat, steps_from=[cheap]).linear
     assert pulled["c0"] < 0.0099  # below the saturation run's own 0.01
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(sat), "-o", str(cal), "--steps-from", str(cheap), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["linear"]["c0"] == pytest.approx(pulled["c0"])
+    ran = run_cli("calibrate", str(sat), "-o", str(cal), "--steps-from", str(cheap), "--json")
+    assert ran.code == 0
+    assert json.loads(ran.out)["linear"]["c0"] == pytest.approx(pulled["c0"])
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy(low / "requests.parquet", bare / "requests.parquet")
-    assert main(["calibrate", str(sat), "-o", str(cal), "--steps-from", str(bare)]) == 2
-    err = capsys.readouterr().err
+    ran = run_cli("calibrate", str(sat), "-o", str(cal), "--steps-from", str(bare))
+    assert ran.code == 2
+    err = ran.err
     assert "steps_from" in err and len(err.strip().splitlines()) == 1
 
 
-def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_path, capsys):
+def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_path):
     """A "measured" engine whose speed drifts (CV 0.12 over 10-s windows): calibrate finds the
     drift on its saturation run, and validate, simulating it, predicts a near-capacity run's
     p99 TTFT (the mean over several runs of other drift draws) better than a steady engine."""
@@ -386,14 +378,12 @@ def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_p
     base = "linear:c0=0.01:prefill=2e-5:decode=3e-4"
     drifting = f"{base}:drift=0.12:span=10"
     ref = _sim(tmp_path, "ref", drifting, ["--arrival", "poisson:40", "--seed", "101"])
-    capsys.readouterr()
     cal = calibrate(ref, window=(15.0, 400.0)).to_dict()
     assert cal["speed_sd"] == pytest.approx(0.12, rel=0.35)
     mu = json.loads((ref / "summary.json").read_text())["request_throughput"]
     p99, pred, steady = [], [], []
     for seed in (102, 103, 104, 105):
         run = _sim(tmp_path, f"load{seed}", drifting, ["--arrival", f"poisson:{0.85 * mu:.3f}", "--seed", str(seed)])
-        capsys.readouterr()
         v = validate(run, cal, step_model="linear", speed_band=0.0)
         assert v["drift"] == cal["speed_sd"] and v["drift_reps"] == 8
         row = {r["quantity"]: r for r in v["rows"]}["p99_ttft_ms"]
@@ -412,59 +402,56 @@ def test_validate_simulates_the_engine_speed_drift_that_calibrate_measured(tmp_p
     import yaml
 
     (tmp_path / "cal.yaml").write_text(yaml.safe_dump(cal))
-    capsys.readouterr()
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
-                 "--drift", "0.1", "--drift-reps", "2", "--speed-band", "0"]) == 0
-    assert "speed drift 10.0% over 10-s windows, mean of 2 draws" in capsys.readouterr().out
-    assert main(["validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--drift", "2"]) == 2
-    err = capsys.readouterr().err
+    ran = run_cli("validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--step-model", "linear",
+                  "--drift", "0.1", "--drift-reps", "2", "--speed-band", "0")
+    assert ran.code == 0
+    assert "speed drift 10.0% over 10-s windows, mean of 2 draws" in ran.out
+    ran = run_cli("validate", str(run), "--calibration", str(tmp_path / "cal.yaml"), "--drift", "2")
+    assert ran.code == 2
+    err = ran.err
     assert "drift" in err and "Traceback" not in err
 
 
-def test_validate_engine_flags_override_the_calibrated_server(tmp_path, capsys):
+def test_validate_engine_flags_override_the_calibrated_server(tmp_path):
     """The simulate flags validate takes replace the calibrated server's knobs: what the run would
     have done with 4 slots, half the KV cache and slower steps."""
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("calibrate", str(run), "-o", str(cal), "--json").code == 0
     args = ["validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--json"]
-    assert main(args) == 0
-    same = json.loads(capsys.readouterr().out)
-    assert main([*args, "--max-num-seqs", "4", "--capacity-tokens", "10000", "--step-time", "0.02"]) == 0
-    v = json.loads(capsys.readouterr().out)
+    same = run_cli(*args).json()
+    v = run_cli(*args, "--max-num-seqs", "4", "--capacity-tokens", "10000", "--step-time", "0.02").json()
     sim, ref = v["simulation"], same["simulation"]
     assert ref["engine"]["max_num_seqs"] == 256 and ref["kv_capacity_tokens"] == 20000  # the run's own
     assert sim["engine"]["max_num_seqs"] == 4 and sim["kv_capacity_tokens"] == 10000
     assert v["step_model"] == "0.02" and same["step_model"] != "0.02"
     assert sim["mean_ttft_ms"] > 2 * ref["mean_ttft_ms"]  # four slots queue the 12 req/s
-    assert main([*args, "--max-num-seqs", "0"]) == 2
-    err = capsys.readouterr().err
+    ran = run_cli(*args, "--max-num-seqs", "0")
+    assert ran.code == 2
+    err = ran.err
     assert err.startswith("llmqueue: error: --max-num-seqs: must be >= 1") and err.count("\n") == 1
 
 
-def test_validate_margin_gives_the_distance_to_the_preemption_cliff(tmp_path, capsys):
+def test_validate_margin_gives_the_distance_to_the_preemption_cliff(tmp_path):
     """validate --margin: the calibrated prediction's regime, the engine slow-down and the traffic
     factor that tip the same stream into preemption, printed and in the JSON; a small KV cache
     (--capacity-tokens) brings the cliff closer."""
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("calibrate", str(run), "-o", str(cal), "--json").code == 0
     args = ["validate", str(run), "--calibration", str(cal), "--step-model", "linear", "--margin", "0.1"]
-    assert main([*args, "--json"]) == 0
-    m = json.loads(capsys.readouterr().out)["regime_margin"]
+    m = run_cli(*args, "--json").json()["regime_margin"]
     assert m["regime"] in ("clear", "metastable", "preempting") and m["margin"] == 0.1
-    assert main([*args, "--json", "--capacity-tokens", "4000"]) == 0
-    small = json.loads(capsys.readouterr().out)["regime_margin"]
+    small = run_cli(*args, "--json", "--capacity-tokens", "4000").json()["regime_margin"]
     room = [x if x is not None else m["max_factor"] for x in (m["rate_factor"], small["rate_factor"])]
     assert room[1] <= room[0]  # less KV, no more room before preempting
     assert small["regime"] != "clear" or small["rate_factor"] is not None
-    assert main(args) == 0
-    assert "Distance to the preemption cliff" in capsys.readouterr().out
+    ran = run_cli(*args)
+    assert ran.code == 0
+    assert "Distance to the preemption cliff" in ran.out
 
 
-def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_path, capsys):
+def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_path):
     """A quarter of the run's requests failed at the server (status ``error``): the replay leaves
     them out, so the simulated throughput is the ok requests' (serving them all would put it a
     third high). The client's deadline, as a benchmark records it, is applied to the replay: no
@@ -477,7 +464,6 @@ def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_
     from llmqueue.bench.validate import validate
 
     run = _sim(tmp_path, "lin", "linear:c0=0.01:prefill=2e-5:decode=3e-4")
-    capsys.readouterr()
     cal = calibrate(run).to_dict()
     t = pq.read_table(run / "requests.parquet")
     d = {k: np.asarray(v) for k, v in t.to_pydict().items()}
@@ -493,8 +479,9 @@ def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_
     assert v["replay"]["requests"] == len(bad) - int(bad.sum())
     thr = next(r for r in v["rows"] if r["quantity"] == "request_throughput")
     assert abs(thr["rel_err_sim"]) < 0.05, thr
-    assert main(["validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear"]) == 0
-    assert f"{int(bad.sum())} request(s) the server answered with an error" in capsys.readouterr().out
+    ran = run_cli("validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear")
+    assert ran.code == 0
+    assert f"{int(bad.sum())} request(s) the server answered with an error" in ran.out
 
     # the client's deadline, recorded as `llmqueue bench` records it: requests past it time out
     import json
@@ -508,8 +495,9 @@ def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_
     tight = validate(run, cal, step_model="linear", speed_band=0.0, drift=0.0)
     assert tight["replay"]["client_timeout_s"] == {"default": p50}
     assert tight["simulation"]["status_counts"].get("timeout", 0) > 20
-    assert main(["validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear"]) == 0
-    assert "the client's deadlines applied: timeout default" in capsys.readouterr().out
+    ran = run_cli("validate", str(run), "--calibration", _yaml(tmp_path, cal), "--step-model", "linear")
+    assert ran.code == 0
+    assert "the client's deadlines applied: timeout default" in ran.out
 
 
 def _yaml(tmp_path, cal: dict) -> str:

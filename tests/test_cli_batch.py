@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 TABLE1_ARGS = ["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sizes", "1,4,8,16,32"]
 
@@ -22,14 +21,12 @@ TABLE1 = {
 }
 
 
-def run(capsys, *args):
-    code = main(["batch", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def run(*args):
+    return run_cli("batch", *args)
 
 
-def run_json(capsys, *args):
-    code, out, err = run(capsys, *args, "--json")
+def run_json(*args):
+    code, out, err = run(*args, "--json")
     assert code == 0, err
     assert err == ""
     return json.loads(out)
@@ -41,8 +38,8 @@ def rounds_to(x: float, printed: float) -> bool:
     return abs(x - printed) <= 0.5 * 10 ** -decimals + 1e-9
 
 
-def test_table1_reproduced_through_json(capsys):
-    d = run_json(capsys, *TABLE1_ARGS)
+def test_table1_reproduced_through_json():
+    d = run_json(*TABLE1_ARGS)
     rows = {r["batch_size"]: r for r in d["rows"]}
     assert sorted(rows) == sorted(TABLE1)
     for B, (t_svc, rps, rho_pct, wait, acc, resp) in TABLE1.items():
@@ -61,8 +58,8 @@ def test_table1_reproduced_through_json(capsys):
     assert rows[1]["rho"] == pytest.approx(5.05) and rows[4]["rho"] == pytest.approx(1.30)
 
 
-def test_b_min_in_json(capsys):
-    d = run_json(capsys, *TABLE1_ARGS)
+def test_b_min_in_json():
+    d = run_json(*TABLE1_ARGS)
     assert round(d["b_min_target"], 2) == 7.14 and d["b_min_target_int"] == 8
     assert d["rho_target"] == 0.75
     assert d["b_min_stability"] == pytest.approx(100 * 0.05 / (1 - 0.05)) and d["b_min_stability_int"] == 6
@@ -70,13 +67,13 @@ def test_b_min_in_json(capsys):
     assert d["decision"] is None
 
 
-def test_rho_target_flag(capsys):
-    d = run_json(capsys, *TABLE1_ARGS, "--rho-target", "0.55")
+def test_rho_target_flag():
+    d = run_json(*TABLE1_ARGS, "--rho-target", "0.55")
     assert d["b_min_target"] == pytest.approx(5 / 0.5) and d["b_min_target_int"] == 10
 
 
-def test_napkin_math_little(capsys):
-    d = run_json(capsys, *TABLE1_ARGS)
+def test_napkin_math_little():
+    d = run_json(*TABLE1_ARGS)
     r16 = next(r for r in d["rows"] if r["batch_size"] == 16)
     # Seed 002: 100 req/s * 0.1545 s = 15.45 requests in system
     assert round(r16["in_system"], 2) == 15.45
@@ -84,8 +81,8 @@ def test_napkin_math_little(capsys):
     assert round(16 * r16["rho"], 1) == 5.8
 
 
-def test_refined_keys_beside_the_seed(capsys):
-    d = run_json(capsys, *TABLE1_ARGS)
+def test_refined_keys_beside_the_seed():
+    d = run_json(*TABLE1_ARGS)
     rows = {r["batch_size"]: r for r in d["rows"]}
     for B, ms in [(8, 92), (16, 133), (32, 221)]:
         r = rows[B]
@@ -97,8 +94,8 @@ def test_refined_keys_beside_the_seed(capsys):
     assert "E_B/D/1" in d["model"]
 
 
-def test_table_output(capsys):
-    code, out, err = run(capsys, *TABLE1_ARGS)
+def test_table_output():
+    code, out, err = run(*TABLE1_ARGS)
     assert code == 0 and err == ""
     for s in ["505.0% (unstable)", "130.0% (unstable)", "67.5%", "36.3%", "20.6%", "56.1", "150.1",
               "154.5", "234.6", "148.1", "484.8", "7.143 -> 8", "5.263 -> 6", "refined", "E_B/D/1"]:
@@ -106,8 +103,8 @@ def test_table_output(capsys):
     assert "P99" not in out.split("\n\n")[0]  # no P99 columns without --slo-ms
 
 
-def test_decision_with_b_max(capsys):
-    d = run_json(capsys, "--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--b-max", "32",
+def test_decision_with_b_max():
+    d = run_json("--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--b-max", "32",
                  "--slo-ms", "300")
     assert [r["batch_size"] for r in d["rows"]] == [6, 12, 18, 24, 30, 32]
     dec = d["decision"]
@@ -120,42 +117,42 @@ def test_decision_with_b_max(capsys):
         assert r["p99_normal_ms"] == pytest.approx(r["mean_response_ms"] + 2.33 * r["sd_response_ms"])
 
 
-def test_decision_exponential_and_sigma(capsys):
-    d = run_json(capsys, *TABLE1_ARGS, "--slo-ms", "700", "--p99", "exponential")
+def test_decision_exponential_and_sigma():
+    d = run_json(*TABLE1_ARGS, "--slo-ms", "700", "--p99", "exponential")
     assert d["decision"]["batch_size"] == 8 and d["decision"]["p99_method"] == "exponential"
-    d = run_json(capsys, *TABLE1_ARGS, "--slo-ms", "200", "--sigma-ms", "10")
+    d = run_json(*TABLE1_ARGS, "--slo-ms", "200", "--sigma-ms", "10")
     r16 = next(r for r in d["rows"] if r["batch_size"] == 16)
     assert r16["sd_response_ms"] == 10 and r16["p99_normal_ms"] == pytest.approx(r16["mean_response_ms"] + 23.3)
     assert d["decision"]["batch_size"] == 16
 
 
-def test_decision_table_output(capsys):
-    code, out, _ = run(capsys, *TABLE1_ARGS, "--slo-ms", "400")
+def test_decision_table_output():
+    code, out, _ = run(*TABLE1_ARGS, "--slo-ms", "400")
     assert code == 0
     assert "P99 normal ms" in out and "largest B with P99 <= 400 ms (normal)" in out
     assert "increase batch size or add replicas" in out
 
 
-def test_dynamic_batching_timeout(capsys):
-    d = run_json(capsys, "--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sizes", "8,16",
+def test_dynamic_batching_timeout():
+    d = run_json("--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sizes", "8,16",
                  "--t-max-ms", "100")
     r8, r16 = d["rows"]
     assert r8["mean_accumulation_ms"] == pytest.approx(40.0)           # lam T_max = 10 >= 8: fills
     assert r16["mean_accumulation_ms"] == pytest.approx(50.0)          # 10 < 16: T_max / 2
     assert r16["effective_batch_size"] == pytest.approx(10.0)
     assert r16["refined_mean_response_ms"] is None
-    code, out, _ = run(capsys, "--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sizes", "8,16",
+    code, out, _ = run("--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sizes", "8,16",
                        "--t-max-ms", "100")
     assert code == 0 and "B_eff" in out and "T_max = 100 ms" in out
 
 
-def test_b_max_caps_sizes(capsys):
-    d = run_json(capsys, *TABLE1_ARGS, "--b-max", "16")
+def test_b_max_caps_sizes():
+    d = run_json(*TABLE1_ARGS, "--b-max", "16")
     assert [r["batch_size"] for r in d["rows"]] == [1, 4, 8, 16]
 
 
-def test_help_documents_json_keys(capsys):
-    code, out, _ = run(capsys, "--help")
+def test_help_documents_json_keys():
+    code, out, _ = run("--help")
     assert code == 0
     for key in ["t_svc_ms", "mean_wait_ms", "mean_response_ms", "refined_mean_response_ms", "b_min_target_int",
                 "--slo-ms", "--t-max-ms", "--sigma-ms", "--rho-target", "--b-max"]:
@@ -182,8 +179,8 @@ def test_help_documents_json_keys(capsys):
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--sigma-ms", "nan"], "--sigma-ms"),
     (["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "20", "--b-max", "8"], "--rate"),  # nothing stable
 ])
-def test_bad_input_one_line_exit_2(capsys, args, flag):
-    code, out, err = run(capsys, *args)
+def test_bad_input_one_line_exit_2(args, flag):
+    code, out, err = run(*args)
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -191,8 +188,8 @@ def test_bad_input_one_line_exit_2(capsys, args, flag):
     assert lines[0].startswith(f"llmqueue: error: {flag}"), lines[0]
 
 
-def test_unreachable_target_message(capsys):
-    code, _, err = run(capsys, "--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "8")
+def test_unreachable_target_message():
+    code, _, err = run("--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "8")
     assert code == 2 and "no batch size reaches utilization 0.75" in err and "0.8" in err
 
 
@@ -200,8 +197,8 @@ def test_unreachable_target_message(capsys):
     ["--t-fixed-ms", "50", "--t-req-ms", "0.5"],                       # --lam missing
     ["--lam", "100", "--t-fixed-ms", "50", "--t-req-ms", "0.5", "--p99", "median"],
 ])
-def test_usage_errors_exit_2(capsys, args):
-    code, out, err = run(capsys, *args)
+def test_usage_errors_exit_2(args):
+    code, out, err = run(*args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("llmqueue: error:")
 
 

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.main import main
 from llmqueue.records import is_complete, read_records
 
 
@@ -23,20 +23,14 @@ def stub():
         yield s
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 WL = ("--arrival", "poisson:100", "--prompt", "uniform:4:40", "--output", "uniform:1:6", "--num-requests", "40")
 
 
-def test_json_summary_has_vllm_names_and_files(stub, capsys, tmp_path):
+def test_json_summary_has_vllm_names_and_files(stub, tmp_path):
     out_dir = tmp_path / "run"
     seen = stub.stats()["requests"]
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--seed", "3",
-                         "--out", str(out_dir), "--json", "--no-progress", "--warmup-requests", "2")
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", stub.model, *WL, "--seed", "3",
+                             "--out", str(out_dir), "--json", "--no-progress", "--warmup-requests", "2")
     assert code == 0, err
     s = json.loads(out)
     for key in ("completed", "failed", "request_throughput", "output_throughput", "total_token_throughput",
@@ -60,17 +54,17 @@ def test_json_summary_has_vllm_names_and_files(stub, capsys, tmp_path):
     assert np.array_equal(r["prompt_tokens"][o], want.prompt_tokens)
 
 
-def test_table_and_model_from_the_server(stub, capsys, tmp_path):
-    code, out, err = run(capsys, "bench", "--url", stub.url, *WL, "--out", str(tmp_path / "t"), "--no-progress",
-                         "--endpoint", "chat")
+def test_table_and_model_from_the_server(stub, tmp_path):
+    code, out, err = run_cli("bench", "--url", stub.url, *WL, "--out", str(tmp_path / "t"), "--no-progress",
+                             "--endpoint", "chat")
     assert code == 0, err
     assert "Benchmark" in out and "client check" in out and "mean / p99 TTFT (ms), from the send (vLLM)" in out and "from the intended send time" in out
     assert f"model {stub.model}" in out  # asked /v1/models
 
 
-def test_scenario_with_concurrency_is_closed_loop(stub, capsys, tmp_path):
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
-                         "--duration", "2", "--concurrency", "2", "--out", str(tmp_path / "s"), "--json")
+def test_scenario_with_concurrency_is_closed_loop(stub, tmp_path):
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
+                             "--duration", "2", "--concurrency", "2", "--out", str(tmp_path / "s"), "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["bench"]["closed_loop"] is True and s["max_concurrency"] == 2
@@ -78,10 +72,10 @@ def test_scenario_with_concurrency_is_closed_loop(stub, capsys, tmp_path):
     assert "client_queue_ms" in s["client"]
 
 
-def test_retries_from_the_command_line(capsys, tmp_path):
+def test_retries_from_the_command_line(tmp_path):
     with StubServer(reject_fraction=0.5, seed=5) as s:
-        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", *WL, "--max-attempts", "3",
-                             "--out", str(tmp_path / "r"), "--json")
+        code, out, err = run_cli("bench", "--url", s.url, "--model", "m", *WL, "--max-attempts", "3",
+                                 "--out", str(tmp_path / "r"), "--json")
         seen = s.stats()["requests"]
     assert code == 0, err
     summ = json.loads(out)
@@ -90,10 +84,10 @@ def test_retries_from_the_command_line(capsys, tmp_path):
     assert r["attempt"].max() > 1 and r["attempt"].max() <= 3
 
 
-def test_scenario_with_arrival_flag_sends_at_that_rate(stub, capsys, tmp_path):
+def test_scenario_with_arrival_flag_sends_at_that_rate(stub, tmp_path):
     """--arrival with --scenario replaces the scenario's arrival process (chat: 5.5 req/s)."""
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
-                         "--arrival", "deterministic:10", "--duration", "2", "--out", str(tmp_path / "s"), "--json")
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", stub.model, "--scenario", "chat",
+                             "--arrival", "deterministic:10", "--duration", "2", "--out", str(tmp_path / "s"), "--json")
     assert code == 0, err
     r = read_records(tmp_path / "s")
     first = r["arrival_s"][r["attempt"] == 1]
@@ -109,29 +103,29 @@ def test_scenario_with_arrival_flag_sends_at_that_rate(stub, capsys, tmp_path):
     (WL + ("--concurrency", "0"), "--concurrency"),
     (WL + ("--timeout", "-1"), "--timeout"),
 ])
-def test_bad_input_is_one_line_exit_2(stub, capsys, args, flag):
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", "m", *args)
+def test_bad_input_is_one_line_exit_2(stub, args, flag):
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", "m", *args)
     assert code == 2
     assert err.startswith(f"llmqueue: error: {flag}") and err.count("\n") == 1, err
 
 
-def test_missing_url_and_refused_connection(capsys):
-    code, _, err = run(capsys, "bench", *WL)
+def test_missing_url_and_refused_connection():
+    code, _, err = run_cli("bench", *WL)
     assert code == 2 and err.startswith("llmqueue: error:") and "--url" in err
     with StubServer() as s:
         url = s.url
-    code, _, err = run(capsys, "bench", "--url", url, "--model", "m", *WL)
+    code, _, err = run_cli("bench", "--url", url, "--model", "m", *WL)
     assert code == 2
     assert err.startswith("llmqueue: error: --url: cannot connect to") and "connection refused" in err
     assert err.count("\n") == 1
 
 
-def test_server_dies_mid_run_exit_1(capsys, tmp_path):
+def test_server_dies_mid_run_exit_1(tmp_path):
     out_dir = tmp_path / "dead"
     with StubServer(die_after=25, token_delay_s=0.001) as s:
-        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "poisson:200",
-                             "--prompt", "fixed:8", "--output", "fixed:2", "--num-requests", "200",
-                             "--out", str(out_dir))
+        code, out, err = run_cli("bench", "--url", s.url, "--model", "m", "--arrival", "poisson:200",
+                                 "--prompt", "fixed:8", "--output", "fixed:2", "--num-requests", "200",
+                                 "--out", str(out_dir))
     assert code == 1
     assert "stopped accepting connections" in err and "written to" in err
     assert "Benchmark" in out and "requests not sent" in out
@@ -205,7 +199,7 @@ def _step_line(t: float | None, i: int) -> str:
             "iteration elapsed time: 5.00 ms, CPU KV cache usage: 25.0%\n")
 
 
-def _bench_while_logging(capsys, stub, out_dir, log, *, stamped: bool):
+def _bench_while_logging(stub, out_dir, log, *, stamped: bool):
     """``llmqueue bench --server-log LOG`` while a thread appends step lines to LOG (as vLLM
     does while it serves), with or without the epoch prefix."""
     import threading
@@ -224,20 +218,20 @@ def _bench_while_logging(capsys, stub, out_dir, log, *, stamped: bool):
     th = threading.Thread(target=server_logs)
     th.start()
     try:
-        return run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out", str(out_dir),
-                   "--server-log", str(log), "--json", "--no-progress")
+        return run_cli("bench", "--url", stub.url, "--model", stub.model, *WL, "--out", str(out_dir),
+                       "--server-log", str(log), "--json", "--no-progress")
     finally:
         stop.set()
         th.join()
 
 
-def test_server_log_becomes_step_records(stub, capsys, tmp_path):
+def test_server_log_becomes_step_records(stub, tmp_path):
     """--server-log: the per-step lines the server logs while the run goes become steps.parquet
     (on the run's clock); lines from before the run are left out; a log without sub-second time
     stamps is a note, not a failure; a missing file is a one-line error (exit 2)."""
     log = tmp_path / "vllm.log"
     log.write_text("".join(_step_line(time.time() - 100 + k, k) for k in range(5)))  # an earlier run
-    code, out, err = _bench_while_logging(capsys, stub, tmp_path / "run", log, stamped=True)
+    code, out, err = _bench_while_logging(stub, tmp_path / "run", log, stamped=True)
     assert code == 0, err
     s = json.loads(out)
     from llmqueue.records import read_steps
@@ -252,11 +246,11 @@ def test_server_log_becomes_step_records(stub, capsys, tmp_path):
     # vLLM's own stamp has whole seconds: no cycle can be measured, so no steps and a note
     coarse = tmp_path / "coarse.log"
     coarse.write_text("")
-    code, out, err = _bench_while_logging(capsys, stub, tmp_path / "run2", coarse, stamped=False)
+    code, out, err = _bench_while_logging(stub, tmp_path / "run2", coarse, stamped=False)
     assert code == 0 and "whole-second" in err and "VLLM_LOGGING_PREFIX" in err
     assert not (tmp_path / "run2" / "steps.parquet").exists()
-    code, out, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out",
-                         str(tmp_path / "run3"), "--server-log", str(tmp_path / "missing.log"), "--no-progress")
+    code, out, err = run_cli("bench", "--url", stub.url, "--model", stub.model, *WL, "--out",
+                             str(tmp_path / "run3"), "--server-log", str(tmp_path / "missing.log"), "--no-progress")
     assert code == 2 and "server_log" in err and len(err.strip().splitlines()) == 1
 
 
@@ -297,7 +291,7 @@ def test_wait_for_steps_returns_once_the_last_answers_step_is_logged(tmp_path):
     assert time.monotonic() - t < 5.0  # quiet for 0.2 s: gave up long before the 10-s cap
 
 
-def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
+def test_trace_replay_builds_prompts_from_prefix_hashes(stub, tmp_path):
     """A Mooncake trace: its hash ids reach the client (--no-prefix-hashes turns them off)."""
     lines = []
     for i in range(12):
@@ -308,7 +302,7 @@ def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     trace.write_text("\n".join(lines) + "\n")
     base = ["bench", "--url", stub.url, "--model", stub.model, "--trace", str(trace), "--prefix-block-tokens", "64",
             "--json", "--no-progress"]
-    code, out, err = run(capsys, *base, "--out", str(tmp_path / "on"))
+    code, out, err = run_cli(*base, "--out", str(tmp_path / "on"))
     assert code == 0, err
     s = json.loads(out)
     assert s["completed"] == 12 and s["bench"]["prefix_hashes"] == {"block_tokens": 64, "requests": 12}
@@ -316,16 +310,16 @@ def test_trace_replay_builds_prompts_from_prefix_hashes(stub, capsys, tmp_path):
     assert sorted(r["prompt_tokens"]) == sorted(len(h) * 64 - 7 for h in ([0, 1, 9], [0, 2]) for _ in range(6))
     # the run keeps the hashes beside its workload, for validate's simulation
     from llmqueue.bench.recorder import load_requests_parquet
-    from llmqueue.bench.validate import measured_hashes
+    from llmqueue.bench.replay import measured_hashes
 
     stream = load_requests_parquet(tmp_path / "on" / "workload.parquet")
     hashes, H = measured_hashes(tmp_path / "on", stream)
     assert H == 64 and hashes == [[0, 1, 100 + i] if i % 2 == 0 else [0, 2] for i in range(12)]
-    code, out, err = run(capsys, *base, "--no-prefix-hashes", "--out", str(tmp_path / "off"))
+    code, out, err = run_cli(*base, "--no-prefix-hashes", "--out", str(tmp_path / "off"))
     assert code == 0, err
     assert json.loads(out)["bench"]["prefix_hashes"] is None
     assert measured_hashes(tmp_path / "off", stream) == (None, 0)
-    code, out, err = run(capsys, *base, "--prefix-block-tokens", "0", "--out", str(tmp_path / "bad"))
+    code, out, err = run_cli(*base, "--prefix-block-tokens", "0", "--out", str(tmp_path / "bad"))
     assert code == 2 and "--prefix-block-tokens" in err and "Traceback" not in err
 
 
@@ -338,7 +332,7 @@ _REASONS = {"negative-usage": "invalid usage.completion_tokens (not an integer i
 
 @pytest.mark.parametrize("mode", ["negative-usage", "huge-usage", "usage-type", "choices-type", "long-line",
                                   "over-max-tokens"])
-def test_a_hostile_server_loses_no_finished_request(capsys, tmp_path, mode):
+def test_a_hostile_server_loses_no_finished_request(tmp_path, mode):
     """Whatever a server answers, every request it answered is on disk with a status, the run goes
     on and exits 0, and the summary counts the failures by reason. Before: a usage count of -1
     ended the run (exit 2, 7 of 20 kept, no summary.json); one above int64 lost its request
@@ -346,9 +340,9 @@ def test_a_hostile_server_loses_no_finished_request(capsys, tmp_path, mode):
     max_tokens passed unremarked."""
     out_dir = tmp_path / mode
     with StubServer(token_delay_s=0.001, misbehave=mode, misbehave_fraction=0.4, seed=3) as s:
-        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "poisson:100",
-                             "--prompt", "fixed:8", "--output", "fixed:4", "--num-requests", "20",
-                             "--out", str(out_dir), "--json", "--no-progress")
+        code, out, err = run_cli("bench", "--url", s.url, "--model", "m", "--arrival", "poisson:100",
+                                 "--prompt", "fixed:8", "--output", "fixed:4", "--num-requests", "20",
+                                 "--out", str(out_dir), "--json", "--no-progress")
         st = s.stats()
     assert code == 0, err
     assert err == ""  # no traceback, no note
@@ -376,7 +370,7 @@ def test_a_hostile_server_loses_no_finished_request(capsys, tmp_path, mode):
         assert (r["prompt_tokens"] == 8).all() and (r["output_tokens"][err_rows] <= 4).all()
 
 
-def test_a_full_disk_stops_the_run_in_one_line_and_keeps_what_was_written(capsys, tmp_path, monkeypatch):
+def test_a_full_disk_stops_the_run_in_one_line_and_keeps_what_was_written(tmp_path, monkeypatch):
     """ENOSPC while writing the records: the run stops (exit 1) with one line saying how many
     records are on disk, and those stay readable with their token times. Before: a traceback."""
     import errno
@@ -396,9 +390,9 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_what_was_written(capsys
     monkeypatch.setattr(ParquetJournal, "write_table", write_table)
     out_dir = tmp_path / "full"
     with StubServer(token_delay_s=0.001) as s:
-        code, out, err = run(capsys, "bench", "--url", s.url, "--model", "m", "--arrival", "deterministic:40",
-                             "--prompt", "fixed:4", "--output", "fixed:2", "--duration", "10",
-                             "--out", str(out_dir), "--no-progress")
+        code, out, err = run_cli("bench", "--url", s.url, "--model", "m", "--arrival", "deterministic:40",
+                                 "--prompt", "fixed:4", "--output", "fixed:2", "--duration", "10",
+                                 "--out", str(out_dir), "--no-progress")
     assert code == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -16,20 +16,14 @@ def stub():
         yield s
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 WL = ("--prompt", "fixed:8", "--output", "fixed:2", "--arrival", "poisson:20", "--num-requests", "20", "--json",
       "--no-progress")
 
 
-def test_capacity_url_measures_each_rate_on_the_server(stub, capsys, tmp_path):
+def test_capacity_url_measures_each_rate_on_the_server(stub, tmp_path):
     seen = stub.stats()["requests"]
-    code, out, err = run(capsys, "capacity", "--url", stub.url, "--slo-ttft-ms", "1000", *WL, "--hi", "40",
-                         "--max-evals", "2", "--out", str(tmp_path / "cap"))
+    code, out, err = run_cli("capacity", "--url", stub.url, "--slo-ttft-ms", "1000", *WL, "--hi", "40",
+                             "--max-evals", "2", "--out", str(tmp_path / "cap"))
     assert code == 0, err
     d = json.loads(out)
     assert d["measured"] is True and d["target"] == {"url": stub.url, "model": stub.model}
@@ -42,18 +36,18 @@ def test_capacity_url_measures_each_rate_on_the_server(stub, capsys, tmp_path):
     assert len(list((tmp_path / "cap" / "points").glob("*.json"))) == 4
     # a rerun reads the measured points from the cache: nothing is sent
     seen = stub.stats()["requests"]
-    code, out, err = run(capsys, "capacity", "--url", stub.url, "--slo-ttft-ms", "1000", *WL, "--hi", "40",
-                         "--max-evals", "2", "--out", str(tmp_path / "cap"))
+    code, out, err = run_cli("capacity", "--url", stub.url, "--slo-ttft-ms", "1000", *WL, "--hi", "40",
+                             "--max-evals", "2", "--out", str(tmp_path / "cap"))
     assert code == 0, err
     assert json.loads(out)["cached"] == 4 and stub.stats()["requests"] == seen
 
 
-def test_capacity_url_no_rate_meets_an_slo_below_the_servers_ttft(stub, capsys):
-    code, out, err = run(capsys, "capacity", "--url", stub.url, "--served-model", stub.model, "--slo-ttft-ms", "10",
-                         *WL, "--arrival", "poisson:400", "--max-evals", "2")
+def test_capacity_url_no_rate_meets_an_slo_below_the_servers_ttft(stub):
+    code, out, err = run_cli("capacity", "--url", stub.url, "--served-model", stub.model, "--slo-ttft-ms", "10",
+                             *WL, "--arrival", "poisson:400", "--max-evals", "2")
     assert code == 0, err
     d = json.loads(out)
     assert d["rate"] is None and d["measured"] is True
     assert all(not e["meets"] and any("p99_ttft_ms" in r for r in e["reasons"]) for e in d["evaluations"])
-    code, out, err = run(capsys, "capacity", "--slo-ttft-ms", "10", "--served-model", "m", *WL)
+    code, out, err = run_cli("capacity", "--slo-ttft-ms", "10", "--served-model", "m", *WL)
     assert code == 2 and "--served-model" in err and len(err.strip().splitlines()) == 1

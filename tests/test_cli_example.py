@@ -1,13 +1,10 @@
 """``llmqueue example``: the README's main job recomputes the seeds' worked numbers."""
 
-import json
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 
-def test_example_reproduces_the_seeds(capsys):
-    assert main(["example", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+def test_example_reproduces_the_seeds():
+    d = run_cli("example", "--json").json()
     assert [round(r["L"]) for r in d["little"]] == [r["source_L"] for r in d["little"]] == [108, 162, 189]
     for r in d["stability"]["settings"]:
         assert abs(r["mu"] - r["paper_mu_theory"]) / r["paper_mu_theory"] < 0.005
@@ -25,7 +22,8 @@ def test_example_reproduces_the_seeds(capsys):
     assert abs(sat["throughput"] - sat["mu_theory"]) / sat["mu_theory"] < 0.10
 
 
-def test_example_table_prints(capsys):
-    assert main(["example"]) == 0
-    out = capsys.readouterr().out
+def test_example_table_prints():
+    ran = run_cli("example")
+    assert ran.code == 0
+    out = ran.out
     assert "Little's law" in out and "KV-memory stability" in out and "Erlang-B/D/1" in out

@@ -7,18 +7,15 @@ A100 80GB: 524,288 B/token, 2 GiB per 4096-token request, 7,481 blocks, M = 119,
 import json
 
 import pytest
-
-from llmqueue.cli.main import main
-
-
-def run(capsys, *args):
-    code = main(["kv", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from _cli import run_cli
 
 
-def test_llama2_7b_4096_table(capsys):
-    code, out, err = run(capsys, "--model", "llama-2-7b", "--context", "4096")
+def run(*args):
+    return run_cli("kv", *args)
+
+
+def test_llama2_7b_4096_table():
+    code, out, err = run("--model", "llama-2-7b", "--context", "4096")
     assert code == 0 and err == ""
     assert "a100-80gb" in out                       # the default GPU is printed
     assert "524,288" in out                          # 2 * 32 * 32 * 128 * 2 bytes per token
@@ -31,8 +28,8 @@ def test_llama2_7b_4096_table(capsys):
     assert "M // context = 29;" in line
 
 
-def test_llama2_7b_json(capsys):
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--context", "4096", "--json")
+def test_llama2_7b_json():
+    code, out, _ = run("--model", "llama-2-7b", "--context", "4096", "--json")
     assert code == 0
     d = json.loads(out)
     assert d["gpu"]["name"] == "a100-80gb" and d["model"]["name"] == "llama-2-7b"
@@ -43,14 +40,14 @@ def test_llama2_7b_json(capsys):
     assert d["B"] == 29 and d["B_from_M"] == 29
 
 
-def test_default_context_is_max_model_len(capsys):
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--json")
+def test_default_context_is_max_model_len():
+    code, out, _ = run("--model", "llama-2-7b", "--json")
     assert code == 0 and json.loads(out)["context_len"] == 4096  # Llama-2 max_position_embeddings
 
 
-def test_tensor_parallel_json(capsys):
+def test_tensor_parallel_json():
     # Llama-3.1-70B, TP=4 on H100 SXM: 81,920 B/token/GPU, 30,989 blocks, M = 495,824; 60 requests of 8192.
-    code, out, _ = run(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "--tensor-parallel-size", "4",
+    code, out, _ = run("--model", "llama-3.1-70b", "--gpu", "h100", "--tensor-parallel-size", "4",
                        "--context", "8192", "--json")
     assert code == 0
     d = json.loads(out)
@@ -58,45 +55,45 @@ def test_tensor_parallel_json(capsys):
     assert d["capacity"]["M"] == 495_824 and d["B"] == 60
 
 
-def test_tensor_parallel_table_shows_per_gpu_share(capsys):
-    code, out, _ = run(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "--tensor-parallel-size", "4",
+def test_tensor_parallel_table_shows_per_gpu_share():
+    code, out, _ = run("--model", "llama-3.1-70b", "--gpu", "h100", "--tensor-parallel-size", "4",
                        "--context", "8192")
     assert code == 0 and "81,920" in out and "2 KV heads per GPU" in out and "h100-sxm x 4" in out
 
 
-def test_knobs(capsys):
+def test_knobs():
     # fp8 KV: 14,962 blocks -> M = 239,392; no reserve: 7609 blocks -> M = 121,744.
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--kv-cache-dtype", "fp8", "--json")
+    code, out, _ = run("--model", "llama-2-7b", "--kv-cache-dtype", "fp8", "--json")
     assert code == 0 and json.loads(out)["capacity"]["M"] == 239_392
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--reserve-gib", "0", "--json")
+    code, out, _ = run("--model", "llama-2-7b", "--reserve-gib", "0", "--json")
     assert code == 0 and json.loads(out)["capacity"]["M"] == 7609 * 16
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--block-size", "32", "--json")
+    code, out, _ = run("--model", "llama-2-7b", "--block-size", "32", "--json")
     assert code == 0 and json.loads(out)["capacity"]["M"] == 119_680
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--dtype", "int4", "--json")
+    code, out, _ = run("--model", "llama-2-7b", "--dtype", "int4", "--json")
     assert code == 0 and json.loads(out)["capacity"]["weight_bytes"] == 3_369_207_808
 
 
-def test_list(capsys):
-    code, out, _ = run(capsys, "--list")
+def test_list():
+    code, out, _ = run("--list")
     assert code == 0
     for name in ("llama-2-7b", "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b", "gpt-3-175b",
                  "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l4", "l40s", "mi300x"):
         assert name in out
     assert "indicative" in out
-    code, out, _ = run(capsys, "--list", "--json")
+    code, out, _ = run("--list", "--json")
     d = json.loads(out)
     assert code == 0 and len(d["models"]) >= 12 and len(d["gpus"]) >= 9
     assert next(m for m in d["models"] if m["name"] == "gpt-3-175b")["kv_bytes_per_token_bf16"] == 4_718_592
 
 
-def test_config_json_model_matches_catalog(tmp_path, capsys):
+def test_config_json_model_matches_catalog(tmp_path):
     cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 4096,
            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
            "tie_word_embeddings": False, "torch_dtype": "float16", "vocab_size": 32000}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    _, cat, _ = run(capsys, "--model", "llama-2-7b", "--context", "4096", "--json")
+    _, cat, _ = run("--model", "llama-2-7b", "--context", "4096", "--json")
     for arg in (str(tmp_path), str(tmp_path / "config.json")):
-        code, out, _ = run(capsys, "--model", arg, "--context", "4096", "--json")
+        code, out, _ = run("--model", arg, "--context", "4096", "--json")
         assert code == 0
         a, b = json.loads(out), json.loads(cat)
         for k in ("kv_bytes_per_token", "weight_bytes", "num_blocks", "M"):
@@ -126,22 +123,22 @@ def _one_error_line(err, flag):
     (["--model", "llama-2-7b", "--reserve-gib", "-1"], "--reserve-gib", ">= 0"),
     ([], "--model", "required"),
 ])
-def test_errors_exit_2_with_one_line_naming_the_flag(capsys, args, flag, text):
-    code, out, err = run(capsys, *args)
+def test_errors_exit_2_with_one_line_naming_the_flag(args, flag, text):
+    code, out, err = run(*args)
     assert code == 2 and out == ""
     assert text in _one_error_line(err, flag)
 
 
-def test_missing_config_key_names_key_and_file(tmp_path, capsys):
+def test_missing_config_key_names_key_and_file(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32}))
-    code, _, err = run(capsys, "--model", str(p))
+    code, _, err = run("--model", str(p))
     line = _one_error_line(err, "--model")
     assert code == 2 and "num_hidden_layers" in line and str(p) in line
 
 
-def test_context_beyond_capacity_is_reported(capsys):
-    code, out, _ = run(capsys, "--model", "llama-3.1-8b", "--gpu", "l4")  # default context 131,072
+def test_context_beyond_capacity_is_reported():
+    code, out, _ = run("--model", "llama-3.1-8b", "--gpu", "l4")  # default context 131,072
     assert code == 0 and "does not fit" in out
-    code, out, _ = run(capsys, "--model", "llama-2-7b", "--context", "8192")
+    code, out, _ = run("--model", "llama-2-7b", "--context", "8192")
     assert code == 0 and "exceeds the model's max_position_embeddings" in out

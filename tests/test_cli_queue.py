@@ -7,19 +7,17 @@ import subprocess
 import sys
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.theory import classic
 
 
-def run(capsys, *args):
-    code = main(["queue", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def run(*args):
+    return run_cli("queue", *args)
 
 
-def run_json(capsys, *args):
-    code, out, err = run(capsys, *args, "--json")
+def run_json(*args):
+    code, out, err = run(*args, "--json")
     assert code == 0, err
     assert err == ""
     return json.loads(out)
@@ -36,36 +34,36 @@ def run_json(capsys, *args):
     (["ggc", "--lam", "2", "--mu", "1", "--c", "3", "--scv-a", "1.5", "--scv-s", "0"],
      lambda: classic.ggc_allen_cunneen(lam=2, mu=1, c=3, scv_a=1.5, scv_s=0)),
 ])
-def test_json_matches_library(capsys, args, ref):
-    d = run_json(capsys, *args)
+def test_json_matches_library(args, ref):
+    d = run_json(*args)
     assert d == pytest.approx(json.loads(json.dumps(ref().to_dict())))
     assert d["stable"] is True
 
 
-def test_mm1_json_textbook(capsys):
-    d = run_json(capsys, "mm1", "--lam", "8", "--mu", "10")
+def test_mm1_json_textbook():
+    d = run_json("mm1", "--lam", "8", "--mu", "10")
     assert d["rho"] == pytest.approx(0.8)
     assert d["L"] == pytest.approx(4.0)
     assert d["W"] == pytest.approx(0.5)
     assert d["Wq"] == pytest.approx(0.4)
 
 
-def test_mmc_json_textbook(capsys):
-    d = run_json(capsys, "mmc", "--lam", "2", "--mu", "1", "--c", "3")
+def test_mmc_json_textbook():
+    d = run_json("mmc", "--lam", "2", "--mu", "1", "--c", "3")
     assert d["P_wait"] == pytest.approx(4 / 9)
     assert d["Lq"] == pytest.approx(8 / 9)
     assert d["Wq"] == pytest.approx(4 / 9)
     assert d["W_p99"] > d["W_p95"] > d["W_p90"] > d["W_p50"] > 0
 
 
-def test_mmck_json_overloaded_is_fine(capsys):
-    d = run_json(capsys, "mmck", "--lam", "12", "--mu", "10", "--c", "1", "--K", "5")
+def test_mmck_json_overloaded_is_fine():
+    d = run_json("mmck", "--lam", "12", "--mu", "10", "--c", "1", "--K", "5")
     assert d["P_block"] == pytest.approx(-0.2 * 1.2**5 / (1 - 1.2**6))  # M/M/1/K closed form
     assert d["lam_eff"] == pytest.approx(12 * (1 - d["P_block"]))
 
 
-def test_scv_defaults_to_one(capsys):
-    d = run_json(capsys, "gg1", "--lam", "8", "--mu", "10")
+def test_scv_defaults_to_one():
+    d = run_json("gg1", "--lam", "8", "--mu", "10")
     assert d["scv_a"] == 1 and d["scv_s"] == 1 and d["exact"] is True
     assert d["Wq"] == pytest.approx(0.4)
 
@@ -80,16 +78,16 @@ def test_scv_defaults_to_one(capsys):
     (["ggc", "--lam", "2", "--mu", "1", "--c", "3"], ["Allen-Cunneen", "0.4444"]),
     (["little", "--lam", "900", "--W", "0.12"], ["Little", "108"]),
 ])
-def test_tables(capsys, args, expect):
-    code, out, err = run(capsys, *args)
+def test_tables(args, expect):
+    code, out, err = run(*args)
     assert code == 0, err
     assert err == ""
     for s in expect:
         assert s in out, (s, out)
 
 
-def test_unstable_is_one_line_exit_2(capsys):
-    code, out, err = run(capsys, "mm1", "--lam", "12", "--mu", "10")
+def test_unstable_is_one_line_exit_2():
+    code, out, err = run("mm1", "--lam", "12", "--mu", "10")
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -105,8 +103,8 @@ def test_unstable_is_one_line_exit_2(capsys):
     ["gg1", "--lam", "3", "--mu", "1"],
     ["ggc", "--lam", "30", "--mu", "1", "--c", "3", "--json"],
 ])
-def test_unstable_other_models(capsys, args):
-    code, out, err = run(capsys, *args)
+def test_unstable_other_models(args):
+    code, out, err = run(*args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "unstable" in err
 
@@ -123,8 +121,8 @@ def test_unstable_other_models(capsys, args):
     (["mmck", "--lam", "1", "--mu", "2", "--c", "3", "--K", "2"], "--K"),
     (["ggc", "--lam", "1", "--mu", "2", "--c", "-2"], "--c"),
 ])
-def test_bad_input_names_the_flag(capsys, args, flag):
-    code, out, err = run(capsys, *args)
+def test_bad_input_names_the_flag(args, flag):
+    code, out, err = run(*args)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1
@@ -136,8 +134,8 @@ def test_bad_input_names_the_flag(capsys, args, flag):
     ["mmck", "--lam", "1", "--mu", "2", "--c", "3"],  # --K missing
     ["mmc", "--lam", "1", "--mu", "2", "--c", "2.5"],  # not a whole number
 ])
-def test_usage_errors_exit_2(capsys, args):
-    code, out, err = run(capsys, *args)
+def test_usage_errors_exit_2(args):
+    code, out, err = run(*args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and err.startswith("llmqueue: error:")
 
@@ -152,8 +150,8 @@ def test_subprocess_unstable_no_traceback():
     assert "unstable" in p.stderr
 
 
-def test_help_lists_subcommands(capsys):
-    code, out, _ = run(capsys, "--help")
+def test_help_lists_subcommands():
+    code, out, _ = run("--help")
     assert code == 0
     for name in ("little", "mm1", "md1", "mg1", "mmc", "mmck", "gg1", "ggc"):
         assert name in out

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import yaml
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.scenario import example_names, example_path
 
 GOOD = {
@@ -23,49 +23,43 @@ GOOD = {
 }
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _write(tmp_path, doc, name="s.yaml"):
     p = tmp_path / name
     p.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
     return str(p)
 
 
-def test_list(capsys):
-    code, out, _ = run(capsys, "scenario", "list")
+def test_list():
+    code, out, _ = run_cli("scenario", "list")
     assert code == 0
     for name in ("chat", "code", "rag", "summarization"):
         assert name in out
-    code, out, _ = run(capsys, "scenario", "list", "--json")
+    code, out, _ = run_cli("scenario", "list", "--json")
     rows = json.loads(out)["examples"]
     assert [r["name"] for r in rows] == example_names()
     assert all(r["description"] and r["path"].endswith(".yaml") for r in rows)
 
 
 @pytest.mark.parametrize("name", example_names())
-def test_check_every_example_by_name(capsys, name):
-    code, out, err = run(capsys, "scenario", "check", name)
+def test_check_every_example_by_name(name):
+    code, out, err = run_cli("scenario", "check", name)
     assert code == 0, err
     assert "KV capacity M" in out and "classes" in out and "run" in out
-    code, out, err = run(capsys, "scenario", "check", name, "--json")
+    code, out, err = run_cli("scenario", "check", name, "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["name"] == name and d["deployment"]["M"] > 0 and d["classes"]
 
 
-def test_check_a_file_table_and_json(capsys, tmp_path):
+def test_check_a_file_table_and_json(tmp_path):
     from llmqueue.hardware import kv_capacity
 
     path = _write(tmp_path, GOOD)
-    code, out, err = run(capsys, "scenario", "check", path)
+    code, out, err = run_cli("scenario", "check", path)
     assert code == 0, err
     M = kv_capacity("llama-2-7b", "a100-80gb").M
     assert f"{M:,}" in out and "chat" in out and "batch" in out and "p99 ttft <= 2 s" in out
-    code, out, _ = run(capsys, "scenario", "check", path, "--json")
+    code, out, _ = run_cli("scenario", "check", path, "--json")
     d = json.loads(out)
     assert d["deployment"]["M"] == M == 119_696  # Llama-2-7B on an A100 80GB at 0.9 (hardware docstring)
     assert d["workload"]["rate"] == 4 and [c["rate"] for c in d["classes"]] == [3, 1]
@@ -96,9 +90,9 @@ BAD = [
 
 
 @pytest.mark.parametrize("what,doc,expected", BAD, ids=[b[0] for b in BAD])
-def test_check_errors_are_one_line_with_exit_code_2(capsys, tmp_path, what, doc, expected):
+def test_check_errors_are_one_line_with_exit_code_2(tmp_path, what, doc, expected):
     path = _write(tmp_path, doc)
-    code, out, err = run(capsys, "scenario", "check", path)
+    code, out, err = run_cli("scenario", "check", path)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error: ")
@@ -106,10 +100,10 @@ def test_check_errors_are_one_line_with_exit_code_2(capsys, tmp_path, what, doc,
     assert "Traceback" not in err
 
 
-def test_missing_file_and_unknown_example(capsys, tmp_path):
-    code, _, err = run(capsys, "scenario", "check", str(tmp_path / "nope.yaml"))
+def test_missing_file_and_unknown_example(tmp_path):
+    code, _, err = run_cli("scenario", "check", str(tmp_path / "nope.yaml"))
     assert code == 2 and "no such scenario file" in err and "chat" in err
-    code, _, err = run(capsys, "scenario", "check", "nope")
+    code, _, err = run_cli("scenario", "check", "nope")
     assert code == 2 and err.startswith("llmqueue: error: nope: no such scenario file")
 
 

@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 SEED004 = [  # prompt, output, step time b, the paper's mu_theory
     ("uniform:10:1600", "uniform:10:1600", "0.0372", 3.263),
@@ -19,15 +18,9 @@ SEED004 = [  # prompt, output, step time b, the paper's mu_theory
 BASE = ["stability", "--capacity-tokens", "131000", "--chunk", "512"]
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("prompt,output,b,paper_mu", SEED004)
-def test_seed004_mu_within_half_a_percent(capsys, prompt, output, b, paper_mu):
-    code, out, err = run(capsys, *BASE, "--step-time", b, "--prompt", prompt, "--output", output, "--json")
+def test_seed004_mu_within_half_a_percent(prompt, output, b, paper_mu):
+    code, out, err = run_cli(*BASE, "--step-time", b, "--prompt", prompt, "--output", output, "--json")
     assert code == 0, err
     d = json.loads(out)
     assert abs(d["mu"] - paper_mu) / paper_mu < 0.005
@@ -36,27 +29,27 @@ def test_seed004_mu_within_half_a_percent(capsys, prompt, output, b, paper_mu):
     assert d["mu"] == pytest.approx(d["M"] / (d["b"] * d["E_g"]))
 
 
-def test_rate_gives_verdict_and_utilization_gives_replicas(capsys):
+def test_rate_gives_verdict_and_utilization_gives_replicas():
     args = [*BASE, "--step-time", "0.0372", "--prompt", "uniform:10:1600", "--output", "uniform:10:1600"]
     verdicts = {}
     for lam in (1, 3, 3.25, 5, 20, 50):
-        code, out, _ = run(capsys, *args, "--rate", str(lam), "--json")
+        code, out, _ = run_cli(*args, "--rate", str(lam), "--json")
         assert code == 0
         verdicts[lam] = json.loads(out)["verdict"]
     # 3.25 lies between mu(1 - delta) = 3.18 and mu = 3.262: the theorems do not decide it.
     assert verdicts == {1: "stable", 3: "stable", 3.25: "indeterminate", 5: "unstable", 20: "unstable",
                         50: "unstable"}
-    code, out, _ = run(capsys, *args, "--rate", "50", "--utilization", "0.8", "--json")
+    code, out, _ = run_cli(*args, "--rate", "50", "--utilization", "0.8", "--json")
     d = json.loads(out)
     assert d["replicas"] == math.ceil(50 / (d["mu"] * 0.8)) == 20
-    code, out, _ = run(capsys, *args, "--rate", "5")
+    code, out, _ = run_cli(*args, "--rate", "5")
     assert "unstable" in out and "replicas" not in out
 
 
-def test_joint_lengths_file(tmp_path, capsys):
+def test_joint_lengths_file(tmp_path):
     p = tmp_path / "pairs.csv"
     p.write_text("prompt,output\n" + "".join(f"{s},{s // 2 + 1}\n" for s in range(10, 1601)))
-    code, out, err = run(capsys, *BASE, "--step-time", "0.0372", "--lengths", f"joint:{p}", "--json")
+    code, out, err = run_cli(*BASE, "--step-time", "0.0372", "--lengths", f"joint:{p}", "--json")
     assert code == 0, err
     d = json.loads(out)
     s = list(range(10, 1601))
@@ -67,9 +60,9 @@ def test_joint_lengths_file(tmp_path, capsys):
     assert d["delta"] == pytest.approx((1600 + 801) / 131000)
 
 
-def test_capacity_from_model(capsys):
-    code, out, err = run(capsys, "stability", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--step-time", "0.0372",
-                         "--prompt", "uniform:10:1600", "--output", "uniform:10:1600", "--json")
+def test_capacity_from_model():
+    code, out, err = run_cli("stability", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--step-time", "0.0372",
+                             "--prompt", "uniform:10:1600", "--output", "uniform:10:1600", "--json")
     assert code == 0, err
     d = json.loads(out)
     # Llama-3-8B: 131,072 KV bytes/token; A100 80GB at 0.9 utilization minus 16 GB of weights and a
@@ -102,11 +95,11 @@ def test_missing_capacity_is_explained():
     assert p.returncode == 2 and "--capacity-tokens" in p.stderr
 
 
-def test_paged_counts_whole_blocks(capsys):
+def test_paged_counts_whole_blocks():
     args = [*BASE, "--step-time", "0.04", "--prompt", "uniform:10:200", "--output", "uniform:10:200", "--json"]
-    code, out, _ = run(capsys, *args)
+    code, out, _ = run_cli(*args)
     tok = json.loads(out)
-    code, out, _ = run(capsys, *args, "--paged", "--block-size", "32")
+    code, out, _ = run_cli(*args, "--paged", "--block-size", "32")
     paged = json.loads(out)
     assert code == 0 and paged["block_size"] == 32 and tok["block_size"] is None
     # each step holds up to a block more than its tokens: E[g] grows by under 32 per step of a request

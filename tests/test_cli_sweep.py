@@ -5,24 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 # seed 004's 1:1 setting: M = 131,000 tokens, b = 0.0372 s, chunk 512, prompt and output U{10..1600}
 SEED004 = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
            "--prompt", "uniform:10:1600", "--output", "uniform:10:1600"]
 
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_seed004_rates_give_the_papers_verdicts(capsys, tmp_path):
+def test_seed004_rates_give_the_papers_verdicts(tmp_path):
     """Seed 004, Figure 2 (1:1): stable at 1 and 3 req/s, unstable at 5, 20 and 50 (mu = 3.263)."""
-    code, out, err = run(capsys, "sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
-                         "--out", str(tmp_path), "--json", "--no-progress")
+    code, out, err = run_cli("sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
+                             "--out", str(tmp_path), "--json", "--no-progress")
     assert code == 0, err
     d = json.loads(out)
     verdicts = ["stable" if p["stable"] else "unstable" for p in d["points"]]
@@ -43,18 +36,18 @@ def test_seed004_rates_give_the_papers_verdicts(capsys, tmp_path):
     assert json.loads((tmp_path / "sweep.json").read_text())["points"] == d["points"]
     assert len(list((tmp_path / "points").glob("*.json"))) == 5
     # resume: nothing left to simulate, identical table
-    code, out2, _ = run(capsys, "sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
-                        "--out", str(tmp_path), "--json", "--no-progress", "--backend", "serial")
+    code, out2, _ = run_cli("sweep", "--rates", "1,3,5,20,50", *SEED004, "--duration", "600",
+                            "--out", str(tmp_path), "--json", "--no-progress", "--backend", "serial")
     d2 = json.loads(out2)
     assert (d2["ran"], d2["cached"]) == (0, 5)
     assert [{k: v for k, v in p.items() if k != "wall_s"} for p in d2["points"]] == \
         [{k: v for k, v in p.items() if k != "wall_s"} for p in d["points"]]
 
 
-def test_param_grid_table_and_slo_line(capsys, tmp_path):
-    code, out, err = run(capsys, "sweep", "--rates", "1,2", "--param", "max_num_seqs=4,256", *SEED004,
-                         "--duration", "120", "--backend", "serial", "--slo-ttft-ms", "5000",
-                         "--slo-tpot-ms", "100", "--out", str(tmp_path), "--csv", "--keep-runs")
+def test_param_grid_table_and_slo_line(tmp_path):
+    code, out, err = run_cli("sweep", "--rates", "1,2", "--param", "max_num_seqs=4,256", *SEED004,
+                             "--duration", "120", "--backend", "serial", "--slo-ttft-ms", "5000",
+                             "--slo-tpot-ms", "100", "--out", str(tmp_path), "--csv", "--keep-runs")
     assert code == 0, err
     assert "Sweep: 4 points on serial" in out
     assert out.count("Curve max_num_seqs=") == 2 and "knee" in out and "theory mu" in out
@@ -72,9 +65,9 @@ def test_param_grid_table_and_slo_line(capsys, tmp_path):
     assert "failed" in out and "goodput (req/s)" in out
 
 
-def test_scenario_sweep_with_knob_override(capsys):
-    code, out, err = run(capsys, "sweep", "--scenario", "chat", "--rates", "4,8", "--duration", "120",
-                         "--max-num-seqs", "32", "--backend", "serial", "--json")
+def test_scenario_sweep_with_knob_override():
+    code, out, err = run_cli("sweep", "--scenario", "chat", "--rates", "4,8", "--duration", "120",
+                             "--max-num-seqs", "32", "--backend", "serial", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["base"]["max_num_seqs"] == 32 and d["slos"] == {"p99_ttft_ms": 2000.0, "p99_tpot_ms": 50.0}
@@ -92,8 +85,8 @@ def test_scenario_sweep_with_knob_override(capsys):
     (["--address", "auto"], "--address"),
     (["--knee-factor", "1"], "--knee-factor"),
 ])
-def test_errors_are_one_line_with_exit_2(capsys, args, flag):
-    code, out, err = run(capsys, "sweep", "--rates", "1", *SEED004, "--duration", "60", "--backend", "serial", *args)
+def test_errors_are_one_line_with_exit_2(args, flag):
+    code, out, err = run_cli("sweep", "--rates", "1", *SEED004, "--duration", "60", "--backend", "serial", *args)
     assert code == 2
     assert err.startswith("llmqueue: error: ") and err.count("\n") == 1 and flag in err, err
     assert out == ""
@@ -107,24 +100,24 @@ def test_errors_are_one_line_with_exit_2(capsys, args, flag):
     (["--max-num-batched-tokens", "8"], "--max-num-batched-tokens"),  # below max_num_seqs: vLLM refuses
     (["--model", "llama-9"], "--model"),                 # unknown model, found by the scenario's validation
 ])
-def test_scenario_flags_that_cannot_apply_fail_before_any_point(capsys, cmd, args, flag):
+def test_scenario_flags_that_cannot_apply_fail_before_any_point(cmd, args, flag):
     """A flag given with --scenario overrides the scenario's field, or fails in one line naming the
     flag (exit 2) before any point is simulated; never a silent drop."""
-    code, out, err = run(capsys, cmd, "--scenario", "mixed", "--rates" if cmd == "sweep" else "--lo", "1",
-                         "--backend", "serial", *args)
+    code, out, err = run_cli(cmd, "--scenario", "mixed", "--rates" if cmd == "sweep" else "--lo", "1",
+                             "--backend", "serial", *args)
     assert code == 2 and out == ""
     assert err.startswith(f"llmqueue: error: {flag}") and err.count("\n") == 1, err
 
 
-def test_scenario_sweep_arrival_override_sets_the_base_rate(capsys):
+def test_scenario_sweep_arrival_override_sets_the_base_rate():
     """--arrival with --scenario replaces the scenario's arrival process: the capacity search
     starts from its rate, and a sweep's --rates rescale it."""
     from llmqueue.plan.points import base_rate
     from llmqueue.spec import scenario_spec
 
     assert base_rate(scenario_spec, {"scenario": "chat", "arrival": "gamma:3:cv=2"}) == pytest.approx(3.0)
-    code, out, err = run(capsys, "sweep", "--scenario", "chat", "--arrival", "gamma:3:cv=2", "--rates", "2",
-                         "--duration", "120", "--max-num-seqs", "16", "--backend", "serial", "--json")
+    code, out, err = run_cli("sweep", "--scenario", "chat", "--arrival", "gamma:3:cv=2", "--rates", "2",
+                             "--duration", "120", "--max-num-seqs", "16", "--backend", "serial", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["base"]["arrival"] == "gamma:3:cv=2" and d["base"]["max_num_seqs"] == 16
@@ -133,14 +126,14 @@ def test_scenario_sweep_arrival_override_sets_the_base_rate(capsys):
     assert p["arrival_rate"] == pytest.approx(2.0, rel=0.25)  # 120 s of a CV-2 process: a loose check
 
 
-def test_capacity_cli_on_seed004(capsys, tmp_path):
+def test_capacity_cli_on_seed004(tmp_path):
     """Seed 004's 1:1 setting, p99 TTFT <= 10 s: the queue of KV-bound requests binds below mu."""
     args = ["capacity", "--slo-ttft-ms", "10000", "--slo-tpot-ms", "100", *SEED004, "--arrival", "poisson:1",
             "--duration", "600", "--no-progress", "--out", str(tmp_path)]
-    code, out, err = run(capsys, *args)
+    code, out, err = run_cli(*args)
     assert code == 0, err
     assert "capacity (req/s)" in out and "confirm: at 1.1 x" in out and "Simulated rates" in out
-    code, out, err = run(capsys, *args, "--json")
+    code, out, err = run_cli(*args, "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["simulations"] == 0 and d["cached"] > 5  # every rate came from the cache
@@ -151,24 +144,24 @@ def test_capacity_cli_on_seed004(capsys, tmp_path):
     assert d["confirm"]["at_rate"]["p99_ttft_ms"] <= 10000 < d["confirm"]["above"]["p99_ttft_ms"]
 
 
-def test_capacity_needs_targets(capsys):
-    code, _, err = run(capsys, "capacity", *SEED004, "--arrival", "poisson:1", "--duration", "60")
+def test_capacity_needs_targets():
+    code, _, err = run_cli("capacity", *SEED004, "--arrival", "poisson:1", "--duration", "60")
     assert code == 2 and "--slo-ttft-ms" in err
 
 
-def test_sweep_against_a_server_with_url(capsys):
+def test_sweep_against_a_server_with_url():
     """`--url`: each point's request stream is sent to a real (here: stub) server, one point at a time."""
     import json as _json
 
     from llmqueue.bench.stub_server import StubServer
-    from llmqueue.cli.main import main as _main
 
     with StubServer() as srv:
-        code = _main(["sweep", "--url", srv.url, "--rates", "4,8", "--prompt", "fixed:20", "--output", "fixed:5",
-                      "--duration", "4", "--json", "--no-progress"])
+        ran = run_cli("sweep", "--url", srv.url, "--rates", "4,8", "--prompt", "fixed:20", "--output", "fixed:5",
+                      "--duration", "4", "--json", "--no-progress")
+        code = ran.code
         served = srv.stats()
     assert code == 0
-    d = _json.loads(capsys.readouterr().out)
+    d = _json.loads(ran.out)
     assert d["ran"] == 2 and d["backend"].startswith("serial")
     thr = d["curves"][0]["throughput"]
     assert thr[1] > thr[0] > 0  # the server saw both offered rates

@@ -8,79 +8,72 @@ import json
 
 import pytest
 import yaml
-
-from llmqueue.cli.main import main
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from _cli import run_cli
 
 
-def help_of(capsys, *cmd):
-    code, out, _ = run(capsys, *cmd, "--help")
+def help_of(*cmd):
+    code, out, _ = run_cli(*cmd, "--help")
     assert code == 0
     return out
 
 
 @pytest.mark.parametrize("cmd", [("queue", "mm1"), ("queue", "mmc"), ("queue", "little"), ("batch",),
                                  ("cost", "replicas"), ("stability",), ("simulate",), ("sweep",), ("capacity",)])
-def test_a_bare_arrival_rate_is_rate_everywhere(capsys, cmd):
-    text = help_of(capsys, *cmd)
+def test_a_bare_arrival_rate_is_rate_everywhere(cmd):
+    text = help_of(*cmd)
     assert "--rate" in text and "--lam " not in text
 
 
-def test_old_rate_name_still_works(capsys):
-    new = run(capsys, "queue", "mm1", "--rate", "0.5", "--mu", "1", "--json")
-    old = run(capsys, "queue", "mm1", "--lam", "0.5", "--mu", "1", "--json")
+def test_old_rate_name_still_works():
+    new = run_cli("queue", "mm1", "--rate", "0.5", "--mu", "1", "--json")
+    old = run_cli("queue", "mm1", "--lam", "0.5", "--mu", "1", "--json")
     assert new[0] == old[0] == 0 and json.loads(new[1]) == json.loads(old[1])
-    code, _, err = run(capsys, "queue", "mm1", "--rate", "-1", "--mu", "1")
+    code, _, err = run_cli("queue", "mm1", "--rate", "-1", "--mu", "1")
     assert code == 2 and err.startswith("llmqueue: error: --rate:")
 
 
-def test_simulate_takes_a_rate_and_length_flags_that_cannot_be_taken_for_files(capsys):
-    code, out, err = run(capsys, "simulate", "--rate", "7", "--prompt-len", "fixed:5", "--output-len", "fixed:5",
-                         "--duration", "600", "--step-time", "0.01", "--json")
+def test_simulate_takes_a_rate_and_length_flags_that_cannot_be_taken_for_files():
+    code, out, err = run_cli("simulate", "--rate", "7", "--prompt-len", "fixed:5", "--output-len", "fixed:5",
+                             "--duration", "600", "--step-time", "0.01", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["arrival_rate"] == pytest.approx(7, rel=0.1)
     # --rate rescales a given process, keeping its shape (a gamma stays a gamma)
-    code, out, err = run(capsys, "simulate", "--rate", "7", "--arrival", "gamma:2:cv=3", "--prompt-len", "fixed:5",
-                         "--output-len", "fixed:5", "--duration", "4000", "--step-time", "0.01", "--json")
+    code, out, err = run_cli("simulate", "--rate", "7", "--arrival", "gamma:2:cv=3", "--prompt-len", "fixed:5",
+                             "--output-len", "fixed:5", "--duration", "4000", "--step-time", "0.01", "--json")
     assert code == 0, err
     assert json.loads(out)["arrival_rate"] == pytest.approx(7, rel=0.15)
-    text = help_of(capsys, "simulate")
+    text = help_of("simulate")
     assert "--prompt-len" in text and "--output-len" in text
     assert "--prompt " not in text and "--output " not in text  # the old names are not offered
     # ... but still accepted
-    code, _, err = run(capsys, "simulate", "--rate", "2", "--prompt", "fixed:5", "--output", "fixed:5",
-                       "--duration", "50", "--step-time", "0.01")
+    code, _, err = run_cli("simulate", "--rate", "2", "--prompt", "fixed:5", "--output", "fixed:5",
+                           "--duration", "50", "--step-time", "0.01")
     assert code == 0, err
     # an error names the flag by its new name
-    code, _, err = run(capsys, "simulate", "--rate", "2", "--prompt-len", "zipf:3", "--output-len", "fixed:5",
-                       "--duration", "50", "--step-time", "0.01")
+    code, _, err = run_cli("simulate", "--rate", "2", "--prompt-len", "zipf:3", "--output-len", "fixed:5",
+                           "--duration", "50", "--step-time", "0.01")
     assert code == 2 and err.startswith("llmqueue: error: --prompt-len:")
 
 
 @pytest.mark.parametrize("cmd", [("report",), ("calibrate",), ("workload", "fit"), ("workload", "convert"),
                                  ("simulate",), ("sweep",), ("bench",)])
-def test_every_output_path_is_out(capsys, cmd):
-    text = help_of(capsys, *cmd)
+def test_every_output_path_is_out(cmd):
+    text = help_of(*cmd)
     assert "--out" in text and "--output " not in text
 
 
-def test_old_output_flag_still_writes(capsys, tmp_path):
+def test_old_output_flag_still_writes(tmp_path):
     out = tmp_path / "fig.html"
-    code, _, err = run(capsys, "report", "--batch-figure", "--output", out)
+    code, _, err = run_cli("report", "--batch-figure", "--output", out)
     assert code == 0, err
     assert out.is_file()
 
 
-def test_stability_and_simulate_share_the_chunk_default(capsys):
+def test_stability_and_simulate_share_the_chunk_default():
     from llmqueue.knobs import BY_NAME
 
-    text = help_of(capsys, "stability")
+    text = help_of("stability")
     assert f"[default: {BY_NAME['max_num_batched_tokens'].default}]" in " ".join(text.split())
 
 

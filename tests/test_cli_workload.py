@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.theory.kv import g_exact
 from llmqueue.workload.traces import load_trace
 
@@ -28,16 +28,14 @@ def shared_traces() -> Path:
     return d
 
 
-def run(capsys, *args):
-    code = main(["workload", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
+def run(*args):
+    return run_cli("workload", *args)
 
 
-def test_acceptance_azure_conv_stats_json(capsys):
+def test_acceptance_azure_conv_stats_json():
     d = shared_traces()
     rel = "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
-    code, out, err = run(capsys, "stats", d / rel, "--json")
+    code, out, err = run("stats", d / rel, "--json")
     assert code == 0, err
     got = json.loads(out)
     ref = json.loads((d / "summary_stats.json").read_text())[rel]
@@ -58,9 +56,9 @@ def test_acceptance_azure_conv_stats_json(capsys):
     ("mooncake_fast25/conversation_trace.jsonl", "3,60", ("3s", "60s")),
     ("mooncake_fast25/synthetic_trace.jsonl", "3,60", ("3s", "60s")),
 ])
-def test_acceptance_code_and_mooncake(capsys, rel, bins, keys):
+def test_acceptance_code_and_mooncake(rel, bins, keys):
     d = shared_traces()
-    code, out, err = run(capsys, "stats", d / rel, "--bins", bins, "--json")
+    code, out, err = run("stats", d / rel, "--bins", bins, "--json")
     assert code == 0, err
     got = json.loads(out)
     ref = json.loads((d / "summary_stats.json").read_text())[rel]
@@ -76,20 +74,20 @@ def test_acceptance_code_and_mooncake(capsys, rel, bins, keys):
         assert round(100 * got["prefix_reuse_frac"], 1) in (36.6, 64.0)
 
 
-def test_stats_table(capsys):
+def test_stats_table():
     d = shared_traces()
-    code, out, _ = run(capsys, "stats", d / "mooncake_fast25/conversation_trace.jsonl", "--bins", "3,60")
+    code, out, _ = run("stats", d / "mooncake_fast25/conversation_trace.jsonl", "--bins", "3,60")
     assert code == 0
     assert "12,031 requests" in out and re.search(r"mean rate \(n-1\)/span \(req/s\)\s+3\.401", out)
     assert re.search(r"prefix-block reuse\s+36\.6%", out)
     assert "repair: 10851 rows share the timestamp" in out  # the 3 s ticks are reported
 
 
-def test_convert_round_trip_and_replay(tmp_path, capsys):
+def test_convert_round_trip_and_replay(tmp_path):
     d = shared_traces()
     src = d / "azure_llm_2023/AzureLLMInferenceTrace_code.csv"
     out = tmp_path / "code.parquet"
-    code, text, err = run(capsys, "convert", src, "-o", out)
+    code, text, err = run("convert", src, "-o", out)
     assert code == 0, err
     assert "read 8,819 requests" in text and "format azure" in text and f"wrote {out}" in text
     a, b = load_trace(src), load_trace(out)
@@ -97,7 +95,7 @@ def test_convert_round_trip_and_replay(tmp_path, capsys):
         assert np.array_equal(getattr(a, k), getattr(b, k))
     # Window, then rate, then loop, reported and applied in that order.
     out2 = tmp_path / "w.parquet"
-    code, text, err = run(capsys, "convert", src, "-o", out2, "--window", "600:1200", "--rate", "4",
+    code, text, err = run("convert", src, "-o", out2, "--window", "600:1200", "--rate", "4",
                           "--loop", "2", "--json")
     assert code == 0, err
     s = json.loads(text)
@@ -110,26 +108,26 @@ def test_convert_round_trip_and_replay(tmp_path, capsys):
     assert w.repairs[-3:] == s["transforms"]
 
 
-def test_convert_reports_repairs_and_drop_bad(tmp_path, capsys):
+def test_convert_reports_repairs_and_drop_bad(tmp_path):
     p = tmp_path / "bad.csv"
     p.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n3,-1,5\n1,4,-2\n1,7,7\n2,8,NaN\n1,9,9\n")
-    code, out, err = run(capsys, "convert", p, "-o", tmp_path / "x.parquet")
+    code, out, err = run("convert", p, "-o", tmp_path / "x.parquet")
     assert code == 2 and out == ""
     assert err.startswith("llmqueue: error: prompt_tokens: data row 2 of ") and "--drop-bad" in err
     assert err.count("\n") == 1
-    code, out, err = run(capsys, "convert", p, "-o", tmp_path / "x.parquet", "--drop-bad")
+    code, out, err = run("convert", p, "-o", tmp_path / "x.parquet", "--drop-bad")
     assert code == 0, err
     assert "repair: dropped 2 rows with negative lengths" in out
     assert "repair: dropped 1 rows with missing or non-numeric lengths" in out
     assert "repair: 1 rows share the timestamp" in out
     q = tmp_path / "u.csv"
     q.write_text("arrival_s,prompt_tokens,output_tokens\n5,1,1\n0,2,2\n1,3,3\n")
-    code, out, _ = run(capsys, "convert", q, "-o", tmp_path / "u.parquet")
+    code, out, _ = run("convert", q, "-o", tmp_path / "u.parquet")
     assert code == 0 and "repair: sorted 2 out-of-order rows" in out
     assert load_trace(tmp_path / "u.parquet").repairs[0].startswith("sorted 2 out-of-order rows")
 
 
-def test_errors_are_one_line_with_the_flag(tmp_path, capsys):
+def test_errors_are_one_line_with_the_flag(tmp_path):
     ms = tmp_path / "ms.csv"
     ms.write_text("timestamp,prompt,output\n" + "".join(f"{200 * i},10,5\n" for i in range(100)))
     cases = [
@@ -149,16 +147,16 @@ def test_errors_are_one_line_with_the_flag(tmp_path, capsys):
     empty.write_text("")
     cases.append((["stats", empty], "llmqueue: error: file:"))
     for args, start in cases:
-        code, out, err = run(capsys, *args)
+        code, out, err = run(*args)
         assert code == 2, (args, err)
         assert err.startswith(start), (args, err)
         assert err.count("\n") == 1
-    code, out, err = run(capsys, "stats", ms, "--time-unit", "ms", "--json")
+    code, out, err = run("stats", ms, "--time-unit", "ms", "--json")
     assert code == 0 and json.loads(out)["mean_rate"] == pytest.approx(5)
 
 
-def test_stats_of_a_spec(capsys):
-    code, out, err = run(capsys, "stats", "--arrival", "poisson:5", "--prompt", "fixed:100", "--output", "fixed:10",
+def test_stats_of_a_spec():
+    code, out, err = run("stats", "--arrival", "poisson:5", "--prompt", "fixed:100", "--output", "fixed:10",
                          "--num-requests", "2000", "--seed", "3", "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -166,10 +164,10 @@ def test_stats_of_a_spec(capsys):
     assert d["E_g"] == pytest.approx(g_exact(100, 10, 512))
     assert d["generated"]["seed"] == 3 and d["generated"]["arrival"] == "poisson:5"
     assert d["mean_rate"] == pytest.approx(5, rel=0.1) and d["corr"] is None
-    code, out2, _ = run(capsys, "stats", "--arrival", "poisson:5", "--prompt", "fixed:100", "--output", "fixed:10",
+    code, out2, _ = run("stats", "--arrival", "poisson:5", "--prompt", "fixed:100", "--output", "fixed:10",
                         "--num-requests", "2000", "--seed", "3", "--json")
     assert out2 == out
-    code, table, _ = run(capsys, "stats", "--arrival", "poisson:5", "--prompt", "uniform:10:20", "--output",
+    code, table, _ = run("stats", "--arrival", "poisson:5", "--prompt", "uniform:10:20", "--output",
                          "fixed:10", "--num-requests", "500")
     assert code == 0 and "500 requests generated from a spec (seed 0)" in table
 

@@ -8,18 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.workload import load_fitted, parse_arrival
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 AZURE_CONV = SHARED / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def run(capsys, *args):
-    code = main(["workload", "fit", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
+def run(*args):
+    return run_cli("workload", "fit", *args)
 
 
 @pytest.fixture
@@ -37,10 +35,10 @@ def trace_file(tmp_path):
     return f
 
 
-def test_table_and_files(capsys, trace_file, tmp_path):
+def test_table_and_files(trace_file, tmp_path):
     spec = tmp_path / "out" / "fit.yaml"
     spec.parent.mkdir()
-    code, out, err = run(capsys, trace_file, "-o", spec, "--window-s", 300)
+    code, out, err = run(trace_file, "-o", spec, "--window-s", 300)
     assert code == 0, err
     for fragment in ("Fitted workload for", "arrival model", "piecewise rate, 6 windows of 300 s",
                      "Poisson test", "lengths", "empirical joint pairs", "statistic", "IDC 60s",
@@ -53,9 +51,9 @@ def test_table_and_files(capsys, trace_file, tmp_path):
     assert len(fw.generate(0)) == doc["source"]["requests"]
 
 
-def test_json(capsys, trace_file, tmp_path):
+def test_json(trace_file, tmp_path):
     spec = tmp_path / "fit.yaml"
-    code, out, err = run(capsys, trace_file, "-o", spec, "--json", "--lengths", "lognormal",
+    code, out, err = run(trace_file, "-o", spec, "--json", "--lengths", "lognormal",
                          "--counts", "random")
     assert code == 0, err
     d = json.loads(out)
@@ -68,9 +66,9 @@ def test_json(capsys, trace_file, tmp_path):
     assert d["diagnostics"]["source_stats"]["mean_rate"] > 0
 
 
-def test_without_output_writes_nothing(capsys, trace_file, tmp_path):
+def test_without_output_writes_nothing(trace_file, tmp_path):
     before = set(tmp_path.iterdir())
-    code, out, err = run(capsys, trace_file)
+    code, out, err = run(trace_file)
     assert code == 0 and "no spec file written" in err
     assert set(tmp_path.iterdir()) == before
 
@@ -83,30 +81,32 @@ def test_without_output_writes_nothing(capsys, trace_file, tmp_path):
     (["--counts", "some"], "llmqueue: error: Invalid value for '--counts'"),
     (["-o", "/proc/no-such/x.yaml"], "llmqueue: error: --out: cannot write"),
 ])
-def test_bad_flags(capsys, trace_file, args, fragment):
-    code, out, err = run(capsys, trace_file, *args)
+def test_bad_flags(trace_file, args, fragment):
+    code, out, err = run(trace_file, *args)
     assert code == 2 and out == ""
     assert err.startswith(fragment) and err.count("\n") == 1, err
 
 
-def test_missing_trace(capsys, tmp_path):
-    code, out, err = run(capsys, tmp_path / "nope.csv")
+def test_missing_trace(tmp_path):
+    code, out, err = run(tmp_path / "nope.csv")
     assert code == 2 and err.startswith("llmqueue: error:") and "does not exist" in err
 
 
-def test_listed_in_the_workload_group(capsys):
-    assert main(["workload", "--help"]) == 0
-    assert "fit" in capsys.readouterr().out
-    assert main(["workload", "fit", "--help"]) == 0
-    out = capsys.readouterr().out
+def test_listed_in_the_workload_group():
+    ran = run_cli("workload", "--help")
+    assert ran.code == 0
+    assert "fit" in ran.out
+    ran = run_cli("workload", "fit", "--help")
+    assert ran.code == 0
+    out = ran.out
     for flag in ("--window-s", "--lengths", "--counts", "-o, --out", "--json"):
         assert flag in out
 
 
-def test_shared_azure_trace(capsys, tmp_path):
+def test_shared_azure_trace(tmp_path):
     if not AZURE_CONV.is_file():
         pytest.skip(f"shared trace {AZURE_CONV} is absent")
-    code, out, err = run(capsys, AZURE_CONV, "-o", tmp_path / "conv.yaml", "--json")
+    code, out, err = run(AZURE_CONV, "-o", tmp_path / "conv.yaml", "--json")
     assert code == 0, err
     d = json.loads(out)
     src, mod = d["diagnostics"]["source_stats"], d["diagnostics"]["model_stats"]
@@ -118,29 +118,27 @@ def test_shared_azure_trace(capsys, tmp_path):
             assert mod[k][q] == pytest.approx(src[k][q], rel=0.05)
 
 
-def test_the_fitted_spec_runs_in_simulate_and_sweep(capsys, trace_file, tmp_path):
+def test_the_fitted_spec_runs_in_simulate_and_sweep(trace_file, tmp_path):
     """The file `workload fit` writes is a workload the other commands take (--workload)."""
     spec = tmp_path / "fit.yaml"
-    code, _, err = run(capsys, trace_file, "-o", spec)
+    code, _, err = run(trace_file, "-o", spec)
     assert code == 0, err
     n_trace = sum(1 for _ in open(trace_file))
     eng = ["--capacity-tokens", "200000", "--step-time", "0.03"]
     # its span (1,800 s) is the default duration: about as many arrivals as the trace
-    assert main(["simulate", "--workload", str(spec), *eng, "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("simulate", "--workload", str(spec), *eng, "--json").json()
     assert d["arrivals"] == pytest.approx(n_trace, rel=0.01)
     assert d["duration_s"] == pytest.approx(1800, rel=0.01)
     # --arrival replaces its arrival process, the lengths stay the fitted pairs
-    assert main(["simulate", "--workload", str(spec), "--arrival", "poisson:2", "--duration", "600", *eng,
-                 "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("simulate", "--workload", str(spec), "--arrival", "poisson:2", "--duration", "600", *eng,
+                "--json").json()
     assert d["arrival_rate"] == pytest.approx(2.0, rel=0.15)
     # a sweep's rates rescale the fitted process (its shape kept)
-    assert main(["sweep", "--workload", str(spec), "--rates", "2,4", "--duration", "1800", *eng,
-                 "--backend", "serial", "--json"]) == 0
-    pts = json.loads(capsys.readouterr().out)["points"]
+    pts = run_cli("sweep", "--workload", str(spec), "--rates", "2,4", "--duration", "1800", *eng,
+                  "--backend", "serial", "--json").json()["points"]
     assert [p["arrival_rate"] for p in pts] == pytest.approx([2.0, 4.0], rel=0.1)
     # lengths cannot come from two places
-    assert main(["simulate", "--workload", str(spec), "--prompt", "fixed:3", *eng]) == 2
-    err = capsys.readouterr().err
+    ran = run_cli("simulate", "--workload", str(spec), "--prompt", "fixed:3", *eng)
+    assert ran.code == 2
+    err = ran.err
     assert err.count("\n") == 1 and "--workload" in err and "drop" in err

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
 from llmqueue.cluster import ROUTERS, simulate_fleet
 from llmqueue.engine import EngineConfig, simulate
@@ -79,16 +80,13 @@ def test_bad_fleet_input_is_one_line():
 
 
 @pytest.mark.parametrize("router,theory_w", [("central", 1.4444), ("random", 3.0)])
-def test_the_command_line_fleet_meets_its_queueing_model(capsys, router, theory_w):
+def test_the_command_line_fleet_meets_its_queueing_model(router, theory_w):
     """issue's command: one request at a time, exponential steps, 3 replicas, Poisson 2 req/s."""
     import json
 
-    from llmqueue.cli.main import main
-
-    code = main(["simulate", "--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1", "--step-time",
-                 "exp:1", "--arrival", "poisson:2", "--num-requests", "60000", "--replicas", "3", "--router", router,
-                 "--seed", "3", "--json", "--no-progress"])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli("simulate", "--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1",
+                             "--step-time", "exp:1", "--arrival", "poisson:2", "--num-requests", "60000", "--replicas",
+                             "3", "--router", router, "--seed", "3", "--json", "--no-progress")
     assert code == 0, err
     d = json.loads(out)
     lo, hi = d["mean_e2el_ms_ci"]
@@ -99,12 +97,12 @@ def test_the_command_line_fleet_meets_its_queueing_model(capsys, router, theory_
             1444.44, abs=0.01)
 
 
-def test_the_command_line_refuses_what_a_fleet_does_not_model_yet(capsys):
-    from llmqueue.cli.main import main
+def test_the_command_line_refuses_what_a_fleet_does_not_model_yet():
 
-    code = main(["simulate", "--capacity-tokens", "1000", "--step-time", "0.01", "--prompt", "fixed:1", "--output",
-                 "fixed:1", "--arrival", "poisson:1", "--duration", "5", "--replicas", "2", "--early-stop", "--no-progress"])
-    err = capsys.readouterr().err.strip().splitlines()
+    ran = run_cli("simulate", "--capacity-tokens", "1000", "--step-time", "0.01", "--prompt", "fixed:1", "--output",
+                  "fixed:1", "--arrival", "poisson:1", "--duration", "5", "--replicas", "2", "--early-stop", "--no-progress")
+    code = ran.code
+    err = ran.err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--replicas" in err[0] and "--early-stop" in err[0], err
 
 
@@ -189,19 +187,14 @@ def test_a_scenario_with_replicas_runs_the_whole_fleet():
 
 
 @pytest.mark.parametrize("factor, stable", [(0.8, True), (1.1, False)])
-def test_kv_provisioning_rule_on_a_fleet_of_eight_under_jsq(factor, stable, capsys):
+def test_kv_provisioning_rule_on_a_fleet_of_eight_under_jsq(factor, stable):
     """Nie et al.'s rule for a fleet: N replicas, each of KV capacity mu = 3.263 req/s (their 1:1
     setting), behind JSQ: stable at an offered 0.8 N mu, unstable at 1.1 N mu (N = 8)."""
-    import json
-
-    from llmqueue.cli.main import main
-
     mu, n = 3.263, 8
-    assert main(["simulate", "--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
-                 "--prompt-len", "uniform:10:1600", "--output-len", "uniform:10:1600", "--rate", str(factor * n * mu),
-                 "--duration", "1800", "--replicas", str(n), "--router", "least-outstanding", "--seed", "1",
-                 "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("simulate", "--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
+                "--prompt-len", "uniform:10:1600", "--output-len", "uniform:10:1600", "--rate", str(factor * n * mu),
+                "--duration", "1800", "--replicas", str(n), "--router", "least-outstanding", "--seed", "1",
+                "--json").json()
     assert d["theory"]["rho"] == pytest.approx(factor, rel=0.01)  # per replica: lam / N against mu
     assert d["stable"] is stable, d["verdict"]
     if stable:

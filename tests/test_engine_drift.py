@@ -11,7 +11,8 @@ import pytest
 
 from llmqueue.engine import EngineConfig, simulate
 from llmqueue.engine.options import SimOptions
-from llmqueue.engine.step_time import DriftStream, parse_step_time
+from llmqueue.engine.step_model import DriftStream
+from llmqueue.engine.step_time import parse_step_time
 from llmqueue.errors import InputError
 from llmqueue.workload import Workload
 

@@ -148,7 +148,7 @@ class ConcaveDecode:
 
 @pytest.mark.parametrize("wrap", ["none", "noise", "drift"])
 def test_a_model_written_to_the_protocol_runs_on_both_replicas(wrap):
-    from llmqueue.engine.step_time import StepTime, with_drift, with_noise
+    from llmqueue.engine.step_model import StepTime, with_drift, with_noise
 
     model = ConcaveDecode()
     assert isinstance(model, StepTime)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 D_IN, D_OUT, LOG_LATE = 0.003, 0.002, 0.1
 STEP = "linear:c0=0.008:prefill=2e-5:decode=1e-4:ctx=0"
@@ -23,10 +22,10 @@ def low_load_run(path, *, rate="poisson:4", seed=3, steps=True):
     engine never idle while one is), rewritten as a client and a server log would see it."""
     from llmqueue.records import RequestRecords, StepRecords, read_run, write_records
 
-    assert main(["simulate", "--arrival", rate, "--prompt", "uniform:100:3000", "--output", "fixed:80",
-                 "--num-requests", "200", "--capacity-tokens", "400000", "--step-time", STEP,
-                 "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--seed", str(seed),
-                 "--out", str(path), "--no-progress", "--json"]) == 0
+    assert run_cli("simulate", "--arrival", rate, "--prompt", "uniform:100:3000", "--output", "fixed:80",
+                   "--num-requests", "200", "--capacity-tokens", "400000", "--step-time", STEP,
+                   "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--seed", str(seed),
+                   "--out", str(path), "--no-progress", "--json").code == 0
     run = read_run(path)
     q = run.requests.to_dict()
     rng = np.random.default_rng(seed)
@@ -76,27 +75,23 @@ def test_step_log_estimate_recovers_the_frontend_delay(tmp_path):
     assert naive - true > 0.5 * true
 
 
-def test_calibrate_uses_the_step_log_and_a_low_load_run_stands_in_for_the_probe(tmp_path, capsys):
+def test_calibrate_uses_the_step_log_and_a_low_load_run_stands_in_for_the_probe(tmp_path):
     run = low_load_run(tmp_path / "run")
-    capsys.readouterr()
-    assert main(["calibrate", str(run), "-o", str(tmp_path / "cal.yaml"), "--json"]) == 0
-    cal = json.loads(capsys.readouterr().out)
+    cal = run_cli("calibrate", str(run), "-o", str(tmp_path / "cal.yaml"), "--json").json()
     assert abs(cal["frontend_latency_s"] - 0.005) < 0.0005
     assert cal["frontend_source"].startswith("step log: ")
     assert any("low-load requests against the step log" in n for n in cal["notes"])
     # a run without a step log: today's behaviour (no frontend delay), and a note would not lie
     bare = low_load_run(tmp_path / "bare", steps=False)
-    capsys.readouterr()
-    code = main(["calibrate", str(bare), "-o", str(tmp_path / "c2.yaml"), "--json"])
+    ran = run_cli("calibrate", str(bare), "-o", str(tmp_path / "c2.yaml"), "--json")
+    code = ran.code
     assert code == 0
-    assert json.loads(capsys.readouterr().out)["frontend_latency_s"] is None
+    assert json.loads(ran.out)["frontend_latency_s"] is None
     # --probe with a low-load run whose requests were never alone: its step log stands in
-    assert main(["calibrate", str(run), "-o", str(tmp_path / "c3.yaml"), "--probe", str(run), "--json"]) == 0
-    c3 = json.loads(capsys.readouterr().out)
+    c3 = run_cli("calibrate", str(run), "-o", str(tmp_path / "c3.yaml"), "--probe", str(run), "--json").json()
     assert abs(c3["frontend_latency_s"] - 0.005) < 0.0005 and str(run) in c3["frontend_source"]
     # ... and without a step log the probe's one-line error stands
-    code = main(["calibrate", str(run), "-o", str(tmp_path / "c4.yaml"), "--probe", str(bare)])
-    err = capsys.readouterr().err
+    code, _, err = run_cli("calibrate", str(run), "-o", str(tmp_path / "c4.yaml"), "--probe", str(bare))
     assert code == 2 and "alone at the server" in err and len(err.strip().splitlines()) == 1
 
 

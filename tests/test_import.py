@@ -10,9 +10,9 @@ import random
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.main import main
 from llmqueue.records import read_records
 
 # vLLM 0.32's startup lines, as a VllmServer log holds them (abridged)
@@ -28,12 +28,6 @@ $ /venv/bin/python -m vllm.entrypoints.openai.api_server --host 127.0.0.1 --port
 def stub():
     with StubServer(token_delay_s=0.002) as s:
         yield s
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 WL = ("--arrival", "poisson:50", "--prompt", "uniform:4:40", "--output", "fixed:6", "--num-requests", "30",
@@ -68,12 +62,12 @@ def test_server_log_parsing_reads_every_startup_form():
                       "enable_prefix_caching": False}
 
 
-def test_bench_records_settings_with_sources_and_calibrate_uses_them(stub, capsys, tmp_path):
+def test_bench_records_settings_with_sources_and_calibrate_uses_them(stub, tmp_path):
     log = tmp_path / "server.log"
     log.write_text(VLLM_LOG)
     out = tmp_path / "run"
-    code, _, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out", out,
-                       "--server-log", log, "--server-max-num-seqs", "32", "--server-num-gpu-blocks", "64")
+    code, _, err = run_cli("bench", "--url", stub.url, "--model", stub.model, *WL, "--out", out,
+                           "--server-log", log, "--server-max-num-seqs", "32", "--server-num-gpu-blocks", "64")
     assert code == 0, err
     server = json.loads((out / "server.json").read_text())
     assert server["max_num_seqs"] == 16 and server["sources"]["max_num_seqs"] == f"server log {log}"
@@ -83,51 +77,50 @@ def test_bench_records_settings_with_sources_and_calibrate_uses_them(stub, capsy
     # the flag and the log disagree: the server's word is kept, and the run says so
     assert any("max_num_seqs" in n and "32" in n for n in server["notes"])
     assert "max_num_seqs" in err and err.startswith("llmqueue: note:")
-    code, cout, err = run(capsys, "calibrate", out, "-o", tmp_path / "cal.yaml", "--json")
+    code, cout, err = run_cli("calibrate", out, "-o", tmp_path / "cal.yaml", "--json")
     assert code == 0, err
     cal = json.loads(cout)
     assert cal["engine"]["max_num_seqs"] == 16 and cal["engine"]["max_num_batched_tokens"] == 2048
     assert cal["capacity_tokens"] == 63 * 32
 
 
-def test_calibrate_without_engine_settings_stops_in_one_line(stub, capsys, tmp_path):
+def test_calibrate_without_engine_settings_stops_in_one_line(stub, tmp_path):
     out = tmp_path / "bare"
-    code, sout, err = run(capsys, "bench", "--url", stub.url, "--model", stub.model, *WL, "--out", out)
+    code, sout, err = run_cli("bench", "--url", stub.url, "--model", stub.model, *WL, "--out", out)
     assert code == 0, err
     assert any("server.json lacks max_num_seqs" in n for n in json.loads(sout)["notes"])
-    code, _, err = run(capsys, "calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096")
+    code, _, err = run_cli("calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096")
     assert code == 2
     line = one_error_line(err)
     assert "max_num_seqs unknown" in line and "--server-max-num-seqs" in line and "--max-num-seqs N here" in line
     assert not (tmp_path / "c.yaml").exists()
-    code, _, err = run(capsys, "calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096",
-                       "--max-num-seqs", "8")
+    code, _, err = run_cli("calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096",
+                           "--max-num-seqs", "8")
     assert code == 2 and "max_num_batched_tokens unknown" in one_error_line(err)
-    code, _, err = run(capsys, "calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096",
-                       "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--json")
+    code, _, err = run_cli("calibrate", out, "-o", tmp_path / "c.yaml", "--capacity-tokens", "4096",
+                           "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--json")
     assert code == 0, err
     cal = (tmp_path / "c.yaml").read_text()
     assert "max_num_seqs: 8" in cal and "max_num_batched_tokens: 512" in cal
 
 
-def test_validate_with_a_calibration_without_engine_settings_stops_in_one_line(tmp_path, capsys):
+def test_validate_with_a_calibration_without_engine_settings_stops_in_one_line(tmp_path):
     """An older calibration file (the engine settings assumed, not recorded): one line, and the
     validate flags supply them."""
     import yaml
 
     out = tmp_path / "sim"
-    assert main(["simulate", "--arrival", "poisson:2", "--prompt", "fixed:32", "--output", "fixed:8",
-                 "--num-requests", "40", "--capacity-tokens", "4096", "--step-time", "0.01", "--out", str(out),
-                 "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("simulate", "--arrival", "poisson:2", "--prompt", "fixed:32", "--output", "fixed:8",
+                   "--num-requests", "40", "--capacity-tokens", "4096", "--step-time", "0.01", "--out", str(out),
+                   "--json").code == 0
     cal = {"capacity_tokens": 4096, "b": 0.01, "step_time": "0.01", "engine": {"block_size": 16}}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(cal))
-    code, _, err = run(capsys, "validate", out, "--calibration", tmp_path / "old.yaml", "--drift", "0")
+    code, _, err = run_cli("validate", out, "--calibration", tmp_path / "old.yaml", "--drift", "0")
     assert code == 2
     line = one_error_line(err)
     assert "calibration: max_num_seqs unknown" in line and "--max-num-seqs N here" in line
-    code, _, err = run(capsys, "validate", out, "--calibration", tmp_path / "old.yaml", "--drift", "0",
-                       "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--json")
+    code, _, err = run_cli("validate", out, "--calibration", tmp_path / "old.yaml", "--drift", "0",
+                           "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--json")
     assert code == 0, err
 
 
@@ -153,13 +146,13 @@ JSONL_MAP = ("request_id=id,send_s=t0,ttft_s=ttft,e2el_s=latency,prompt_tokens=n
              "chunk_times=times,error=err")
 
 
-def test_generic_jsonl_imports_calibrates_and_validates(tmp_path, capsys):
+def test_generic_jsonl_imports_calibrates_and_validates(tmp_path):
     src = tmp_path / "client.jsonl"
     write_client_jsonl(src)
     run_dir = tmp_path / "run"
-    code, out, err = run(capsys, "import", "jsonl", src, "--out", run_dir, "--map", JSONL_MAP,
-                         "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--block-size", "16",
-                         "--num-gpu-blocks", "257", "--json")
+    code, out, err = run_cli("import", "jsonl", src, "--out", run_dir, "--map", JSONL_MAP,
+                             "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--block-size", "16",
+                             "--num-gpu-blocks", "257", "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["imported"]["requests"] == 120 and s["status_counts"]["ok"] == 120
@@ -173,19 +166,19 @@ def test_generic_jsonl_imports_calibrates_and_validates(tmp_path, capsys):
     assert r["output_tokens"][o].tolist() == [rows[i]["n_out"] for i in sorted(rows)]
     server = json.loads((run_dir / "server.json").read_text())
     assert server["sources"]["max_num_seqs"] == "import --max-num-seqs" and server["M_usable"] == 256 * 16
-    code, out, err = run(capsys, "calibrate", run_dir, "-o", tmp_path / "cal.yaml", "--json")
+    code, out, err = run_cli("calibrate", run_dir, "-o", tmp_path / "cal.yaml", "--json")
     assert code == 0, err
     cal = json.loads(out)
     assert abs(cal["b"] - 0.015) < 1e-3 and cal["capacity_tokens"] == 256 * 16
-    code, out, err = run(capsys, "validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0",
-                         "--json")
+    code, out, err = run_cli("validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0",
+                             "--json")
     assert code == 0, err
     v = json.loads(out)
     tp = next(x for x in v["rows"] if x["quantity"] == "request_throughput")
     assert abs(tp["rel_err_sim"]) < 0.05
     # a --time-origin keeps the times as the file's, less the origin
-    code, _, err = run(capsys, "import", "jsonl", src, "--out", tmp_path / "run2", "--map", JSONL_MAP,
-                       "--time-origin", "1700000000")
+    code, _, err = run_cli("import", "jsonl", src, "--out", tmp_path / "run2", "--map", JSONL_MAP,
+                           "--time-origin", "1700000000")
     assert code == 0, err
     r2 = read_records(tmp_path / "run2")
     t0 = min(d["t0"] for d in rows.values())
@@ -220,11 +213,11 @@ def vllm_result(n=40, seed=2, with_starts=True):
     return d
 
 
-def test_vllm_bench_result_imports_and_renders_in_report(tmp_path, capsys):
+def test_vllm_bench_result_imports_and_renders_in_report(tmp_path):
     src = tmp_path / "vllm-result.json"
     src.write_text(json.dumps(vllm_result()))
     run_dir = tmp_path / "run"
-    code, out, err = run(capsys, "import", "vllm-bench", src, "--out", run_dir, "--json")
+    code, out, err = run_cli("import", "vllm-bench", src, "--out", run_dir, "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["status_counts"]["ok"] == 37 and s["status_counts"]["error"] == 3
@@ -232,13 +225,13 @@ def test_vllm_bench_result_imports_and_renders_in_report(tmp_path, capsys):
     r = read_records(run_dir)
     assert len(r) == 40 and (run_dir / "tokens.parquet").exists() and (run_dir / "workload.parquet").exists()
     html = tmp_path / "report.html"
-    code, out, err = run(capsys, "report", run_dir, "-o", html)
+    code, out, err = run_cli("report", run_dir, "-o", html)
     assert code == 0, err
     assert html.exists() and "<html" in html.read_text()[:2000].lower()
     # without start_times: spaced at the file's request_rate, with a note
     d = vllm_result(with_starts=False)
     src.write_text(json.dumps(d))
-    code, out, err = run(capsys, "import", "vllm-bench", src, "--out", tmp_path / "r2", "--json")
+    code, out, err = run_cli("import", "vllm-bench", src, "--out", tmp_path / "r2", "--json")
     assert code == 0, err
     assert any("no start_times" in n for n in json.loads(out)["notes"])
 
@@ -254,48 +247,47 @@ def test_vllm_bench_result_imports_and_renders_in_report(tmp_path, capsys):
     ("bad-origin", ("import", "jsonl", "{src}", "--out", "{out}", "--map", JSONL_MAP, "--time-origin", "x"),
      "--time-origin"),
 ])
-def test_bad_imports_exit_2_in_one_line(tmp_path, capsys, case, args, field):
+def test_bad_imports_exit_2_in_one_line(tmp_path, case, args, field):
     src = tmp_path / "client.jsonl"
     write_client_jsonl(src, n=5)
     vsrc = tmp_path / "v.json"
     vsrc.write_text(json.dumps(vllm_result(n=5)))
     argv = [a.format(src=src, vsrc=vsrc, out=tmp_path / "out") for a in args]
-    code, _, err = run(capsys, *argv)
+    code, _, err = run_cli(*argv)
     assert code == 2, (case, err)
     assert field in one_error_line(err), (case, err)
 
 
-def test_bad_status_and_ok_without_times_are_one_line(tmp_path, capsys):
+def test_bad_status_and_ok_without_times_are_one_line(tmp_path):
     src = tmp_path / "s.csv"
     src.write_text("send_s,ttft_s,e2el_s,prompt_tokens,output_tokens,status\n0,0.1,0.5,10,5,ok\n1,,,10,0,lost\n")
-    code, _, err = run(capsys, "import", "csv", src, "--out", tmp_path / "o")
+    code, _, err = run_cli("import", "csv", src, "--out", tmp_path / "o")
     assert code == 2 and "'lost' is not a status" in one_error_line(err)
     src.write_text("send_s,ttft_s,e2el_s,prompt_tokens,output_tokens,status\n0,0.1,0.5,10,5,ok\n1,,,10,0,ok\n")
-    code, _, err = run(capsys, "import", "csv", src, "--out", tmp_path / "o")
+    code, _, err = run_cli("import", "csv", src, "--out", tmp_path / "o")
     assert code == 2 and "no first or last token time" in one_error_line(err)
     # a CSV in the record schema's own names needs no --map; cancelled is a status
     src.write_text("send_s,ttft_s,e2el_s,prompt_tokens,output_tokens,status\n0,0.1,0.5,10,5,ok\n"
                    "1,,0.3,10,0,cancelled\n2,0.1,0.4,12,4,ok\n")
-    code, out, err = run(capsys, "import", "csv", src, "--out", tmp_path / "o", "--json")
+    code, out, err = run_cli("import", "csv", src, "--out", tmp_path / "o", "--json")
     assert code == 0, err
     assert json.loads(out)["status_counts"]["cancelled"] == 1
 
 
-def test_converted_trace_as_workload_parquet_is_one_line_in_validate(tmp_path, capsys):
+def test_converted_trace_as_workload_parquet_is_one_line_in_validate(tmp_path):
     """Issue 17: a ``workload convert`` output used as workload.parquet crashed validate with
     KeyError: 'request_id'."""
     src = tmp_path / "client.jsonl"
     write_client_jsonl(src, n=60)
     run_dir = tmp_path / "run"
-    assert main(["import", "jsonl", str(src), "--out", str(run_dir), "--map", JSONL_MAP, "--max-num-seqs", "16",
-                 "--max-num-batched-tokens", "512", "--capacity-tokens", "4096"]) == 0
-    assert main(["calibrate", str(run_dir), "-o", str(tmp_path / "cal.yaml")]) == 0
+    assert run_cli("import", "jsonl", str(src), "--out", str(run_dir), "--map", JSONL_MAP, "--max-num-seqs", "16",
+                   "--max-num-batched-tokens", "512", "--capacity-tokens", "4096").code == 0
+    assert run_cli("calibrate", str(run_dir), "-o", str(tmp_path / "cal.yaml")).code == 0
     trace = tmp_path / "trace.csv"
     trace.write_text("t,p,o\n" + "".join(f"{i * 0.5},{20 + i},{5}\n" for i in range(60)))
-    assert main(["workload", "convert", str(trace), "-o", str(run_dir / "workload.parquet"),
-                 "--map", "time=t,prompt=p,output=o"]) == 0
-    capsys.readouterr()
-    code, _, err = run(capsys, "validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0")
+    assert run_cli("workload", "convert", str(trace), "-o", str(run_dir / "workload.parquet"),
+                   "--map", "time=t,prompt=p,output=o").code == 0
+    code, _, err = run_cli("validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0")
     assert code == 2
     line = one_error_line(err)
     assert "request_id" in line and "llmqueue import" in line
@@ -303,12 +295,12 @@ def test_converted_trace_as_workload_parquet_is_one_line_in_validate(tmp_path, c
 
 # -- the drain cap -------------------------------------------------------------------------------
 
-def test_drain_cap_cancels_what_is_still_in_flight(capsys, tmp_path):
+def test_drain_cap_cancels_what_is_still_in_flight(tmp_path):
     out = tmp_path / "drain"
     with StubServer(token_delay_s=0.05) as s:
-        code, sout, err = run(capsys, "bench", "--url", s.url, "--model", s.model, "--arrival", "deterministic:20",
-                              "--prompt", "fixed:8", "--output", "fixed:40", "--num-requests", "10",
-                              "--drain-timeout", "0.3", "--out", out, "--no-progress", "--json")
+        code, sout, err = run_cli("bench", "--url", s.url, "--model", s.model, "--arrival", "deterministic:20",
+                                  "--prompt", "fixed:8", "--output", "fixed:40", "--num-requests", "10",
+                                  "--drain-timeout", "0.3", "--out", out, "--no-progress", "--json")
     assert code == 0, err
     summ = json.loads(sout)
     r = read_records(out)
@@ -319,8 +311,8 @@ def test_drain_cap_cancels_what_is_still_in_flight(capsys, tmp_path):
     # cancelled at the cap: about 0.3 s after the last send (at 0.45 s)
     assert np.all(np.abs(r["finish_s"][cancelled] - 0.75) < 0.25)
     assert any("drain cap" in n for n in summ["notes"])
-    code, _, err = run(capsys, "bench", "--url", "http://127.0.0.1:9", "--model", "m", *WL, "--out",
-                       tmp_path / "x", "--drain-timeout", "-1")
+    code, _, err = run_cli("bench", "--url", "http://127.0.0.1:9", "--model", "m", *WL, "--out",
+                           tmp_path / "x", "--drain-timeout", "-1")
     assert code == 2 and "--drain-timeout" in one_error_line(err)
 
 
@@ -340,16 +332,16 @@ def hand_calibration(path, b=0.016):
     return path
 
 
-def test_guidellm_report_imports_validates_and_renders(tmp_path, capsys):
+def test_guidellm_report_imports_validates_and_renders(tmp_path):
     src = DATA / "guidellm_v0.7_benchmarks.json"
     report = json.loads(src.read_text())
-    code, _, err = run(capsys, "import", "guidellm", src, "--out", tmp_path / "x")
+    code, _, err = run_cli("import", "guidellm", src, "--out", tmp_path / "x")
     assert code == 2
     line = one_error_line(err)
     assert "2 benchmarks" in line and "1 synchronous" in line and "2 constant@2 req/s" in line
     assert "--benchmark K" in line
     run_dir = tmp_path / "run"
-    code, out, err = run(capsys, "import", "guidellm", src, "--benchmark", "2", "--out", run_dir, "--json")
+    code, out, err = run_cli("import", "guidellm", src, "--benchmark", "2", "--out", run_dir, "--json")
     assert code == 0, err
     s = json.loads(out)
     groups = report["benchmarks"][1]["requests"]
@@ -367,19 +359,19 @@ def test_guidellm_report_imports_validates_and_renders(tmp_path, capsys):
     assert np.allclose((r["dispatched_s"] - r["arrival_s"]), 0.0004, atol=1e-6)
     assert not (run_dir / "tokens.parquet").exists()  # guidellm keeps no per-chunk times
     cal = hand_calibration(tmp_path / "cal.yaml")
-    code, out, err = run(capsys, "validate", run_dir, "--calibration", cal, "--drift", "0", "--json")
+    code, out, err = run_cli("validate", run_dir, "--calibration", cal, "--drift", "0", "--json")
     assert code == 0, err
     # the chunks came 15-17 ms apart: the measured TPOT is the calibration's step time
     tpot = next(x for x in json.loads(out)["rows"] if x["quantity"] == "median_tpot_ms")
     assert abs(tpot["rel_err_sim"]) < 0.03
-    code, _, err = run(capsys, "report", run_dir, "-o", tmp_path / "r.html")
+    code, _, err = run_cli("report", run_dir, "-o", tmp_path / "r.html")
     assert code == 0, err
     assert "<html" in (tmp_path / "r.html").read_text()[:2000].lower()
 
 
-def test_guidellm_v03_report_imports(tmp_path, capsys):
+def test_guidellm_v03_report_imports(tmp_path):
     src = DATA / "guidellm_v0.3_benchmarks.json"
-    code, out, err = run(capsys, "import", "guidellm", src, "--out", tmp_path / "run", "--json")
+    code, out, err = run_cli("import", "guidellm", src, "--out", tmp_path / "run", "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["status_counts"]["ok"] == 29 and s["status_counts"]["error"] == 1
@@ -393,13 +385,13 @@ def test_guidellm_v03_report_imports(tmp_path, capsys):
                        sorted(q["last_token_time"] - q["start_time"] for q in rows), atol=1e-6)
 
 
-def test_aiperf_export_imports_calibrates_validates_and_renders(tmp_path, capsys):
+def test_aiperf_export_imports_calibrates_validates_and_renders(tmp_path):
     src = DATA / "aiperf_profile_export.jsonl"
     recs = [json.loads(x) for x in src.read_text().splitlines()]
     prof = [d for d in recs if d["metadata"]["benchmark_phase"] == "profiling"]
     run_dir = tmp_path / "run"
-    code, out, err = run(capsys, "import", "aiperf", src, "--out", run_dir, "--max-num-seqs", "64",
-                         "--max-num-batched-tokens", "2048", "--capacity-tokens", "65536", "--json")
+    code, out, err = run_cli("import", "aiperf", src, "--out", run_dir, "--max-num-seqs", "64",
+                             "--max-num-batched-tokens", "2048", "--capacity-tokens", "65536", "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["imported"]["requests"] == len(prof) == 40 and any("2 warmup" in n for n in s["notes"])
@@ -412,16 +404,16 @@ def test_aiperf_export_imports_calibrates_validates_and_renders(tmp_path, capsys
     assert np.allclose((r["first_token_s"] - r["dispatched_s"])[o][sel], ttft, atol=1e-6)
     assert r["output_tokens"][o][sel].tolist() == [d["metrics"]["output_sequence_length"]["value"] for d in ok]
     # per-chunk times from inter_chunk_latency: the decode gaps were drawn in 15-17 ms
-    code, out, err = run(capsys, "calibrate", run_dir, "-o", tmp_path / "cal.yaml", "--json")
+    code, out, err = run_cli("calibrate", run_dir, "-o", tmp_path / "cal.yaml", "--json")
     assert code == 0, err
     cal = json.loads(out)
     assert 0.0155 < cal["b"] < 0.0165
-    code, out, err = run(capsys, "validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0",
-                         "--json")
+    code, out, err = run_cli("validate", run_dir, "--calibration", tmp_path / "cal.yaml", "--drift", "0",
+                             "--json")
     assert code == 0, err
     tpot = next(x for x in json.loads(out)["rows"] if x["quantity"] == "median_tpot_ms")
     assert abs(tpot["rel_err_sim"]) < 0.03
-    code, _, err = run(capsys, "report", run_dir, "-o", tmp_path / "r.html")
+    code, _, err = run_cli("report", run_dir, "-o", tmp_path / "r.html")
     assert code == 0, err
 
 
@@ -446,10 +438,10 @@ def _aiperf_without(tmp_path, metric):
     ("aiperf-no-isl", "aiperf", lambda t: _aiperf_without(t, "input_sequence_length"),
      ("metrics.input_sequence_length",)),
 ])
-def test_bad_guidellm_and_aiperf_files_are_one_line(tmp_path, capsys, case, fmt, make, words):
+def test_bad_guidellm_and_aiperf_files_are_one_line(tmp_path, case, fmt, make, words):
     src = make(tmp_path)
     extra = ("--benchmark", "4") if case == "guidellm-bad-index" else ()
-    code, _, err = run(capsys, "import", fmt, src, "--out", tmp_path / "o", *extra)
+    code, _, err = run_cli("import", fmt, src, "--out", tmp_path / "o", *extra)
     assert code == 2, (case, err)
     line = one_error_line(err)
     assert all(w in line for w in words), (case, line)
@@ -460,7 +452,7 @@ def _write(path, obj):
     return path
 
 
-def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path, capsys):
+def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path):
     """The server log's per-step lines between the run's first send and its last answer (epoch
     stamps, the file's clock) become steps.parquet; earlier and later ones (other runs) do not."""
     from llmqueue.records import read_run
@@ -478,7 +470,7 @@ def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path, capsy
     log.write_text(VLLM_LOG + "\n".join(line.format(t=t, i=i, p=i % 2, pt=100 * (i % 2))
                                         for i, t in enumerate(times)) + "\n")
     run_dir = tmp_path / "run"
-    code, out, err = run(capsys, "import", "aiperf", src, "--out", run_dir, "--server-log", log, "--json")
+    code, out, err = run_cli("import", "aiperf", src, "--out", run_dir, "--server-log", log, "--json")
     assert code == 0, err
     inside = len(times) - 3
     assert any(f"{inside} engine steps" in n for n in json.loads(out)["notes"])
@@ -488,7 +480,7 @@ def test_server_log_steps_in_the_run_window_become_steps_parquet(tmp_path, capsy
     # a vllm-bench result's start_times are not epoch seconds: said, no steps
     vsrc = tmp_path / "v.json"
     vsrc.write_text(json.dumps(vllm_result()))
-    code, out, err = run(capsys, "import", "vllm-bench", vsrc, "--out", tmp_path / "v", "--server-log", log, "--json")
+    code, out, err = run_cli("import", "vllm-bench", vsrc, "--out", tmp_path / "v", "--server-log", log, "--json")
     assert code == 0, err
     assert any("not epoch seconds" in n for n in json.loads(out)["notes"])
     assert not (tmp_path / "v" / "steps.parquet").exists()

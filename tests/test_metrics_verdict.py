@@ -4,10 +4,9 @@ last arrival, is never called stable."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
+from _cli import run_cli
 from _queue_sim import mm1_times, records_from_times
 
 from llmqueue.metrics.stability import stability_verdict
@@ -77,35 +76,26 @@ def test_goodput_collapse_is_failing_slos_not_stable():
     assert out["verdict"] == "stable" and out["good_share"] == pytest.approx(1.0)
 
 
-def _cli(args):
-    from click.testing import CliRunner
-
-    from llmqueue.cli.main import cli
-
-    res = CliRunner().invoke(cli, args)
-    assert res.exit_code == 0, res.output
-    return res.output
-
-
 def test_simulate_chat_with_one_seq_is_overloaded():
     # one sequence at a time against 20 req/s: the clients' timeouts keep the queue flat
-    d = json.loads(_cli(["simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120", "--json"]))
+    d = run_cli("simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120", "--json").json()
     s = d.get("summary", d)
     assert s["stable"] is False and s["verdict"].startswith("overloaded: ")
     assert s["failed_share"] > 0.5
     assert s["request_goodput"] is not None  # the scenario's per-class p99 targets give a goodput
-    text = _cli(["simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120"])
+    code, text, err = run_cli("simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120")
+    assert code == 0, err
     assert "overloaded: " in text and "failed share" in text and "stable" not in text.split("verdict")[1].splitlines()[0]
 
 
 def test_simulate_num_requests_overload_is_unstable():
     # rho ~ 3 with a fixed number of requests: the drain after the last arrival used to read "stable"
-    d = json.loads(_cli(["simulate", "--capacity-tokens", "456496", "--max-num-seqs", "1024",
-                         "--max-num-batched-tokens", "8192", "--step-time",
-                         "linear:c0=0.02:prefill=0.00002:decode=0.0001:ctx=0.0000001",
-                         "--prompt", "lognormal:mean=1260:sd=1400:max=8000",
-                         "--output", "lognormal:mean=190:sd=250:max=2000", "--arrival", "poisson:40",
-                         "--num-requests", "1500", "--json"]))
+    d = run_cli("simulate", "--capacity-tokens", "456496", "--max-num-seqs", "1024",
+                "--max-num-batched-tokens", "8192", "--step-time",
+                "linear:c0=0.02:prefill=0.00002:decode=0.0001:ctx=0.0000001",
+                "--prompt", "lognormal:mean=1260:sd=1400:max=8000",
+                "--output", "lognormal:mean=190:sd=250:max=2000", "--arrival", "poisson:40",
+                "--num-requests", "1500", "--json").json()
     s = d.get("summary", d)
     assert s["stable"] is False and s["verdict"].startswith("unstable: queue grows")
 
@@ -113,13 +103,12 @@ def test_simulate_num_requests_overload_is_unstable():
 def test_caveats_and_class_slo_verdicts_in_the_table_and_the_report(tmp_path):
     """What the JSON said only (the roofline estimate, the fleet of four, per-class SLO verdicts)
     is in the table and the run report too."""
-    from llmqueue.cli.main import main
-
-    text = _cli(["simulate", "--scenario", "rag", "--duration", "120", "--out", str(tmp_path / "run")])
+    code, text, err = run_cli("simulate", "--scenario", "rag", "--duration", "120", "--out", str(tmp_path / "run"))
+    assert code == 0, err
     caveats = text.split("\nCaveats\n")[1]
     assert "4 replicas on one clock" in caveats and "roofline" in caveats
     slo = text.split("SLOs (per class)")[1].split("\nCaveats")[0]
     assert "p99_tpot_ms" in slo and " vs 100: " in slo and ("violated" in slo or "met" in slo)
-    assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")]) == 0
+    assert run_cli("report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")).code == 0
     html = (tmp_path / "r.html").read_text()
     assert "Caveats" in html and "4 replicas on one clock" in html and "p99_tpot_ms" in html

@@ -11,9 +11,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
 
 from llmqueue.bench.stub_server import StubServer
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +85,7 @@ def test_help_of_every_command_without_aiohttp():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_cli_main_in_process_without_aiohttp(stub, tmp_path, monkeypatch, capsys):
+def test_cli_main_in_process_without_aiohttp(stub, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "aiohttp", None)
-    assert main(["bench", "--url", stub.url, "--arrival", "poisson:200", "--num-requests", "5", "--prompt", "fixed:3",
-                 "--output", "fixed:1", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
-    capsys.readouterr()
+    assert run_cli("bench", "--url", stub.url, "--arrival", "poisson:200", "--num-requests", "5", "--prompt", "fixed:3",
+                   "--output", "fixed:1", "--out", str(tmp_path / "r"), "--no-progress").code == 0

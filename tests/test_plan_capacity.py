@@ -6,12 +6,13 @@ import json
 import math
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.plan import sweep_run as sweep_mod
-from llmqueue.plan.capacity import capacity_search, judge, scenario_slos, slo_targets
+from llmqueue.plan.capacity import capacity_search
 from llmqueue.plan.points import scenario_spec
+from llmqueue.plan.slo_judge import judge, scenario_slos, slo_targets
 from llmqueue.plan.sweep_run import PointResult
 
 SLOS = {"p99_ttft_ms": 2000.0, "p99_tpot_ms": 50.0}
@@ -181,7 +182,7 @@ def test_budget_is_respected(monkeypatch):
 
 # --- the acceptance: the chat scenario --------------------------------------------------------------
 
-def test_capacity_of_the_chat_scenario_is_confirmed(capsys, tmp_path):
+def test_capacity_of_the_chat_scenario_is_confirmed(tmp_path):
     """``llmqueue capacity --scenario chat``: the rate meets the SLO and 10% more does not.
 
     Shortened to 300 s (60 s warm-up): too few requests for p99 intervals, so the judgement
@@ -190,9 +191,8 @@ def test_capacity_of_the_chat_scenario_is_confirmed(capsys, tmp_path):
     """
     from llmqueue.simulate import run_simulation
 
-    code = main(["capacity", "--scenario", "chat", "--duration", "300", "--json", "--no-progress",
-                 "--out", str(tmp_path)])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli("capacity", "--scenario", "chat", "--duration", "300", "--json", "--no-progress",
+                             "--out", str(tmp_path))
     assert code == 0, err
     d = json.loads(out)
     assert d["slos"] == SLOS

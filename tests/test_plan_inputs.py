@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.plan.planner import plan
 
 from test_plan_planner import RUN, SLOS, SPACE, write_tiny
@@ -29,23 +29,22 @@ def files(tmp_path_factory):
     sc = Path(write_tiny(tmp_path_factory, "plan_inputs"))
     d = sc.parent
     run = d / "run"
-    assert main(["simulate", "--scenario", str(sc), "--gpu", "a100-40gb", "--max-num-seqs", "16",
-                 "--max-num-batched-tokens", "512", "--duration", "120", "--out", str(run)]) == 0
+    assert run_cli("simulate", "--scenario", str(sc), "--gpu", "a100-40gb", "--max-num-seqs", "16",
+                   "--max-num-batched-tokens", "512", "--duration", "120", "--out", str(run)).code == 0
     cal = d / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal)]) == 0
+    assert run_cli("calibrate", str(run), "-o", str(cal)).code == 0
     return {"dir": d, "scenario": str(sc), "calibration": cal}
 
 
-def _err(capsys, args) -> str:
-    code = main(args)
-    out, err = capsys.readouterr()
+def _err(args) -> str:
+    code, out, err = run_cli(*args)
     assert code == 2 and out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error: "), err
     return lines[0]
 
 
-def test_plan_with_a_calibration(files, tmp_path, capsys):
+def test_plan_with_a_calibration(files, tmp_path):
     import yaml
 
     cal = yaml.safe_load(files["calibration"].read_text())
@@ -54,9 +53,9 @@ def test_plan_with_a_calibration(files, tmp_path, capsys):
     args = ["plan", "--scenario", files["scenario"], "--gpus", "a100-40gb", "--tp", "1", "--replicas", "1..4",
             "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120", "--seed", "3",
             "--no-sensitivity", "--calibration", str(files["calibration"]), "--out", str(out)]
-    capsys.readouterr()
-    assert main(args) == 0
-    text = capsys.readouterr().out
+    ran = run_cli(*args)
+    assert ran.code == 0
+    text = ran.out
     d = json.loads((out / "plan.json").read_text())
     assert d["step_model_source"].startswith(f"calibration {files['calibration']}: linear step model linear:")
     assert d["step_inputs"] == {"step_time": cal["step_time_linear"], "capacity_tokens": cal["capacity_tokens"]}
@@ -80,14 +79,14 @@ def test_plan_with_a_calibration(files, tmp_path, capsys):
     (["--gpus", "a100-40gb", "--tp", "1,2"], ["--calibration", "2 tensor-parallel sizes"]),
     (["--gpus", "a100-40gb", "--tp", "1", "--step-time", "0.02"], ["--calibration", "not both"]),
 ])
-def test_calibration_refused_outside_its_server(files, tmp_path, capsys, extra, words):
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--calibration", str(files["calibration"]),
+def test_calibration_refused_outside_its_server(files, tmp_path, extra, words):
+    line = _err(["plan", "--scenario", files["scenario"], "--calibration", str(files["calibration"]),
                          "--out", str(tmp_path / "o"), *extra])
     for w in words:
         assert w in line
 
 
-def test_calibration_that_records_its_gpu(files, tmp_path, capsys):
+def test_calibration_that_records_its_gpu(files, tmp_path):
     """A calibration naming its GPU and size is refused on another GPU, named in the fix."""
     import yaml
 
@@ -95,22 +94,22 @@ def test_calibration_that_records_its_gpu(files, tmp_path, capsys):
     d["gpu"], d["tensor_parallel_size"] = "h100-sxm", 1
     p = tmp_path / "cal_h100.yaml"
     p.write_text(yaml.safe_dump(d))
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--calibration", str(p), "--gpus", "a100-40gb",
+    line = _err(["plan", "--scenario", files["scenario"], "--calibration", str(p), "--gpus", "a100-40gb",
                          "--tp", "1", "--out", str(tmp_path / "o")])
     assert "was measured on h100-sxm, not a100-40gb" in line and "--gpus h100-sxm" in line
 
 
-def test_step_time_spec(files, tmp_path, capsys):
+def test_step_time_spec(files, tmp_path):
     res = plan(files["scenario"], slos=SLOS, **ONE, **RUN, step_time="0.02", out_dir=tmp_path / "a")
     assert res.meta["step_model_source"].startswith("step-time 0.02 (given)")
     assert [c.tpot_bound_ms for c in res.candidates] == pytest.approx([20.0] * len(res.candidates))  # 20 ms steps
     assert all(c.result["p99_tpot_ms"] == pytest.approx(20.0) for c in res.candidates if c.result)
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--gpus", "a100-40gb", "--tp", "1",
+    line = _err(["plan", "--scenario", files["scenario"], "--gpus", "a100-40gb", "--tp", "1",
                          "--step-time", "0.02", "--slo-tpot-p99-ms", "15", "--out", str(tmp_path / "o")])
     assert "--slo-tpot-p99-ms" in line and "below the fastest single-request decode step 20 ms" in line
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--step-time", "0.02", "--out", str(tmp_path / "o")])
+    line = _err(["plan", "--scenario", files["scenario"], "--step-time", "0.02", "--out", str(tmp_path / "o")])
     assert "--step-time" in line and "one GPU at one tensor-parallel size" in line
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--gpus", "a100-40gb", "--tp", "1",
+    line = _err(["plan", "--scenario", files["scenario"], "--gpus", "a100-40gb", "--tp", "1",
                          "--step-time", "warp:9", "--out", str(tmp_path / "o")])
     assert "--step-time" in line and "unknown step-time model 'warp'" in line
 
@@ -135,7 +134,7 @@ def _answer(res):
                                     for c in res.candidates if c.result}
 
 
-def test_interrupted_plan_resumes_from_the_cache(files, tmp_path, capsys):
+def test_interrupted_plan_resumes_from_the_cache(files, tmp_path):
     whole = plan(files["scenario"], slos=SLOS, **SPACE, **RUN, out_dir=tmp_path / "whole")
     n = whole.meta["simulations_run"]
     assert n >= 3 and whole.meta["resumed"] == {"cached": 0, "points": n}
@@ -151,16 +150,15 @@ def test_interrupted_plan_resumes_from_the_cache(files, tmp_path, capsys):
     args = ["plan", "--scenario", files["scenario"], "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas",
             "1..4", "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120",
             "--no-sensitivity", "--out", str(out)]
-    capsys.readouterr()
-    assert main([*args, "--seed", "3"]) == 0
-    assert f"resumed: {n} of {n} points from the cache" in capsys.readouterr().out
-    assert main([*args, "--seed", "4", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    ran = run_cli(*args, "--seed", "3")
+    assert ran.code == 0
+    assert f"resumed: {n} of {n} points from the cache" in ran.out
+    d = run_cli(*args, "--seed", "4", "--json").json()
     assert d["resumed"]["cached"] == 0 and d["simulations_run"] >= 1
 
 
-def test_calibration_refuses_two_models(files, tmp_path, capsys):
-    line = _err(capsys, ["plan", "--scenario", files["scenario"], "--models", "llama-3.1-8b,llama-3.1-70b",
+def test_calibration_refuses_two_models(files, tmp_path):
+    line = _err(["plan", "--scenario", files["scenario"], "--models", "llama-3.1-8b,llama-3.1-70b",
                          "--gpus", "a100-40gb", "--tp", "1", "--calibration", str(files["calibration"]),
                          "--out", str(tmp_path / "o")])
     assert "--calibration" in line and "describes one model" in line and "--models" in line

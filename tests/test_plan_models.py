@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.plan.planner import PRUNED, plan
 
 from test_plan_planner import RUN, simulate_all, write_tiny
@@ -89,13 +89,12 @@ def test_cache_keys_hold_the_model(scenario):
     assert point_key(scenario_spec, {**base, "model": MODELS[0]}) != point_key(scenario_spec, {**base, "model": MODELS[1]})
 
 
-def test_cli_shows_the_model(scenario, tmp_path, capsys, planned):
+def test_cli_shows_the_model(scenario, tmp_path, planned):
     out = tmp_path / "out"
-    code = main(["plan", "--scenario", scenario, "--models", ",".join(MODELS), "--gpus", "a100-40gb,h100-sxm",
-                 "--tp", "1,2", "--replicas", "1..3", "--max-num-seqs", "16", "--max-num-batched-tokens", "512",
-                 "--duration", "120", "--seed", "3", "--no-sensitivity", "--slo-ttft-p99-ms", "300",
-                 "--slo-tpot-p99-ms", "60", "--out", str(out)])
-    text, err = capsys.readouterr()
+    code, text, err = run_cli("plan", "--scenario", scenario, "--models", ",".join(MODELS), "--gpus", "a100-40gb,h100-sxm",
+                              "--tp", "1,2", "--replicas", "1..3", "--max-num-seqs", "16", "--max-num-batched-tokens", "512",
+                              "--duration", "120", "--seed", "3", "--no-sensitivity", "--slo-ttft-p99-ms", "300",
+                              "--slo-tpot-p99-ms", "60", "--out", str(out))
     assert code == 0, err
     assert any(line.split()[:2] == ["model", "llama-3.1-8b"] for line in text.splitlines() if line.strip())
     table = text[text.index("Simulated"):]

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.plan.planner import PRUNED, SIMULATED, plan
 from llmqueue.plan.space import Config, configurations, parse_splits
 
@@ -165,14 +165,14 @@ def test_theory_pd_closed_forms():
                          output_tokens=o) == pytest.approx(0.01 + (3e-4 + 1e-3) / 20)
 
 
-def test_cli_pd_splits(scenario, tmp_path, capsys, splits_only):
+def test_cli_pd_splits(scenario, tmp_path, splits_only):
     planned = splits_only
     args = ["plan", "--scenario", scenario, "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas", "",
             "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--pd-splits", "1:1,1:2,2:1",
             "--slo-ttft-p99-ms", "35", "--slo-tpot-p99-ms", "40", "--duration", "120", "--seed", "3",
             "--no-sensitivity", "--out", str(tmp_path / "out")]
-    assert main(args) == 0
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(*args)
+    assert code == 0
     assert "P:D" in out and f"P:D {planned.recommended.config.split}" in out and "KV link 100 Gbit/s" in out
     d = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert d["recommended"]["disaggregate"] == planned.recommended.config.split
@@ -182,8 +182,8 @@ def test_cli_pd_splits(scenario, tmp_path, capsys, splits_only):
         a = list(args)
         i = a.index("--pd-splits")
         del a[i:i + 2]
-        assert main(a + bad) == 2
-        out, err = capsys.readouterr()
+        code, out, err = run_cli(*a, *bad)
+        assert code == 2
         lines = err.strip().splitlines()
         assert out == "" and len(lines) == 1 and "Traceback" not in err
         for w in words:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.plan.planner import PRUNED, SIMULATED, Candidate, plan, scenario_workload, simulate_configs, theory
 from llmqueue.plan.space import configurations, parse_ints
 
@@ -123,10 +123,8 @@ def test_plan_json_statuses(planned):
     assert d["pareto_cost_vs_p99_ttft"][-1]["p99_ttft_ms"] <= d["recommended"]["simulation"]["p99_ttft_ms"]
 
 
-def _run(capsys, *args):
-    code = main(["plan", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def _run(*args):
+    return run_cli("plan", *args)
 
 
 def _space_args(scenario, tmp_path):
@@ -135,8 +133,8 @@ def _space_args(scenario, tmp_path):
             "--out", str(tmp_path / "out")]
 
 
-def test_cli_json_and_plan_file(scenario, tmp_path, capsys, planned):
-    code, out, err = _run(capsys, *_space_args(scenario, tmp_path), "--json")
+def test_cli_json_and_plan_file(scenario, tmp_path, planned):
+    code, out, err = _run(*_space_args(scenario, tmp_path), "--json")
     assert code == 0, err
     d = json.loads(out)
     rec = d["recommended"]
@@ -148,8 +146,8 @@ def test_cli_json_and_plan_file(scenario, tmp_path, capsys, planned):
     assert [r["case"] for r in d["sensitivity"]["rows"]][0] == "base" and d["sensitivity"]["margin_rate"] > 0
 
 
-def test_cli_table(scenario, tmp_path, capsys):
-    code, out, err = _run(capsys, *_space_args(scenario, tmp_path))
+def test_cli_table(scenario, tmp_path):
+    code, out, err = _run(*_space_args(scenario, tmp_path))
     assert code == 0, err
     assert "cost per million output tokens" in out and "pruned by theory" in out and "plan.json" in out
     assert "Sensitivity" in out and "margin: meets the SLOs up to" in out and "engine 10% slower" in out
@@ -165,13 +163,13 @@ def test_cli_table(scenario, tmp_path, capsys):
     (["--gpus", "l4", "--tp", "1", "--replicas", "1", "--max-num-seqs", "2", "--slo-ttft-p99-ms", "1000",
       "--slo-tpot-p99-ms", "1000"], ["--replicas", "no candidate carries lam = 4 req/s at rho <= 0.95"]),
 ])
-def test_cli_impossible_requests(scenario, tmp_path, capsys, extra, words):
+def test_cli_impossible_requests(scenario, tmp_path, extra, words):
     args = _space_args(scenario, tmp_path)
     for flag in extra[::2]:  # an extra flag replaces the space's own
         if flag in args:
             i = args.index(flag)
             del args[i:i + 2]
-    code, out, err = _run(capsys, *args, *extra)
+    code, out, err = _run(*args, *extra)
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()

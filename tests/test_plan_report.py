@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 from test_plan_planner import write_tiny
 
@@ -25,9 +24,9 @@ def plan_dir(tmp_path_factory):
     sc = Path(write_tiny(tmp_path_factory, "plan_report"))
     d = sc.parent
     out = d / "out"
-    assert main(["plan", "--scenario", str(sc), "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas", "1..4",
-                 "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120", "--seed", "3",
-                 "--report", "--out", str(out)]) == 0
+    assert run_cli("plan", "--scenario", str(sc), "--gpus", "l4,a100-40gb,h100-sxm", "--tp", "1,2", "--replicas",
+                   "1..4", "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512", "--duration", "120",
+                   "--seed", "3", "--report", "--out", str(out)).code == 0
     return out
 
 
@@ -38,10 +37,9 @@ def figure_data(html: str, name: str) -> list[dict]:
     return json.loads(m.group(1))
 
 
-def test_plan_page(plan_dir, capsys):
+def test_plan_page(plan_dir):
     from test_report import assert_self_contained, plots
 
-    capsys.readouterr()
     d = json.loads((plan_dir / "plan.json").read_text())
     html = (plan_dir / "report.html").read_text()
     assert_self_contained(html)
@@ -81,13 +79,13 @@ def test_plan_page(plan_dir, capsys):
     assert (plan_dir / "report_png" / "plan_frontier.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_report_command_on_a_plan_dir(plan_dir, tmp_path, capsys):
+def test_report_command_on_a_plan_dir(plan_dir, tmp_path):
     out = tmp_path / "page.html"
-    assert main(["report", str(plan_dir), "-o", str(out), "--json"]) == 0
-    res = json.loads(capsys.readouterr().out)
+    res = run_cli("report", str(plan_dir), "-o", str(out), "--json").json()
     assert res["kind"] == "plan" and out.exists()
-    assert main(["report", str(plan_dir), "-o", str(out), "--compare", str(plan_dir)]) == 2
-    err = capsys.readouterr().err
+    ran = run_cli("report", str(plan_dir), "-o", str(out), "--compare", str(plan_dir))
+    assert ran.code == 2
+    err = ran.err
     assert err.count("\n") == 1 and "--compare" in err
 
 

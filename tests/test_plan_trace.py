@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.plan.planner import plan
 
 from test_plan_planner import SLOS
@@ -152,19 +152,17 @@ def test_same_trace_plan_on_local_and_ray(trace, planned):
     assert rrec == rec and rsims == lsims
 
 
-def test_plan_a_fitted_workload(trace, tmp_path, capsys):
+def test_plan_a_fitted_workload(trace, tmp_path):
     from llmqueue.workload import load_fitted
 
     fit = tmp_path / "fit.yaml"
-    assert main(["workload", "fit", trace["path"], "-o", str(fit)]) == 0
-    capsys.readouterr()
+    assert run_cli("workload", "fit", trace["path"], "-o", str(fit)).code == 0
     fw = load_fitted(fit)
     out = tmp_path / "out"
-    code = main(["plan", "--workload", str(fit), "--models", MODEL[0], "--gpus", "a100-40gb,h100-sxm", "--tp", "1",
-                 "--replicas", "1..3", "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512",
-                 "--slo-ttft-p99-ms", "45", "--slo-tpot-p99-ms", "40", "--duration", "300", "--no-sensitivity",
-                 "--out", str(out), "--json"])
-    text, err = capsys.readouterr()
+    code, text, err = run_cli("plan", "--workload", str(fit), "--models", MODEL[0], "--gpus", "a100-40gb,h100-sxm", "--tp", "1",
+                              "--replicas", "1..3", "--max-num-seqs", "2,16", "--max-num-batched-tokens", "512",
+                              "--slo-ttft-p99-ms", "45", "--slo-tpot-p99-ms", "40", "--duration", "300", "--no-sensitivity",
+                              "--out", str(out), "--json")
     assert code == 0, err
     d = json.loads(text)
     assert d["lam"] == pytest.approx(fw.rate, rel=1e-9)
@@ -186,14 +184,14 @@ def test_plan_a_fitted_workload(trace, tmp_path, capsys):
     (["--workload", "@FIT"], ["--trace", "not both"]),
     (["--models", ""], ["--models", "names no model"]),
 ])
-def test_bad_trace_plans(trace, tmp_path, capsys, args, words):
+def test_bad_trace_plans(trace, tmp_path, args, words):
     fit = tmp_path / "f.yaml"
     fit.write_text("format: x\n")
     args = [str(fit) if a == "@FIT" else a for a in args]
     if "--models" not in args:
         args += ["--models", MODEL[0]]
-    code = main(["plan", "--trace", trace["path"], "--slo-ttft-p99-ms", "100", "--out", str(tmp_path / "o"), *args])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli("plan", "--trace", trace["path"], "--slo-ttft-p99-ms", "100", "--out", str(tmp_path / "o"),
+                             *args)
     assert code == 2 and out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error: "), err

@@ -12,8 +12,8 @@ import json
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 
 STEPS = {1: 0.015, 2: 0.018, 4: 0.022, 8: 0.030}   # the stub's decode step (s) at n running requests
@@ -45,7 +45,8 @@ CONCAVE = [(64, 96, [(1, 0.010), (2, 0.013), (4, 0.015), (8, 0.018), (32, 0.030)
 # --- the model -----------------------------------------------------------------------------------
 
 def test_the_model_hits_the_points_and_is_monotone(tmp_path):
-    from llmqueue.engine.step_time import StepTime, parse_step_time
+    from llmqueue.engine.step_model import StepTime
+    from llmqueue.engine.step_time import parse_step_time
 
     m = parse_step_time(f"profile:{_write(tmp_path, _doc(CONCAVE))}")
     assert isinstance(m, StepTime)
@@ -236,11 +237,10 @@ def stub():
 @pytest.fixture(scope="module")
 def profiled(stub, tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "p"
-    code = main(["profile", "--url", stub.url, "--out", str(out), "--contexts", "32", "--output-tokens", "40",
-                 "--prefill-lengths", ",".join(map(str, PREFILL_LENGTHS)), "--prefill-repeats", "5",
-                 "--server-max-num-seqs", "8", "--server-num-gpu-blocks", "10000", "--server-block-size", "16",
-                 "--no-progress", "--json"])
-    assert code == 0
+    assert run_cli("profile", "--url", stub.url, "--out", str(out), "--contexts", "32", "--output-tokens", "40",
+                   "--prefill-lengths", ",".join(map(str, PREFILL_LENGTHS)), "--prefill-repeats", "5",
+                   "--server-max-num-seqs", "8", "--server-num-gpu-blocks", "10000", "--server-block-size", "16",
+                   "--no-progress", "--json").code == 0
     return out
 
 
@@ -269,57 +269,55 @@ def test_profile_recovers_the_stubs_decode_steps_and_ttft(profiled):
     assert server["max_num_seqs"] == 8 and server["sources"]["max_num_seqs"].startswith("flag")
 
 
-def test_profile_dir_runs_in_simulate(profiled, tmp_path, capsys):
-    code = main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{profiled}",
-                 "--prompt", "uniform:10:200", "--output", "uniform:10:100", "--arrival", "poisson:5",
-                 "--duration", "20", "--seed", "1", "--max-num-seqs", "8", "--no-progress", "--json"])
+def test_profile_dir_runs_in_simulate(profiled, tmp_path):
+    ran = run_cli("simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{profiled}",
+                  "--prompt", "uniform:10:200", "--output", "uniform:10:100", "--arrival", "poisson:5",
+                  "--duration", "20", "--seed", "1", "--max-num-seqs", "8", "--no-progress", "--json")
+    code = ran.code
     assert code == 0
-    s = json.loads(capsys.readouterr().out)
+    s = json.loads(ran.out)
     assert s["completed"] > 50
     # TPOT near the profile's decode steps (1-8 sequences: 15-30 ms, plus prompt chunks in mixed steps)
     assert 14 < s["mean_tpot_ms"] < 40
 
 
-def _one_line(capsys, argv, fragment):
-    code = main(argv)
-    err = capsys.readouterr().err
+def _one_line(argv, fragment):
+    code, _, err = run_cli(*argv)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("llmqueue: error: ") and "Traceback" not in err
     assert fragment in err, err
 
 
-def test_bad_inputs_are_one_line(tmp_path, capsys, stub):
+def test_bad_inputs_are_one_line(tmp_path, stub):
     base = ["--out", str(tmp_path / "o"), "--model", "m", "--no-progress"]
-    _one_line(capsys, ["profile", "--url", "http://127.0.0.1:9", *base, "--server-max-num-seqs", "4"], "connect")
-    _one_line(capsys, ["profile", "--url", stub.url, *base], "--server-max-num-seqs")
-    _one_line(capsys, ["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4"], "--server-num-gpu-blocks")
-    _one_line(capsys, ["profile", "--url", stub.url, *base, "--contexts", "a,b"], "--contexts")
-    _one_line(capsys, ["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4", "--server-block-size",
+    _one_line(["profile", "--url", "http://127.0.0.1:9", *base, "--server-max-num-seqs", "4"], "connect")
+    _one_line(["profile", "--url", stub.url, *base], "--server-max-num-seqs")
+    _one_line(["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4"], "--server-num-gpu-blocks")
+    _one_line(["profile", "--url", stub.url, *base, "--contexts", "a,b"], "--contexts")
+    _one_line(["profile", "--url", stub.url, *base, "--server-max-num-seqs", "4", "--server-block-size",
                        "16", "--server-num-gpu-blocks", "100", "--contexts", "4090"], "max_model_len")
     assert not (tmp_path / "o").exists()
     sim = ["simulate", "--capacity-tokens", "20000", "--prompt", "fixed:10", "--output", "fixed:10",
            "--arrival", "poisson:1", "--duration", "5", "--no-progress"]
-    _one_line(capsys, [*sim, "--step-time", f"profile:{tmp_path / 'nope'}"], "--step-time")
+    _one_line([*sim, "--step-time", f"profile:{tmp_path / 'nope'}"], "--step-time")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "profile.json").write_text("{oops")
-    _one_line(capsys, [*sim, "--step-time", f"profile:{tmp_path / 'bad'}"], "--step-time")
+    _one_line([*sim, "--step-time", f"profile:{tmp_path / 'bad'}"], "--step-time")
 
 
 # --- calibrate --profile: the profile's shape at a run's level --------------------------------------
 
-def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path, capsys):
+def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path):
     """A run simulated with the profile 1.3x slower: calibrate --profile finds the factor, writes the
     scaled profile as step_time (so fitted:FILE gives it), and validate --step-model profile
     reproduces the run."""
     prof = _write(tmp_path / "prof", _doc(CONCAVE))
     run = tmp_path / "run"
-    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
-                 "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
-                 "--duration", "120", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
+                   "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
+                   "--duration", "120", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json").code == 0
     cal = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(run), "-o", str(cal), "--profile", str(prof), "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = run_cli("calibrate", str(run), "-o", str(cal), "--profile", str(prof), "--json").json()
     assert d["profile_scale"] == pytest.approx(1.3, rel=0.01)
     assert d["step_time"].startswith("profile:") and d["step_time"] == d["step_time_profile"]
     assert float(d["step_time_constant"]) == pytest.approx(d["b"])
@@ -327,21 +325,20 @@ def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path, capsys):
 
     fitted = parse_step_time(f"fitted:{cal}")
     assert fitted.base(0, 4, 4 * 96) == pytest.approx(1.3 * 0.015, rel=0.02)
-    assert main(["validate", str(run), "--calibration", str(cal), "--step-model", "profile", "--drift", "0",
-                 "--speed-band", "0", "--json"]) == 0
-    v = json.loads(capsys.readouterr().out)
+    v = run_cli("validate", str(run), "--calibration", str(cal), "--step-model", "profile", "--drift", "0",
+                "--speed-band", "0", "--json").json()
     rows = {r["quantity"]: r for r in v["rows"]}
     assert abs(rows["median_tpot_ms"]["rel_err_sim"]) < 0.03, rows["median_tpot_ms"]
     assert abs(rows["request_throughput"]["rel_err_sim"]) < 0.03, rows["request_throughput"]
     # no profile there: one line naming the flag
-    _one_line(capsys, ["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "no")],
+    _one_line(["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "no")],
               "--profile")
     (tmp_path / "empty").mkdir()
-    _one_line(capsys, ["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "empty")],
+    _one_line(["calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(tmp_path / "empty")],
               "--profile")
 
 
-def test_a_calibration_moved_with_its_profile_still_loads(tmp_path, capsys):
+def test_a_calibration_moved_with_its_profile_still_loads(tmp_path):
     """calibrate -o writes a profile that lies under the calibration file's folder relative to that
     folder, so a run directory that is moved or archived keeps working (fitted:FILE, validate's
     load_calibration); a profile elsewhere stays absolute."""
@@ -354,11 +351,10 @@ def test_a_calibration_moved_with_its_profile_still_loads(tmp_path, capsys):
     work = tmp_path / "a"
     prof = _write(work / "prof", _doc(CONCAVE))
     run = work / "run"
-    assert main(["simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
-                 "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
-                 "--duration", "60", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json"]) == 0
-    assert main(["calibrate", str(run), "-o", str(work / "cal.yaml"), "--profile", str(prof), "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.3",
+                   "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
+                   "--duration", "60", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json").code == 0
+    assert run_cli("calibrate", str(run), "-o", str(work / "cal.yaml"), "--profile", str(prof), "--json").code == 0
     text = (work / "cal.yaml").read_text()
     spec_lines = [ln for ln in text.splitlines() if ln.startswith(("step_time:", "step_time_profile:"))]
     assert len(spec_lines) == 2 and all(ln.split(": ", 1)[1].startswith("profile:prof:scale=") for ln in spec_lines)

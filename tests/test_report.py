@@ -19,8 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from llmqueue.cli.main import main
+from _cli import run_cli
 
 SETTING = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512",
            "--prompt", "uniform:10:1600", "--output", "uniform:10:1600", "--seed", "1"]
@@ -32,7 +31,7 @@ def simulate(out: Path, rate: float, step_time: str = "0.0372") -> Path:
     args = ["simulate", *SETTING, "--arrival", f"poisson:{rate}", "--duration", "120", "--warmup", "30",
             "--out", str(out)]
     args[args.index("--step-time") + 1] = step_time
-    assert main(args) == 0
+    assert run_cli(*args).code == 0
     return out
 
 
@@ -44,7 +43,7 @@ def runs(tmp_path_factory):
 
 
 def build(args) -> None:
-    assert main(["report", *map(str, args)]) == 0
+    assert run_cli("report", *args).code == 0
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +85,9 @@ def assert_self_contained(html: str) -> None:
 
 # -- a run --------------------------------------------------------------------------------------------
 
-def test_run_report_is_self_contained_with_png_copies(runs, tmp_path, capsys):
+def test_run_report_is_self_contained_with_png_copies(runs, tmp_path):
     out = tmp_path / "rep" / "report.html"
-    assert main(["report", str(runs["unstable"]), "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", str(runs["unstable"]), "-o", str(out)).code == 0
     html = out.read_text()
     assert_self_contained(html)
     assert plots(html) == RUN_PLOTS and images(html) == []
@@ -114,32 +112,30 @@ def test_run_report_is_self_contained_with_png_copies(runs, tmp_path, capsys):
     assert "stop at the last arrivals that finished" in cap["latency_time"]  # the run is overloaded
 
 
-def test_an_overloaded_run_is_named_so_in_the_report(tmp_path, capsys):
+def test_an_overloaded_run_is_named_so_in_the_report(tmp_path):
     # the chat scenario with one sequence at a time: timeouts keep its queue flat
     run = tmp_path / "run"
-    assert main(["simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120", "--out", str(run)]) == 0
+    assert run_cli("simulate", "--scenario", "chat", "--max-num-seqs", "1", "--duration", "120",
+                   "--out", str(run)).code == 0
     out = tmp_path / "r.html"
-    assert main(["report", str(run), "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", str(run), "-o", str(out)).code == 0
     html = out.read_text()
     assert 'class="badge bad">overloaded<' in html and "bounded" not in html
 
 
-def test_queue_note_follows_the_verdict(runs, tmp_path, capsys):
+def test_queue_note_follows_the_verdict(runs, tmp_path):
     for kind, word, other in (("stable", "bounded", "growing"), ("unstable", "growing", "bounded")):
         out = tmp_path / f"{kind}.html"
-        assert main(["report", str(runs[kind]), "-o", str(out), "--json"]) == 0
-        res = json.loads(capsys.readouterr().out)
+        res = run_cli("report", str(runs[kind]), "-o", str(out), "--json").json()
         assert res["kind"] == "run" and len(res["png"]) == 4
         html = out.read_text()
         assert f'class="badge {"ok" if word == "bounded" else "bad"}">{word}<' in html
         assert f"Queue length over time ({other}" not in html
 
 
-def test_png_dir_option(runs, tmp_path, capsys):
+def test_png_dir_option(runs, tmp_path):
     out, pngs = tmp_path / "r.html", tmp_path / "figs"
-    assert main(["report", str(runs["stable"]), "-o", str(out), "--png-dir", str(pngs)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", str(runs["stable"]), "-o", str(out), "--png-dir", str(pngs)).code == 0
     assert sorted(p.stem for p in pngs.glob("*.png")) == sorted(RUN_FIGURES)
     assert not (tmp_path / "r_png").exists()
 
@@ -156,7 +152,7 @@ def test_compare_overlays_a_twin(runs, compare_report):
     assert "twin (hatched)" in captions(html)["decomposition"]
 
 
-def test_validate_json_table_and_named_twin(runs, tmp_path, capsys):
+def test_validate_json_table_and_named_twin(runs, tmp_path):
     d = tmp_path / "measured"
     shutil.copytree(runs["unstable"], d)
     val = {"run": str(d), "lam": 6.0, "saturated": True,
@@ -167,27 +163,25 @@ def test_validate_json_table_and_named_twin(runs, tmp_path, capsys):
            "sim_dir": str(runs["twin"])}
     (d / "validate.json").write_text(json.dumps(val))
     out = tmp_path / "v.html"
-    assert main(["report", str(d), "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", str(d), "-o", str(out)).code == 0
     html = out.read_text()
     assert "Predicted versus measured (validate.json)" in html
     assert "+10.0%" in html and "+3.3%" in html
     assert "overlaid the simulated twin" in html and "Dashed:" in html
 
 
-def test_run_without_time_series_uses_steps(runs, tmp_path, capsys):
+def test_run_without_time_series_uses_steps(runs, tmp_path):
     d = tmp_path / "nots"
     shutil.copytree(runs["stable"], d)
     (d / "timeseries.parquet").unlink()
     out = tmp_path / "n.html"
-    assert main(["report", str(d), "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", str(d), "-o", str(out)).code == 0
     html = out.read_text()
     assert plots(html) == RUN_PLOTS
     assert "from the step records" in captions(html)["queue"] and "from the step records" in captions(html)["kv"]
 
 
-def test_run_without_kv_data_has_no_kv_panel(runs, tmp_path, capsys):
+def test_run_without_kv_data_has_no_kv_panel(runs, tmp_path):
     """No time series and no steps (a client's run without server metrics): the queue comes from the
     request records, the KV panel is left out and named in the note, no panel is empty."""
     d = tmp_path / "nokv"
@@ -196,7 +190,6 @@ def test_run_without_kv_data_has_no_kv_panel(runs, tmp_path, capsys):
     (d / "steps.parquet").unlink()
     out = tmp_path / "k.html"
     build([d, "-o", out])
-    capsys.readouterr()
     html = out.read_text()
     assert plots(html) == [p for p in RUN_PLOTS if p != "kv"]
     assert "KV cache over time: the run records no KV usage" in html
@@ -204,14 +197,13 @@ def test_run_without_kv_data_has_no_kv_panel(runs, tmp_path, capsys):
     assert not (tmp_path / "k_png" / "kv.png").exists()
 
 
-def test_bare_run_no_summary_steps_or_finished_requests(runs, tmp_path, capsys):
+def test_bare_run_no_summary_steps_or_finished_requests(runs, tmp_path):
     from llmqueue.records import read_run, write_run
 
     r = read_run(runs["unstable"])
     d = write_run(tmp_path / "bare", requests=r.requests.select(r.requests["status"] == "unfinished"))
     out = tmp_path / "bare.html"
     build([d, "-o", out])
-    capsys.readouterr()
     html = out.read_text()
     assert plots(html) == ["queue"]  # from the request records; nothing else has data, and nothing is empty
     assert "no summary.json" in html and "undecided" in html
@@ -221,7 +213,7 @@ def test_bare_run_no_summary_steps_or_finished_requests(runs, tmp_path, capsys):
         assert name in note
 
 
-def test_classes_get_their_own_cdfs(runs, tmp_path, capsys):
+def test_classes_get_their_own_cdfs(runs, tmp_path):
     import numpy as np
 
     from llmqueue.records import RequestRecords, read_run, write_run
@@ -233,7 +225,6 @@ def test_classes_get_their_own_cdfs(runs, tmp_path, capsys):
                   timeseries=r.timeseries, summary=r.summary)
     out = tmp_path / "c.html"
     build([d, "-o", out])
-    capsys.readouterr()
     html = out.read_text()
     assert plots(html) == RUN_PLOTS[:-1] + ["classes", "decomposition"]
     assert "per request class (2 classes: batch, chat)" in captions(html)["classes"]
@@ -291,11 +282,10 @@ def fake_sweep(d: Path) -> Path:
     return d
 
 
-def test_sweep_report(tmp_path, capsys):
+def test_sweep_report(tmp_path):
     d = fake_sweep(tmp_path / "sweep")
     out = tmp_path / "s.html"
-    assert main(["report", str(d), "-o", str(out), "--json"]) == 0
-    res = json.loads(capsys.readouterr().out)
+    res = run_cli("report", str(d), "-o", str(out), "--json").json()
     assert res["kind"] == "sweep"
     assert sorted(Path(p).stem for p in res["png"]) == ["sweep_latency", "sweep_throughput"]
     html = out.read_text()
@@ -338,7 +328,7 @@ def test_sweep_interface_accepts_other_spellings(tmp_path):
     assert (b.rate, b.throughput, b.stable, b.p99["ttft"]) == (2.0, 1.5, False, (None, None))
 
 
-def test_sweep_written_by_llmqueue_sweep(tmp_path, capsys):
+def test_sweep_written_by_llmqueue_sweep(tmp_path):
     """The shape ``llmqueue sweep`` writes: flat coordinates named by ``grid``, flattened intervals,
     its own SLO judgement per point, and curves with the knee and the SLO-bounded rate."""
     d = tmp_path / "sw"
@@ -375,7 +365,6 @@ def test_sweep_written_by_llmqueue_sweep(tmp_path, capsys):
     assert best["max_num_seqs=256"].rate == 3 and best["max_num_seqs=32"].rate == 0.5
     out = tmp_path / "sw.html"
     build([d, "-o", out])
-    capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
     assert "rate 2.09 req/s (between 2 and 3)" in html and "first reaches 2 x its low-load value" in html
@@ -384,9 +373,9 @@ def test_sweep_written_by_llmqueue_sweep(tmp_path, capsys):
 
 def real_sweep(d: Path, *extra) -> Path:
     """The README's sweep, shortened: 1:1 setting, rates 1, 2.5 and 5, two max_num_seqs."""
-    assert main(["sweep", *SETTING, "--arrival", "poisson:1", "--rates", "1,2.5,5", "--param",
-                 "max_num_seqs=64,256", "--duration", "120", "--warmup", "30", "--slo-ttft-ms", "5000",
-                 "--workers", "1", "--out", str(d), *extra]) == 0
+    assert run_cli("sweep", *SETTING, "--arrival", "poisson:1", "--rates", "1,2.5,5", "--param",
+                   "max_num_seqs=64,256", "--duration", "120", "--warmup", "30", "--slo-ttft-ms", "5000",
+                   "--workers", "1", "--out", str(d), *extra).code == 0
     return d
 
 
@@ -399,11 +388,10 @@ def kept_sweep(tmp_path_factory):
 SWEEP_PLOTS = ["sweep_latency", "sweep_throughput", "sweep_percentiles", "sweep_queue"]
 
 
-def test_report_of_a_real_sweep(tmp_path, capsys):
+def test_report_of_a_real_sweep(tmp_path):
     d = real_sweep(tmp_path / "sweep")
     out = tmp_path / "s.html"
     build([d, "-o", out])
-    capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
     assert plots(html) == SWEEP_PLOTS  # at least four plots from sweep.json alone
@@ -416,10 +404,9 @@ def test_report_of_a_real_sweep(tmp_path, capsys):
     assert "--keep-runs" in html
 
 
-def test_report_of_a_sweep_that_kept_its_runs(kept_sweep, tmp_path, capsys):
+def test_report_of_a_sweep_that_kept_its_runs(kept_sweep, tmp_path):
     out = tmp_path / "k.html"
     build([kept_sweep, "-o", out, "--png-dir", tmp_path / "png"])
-    capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
     assert plots(html) == SWEEP_PLOTS + ["sweep_queue_time", "sweep_cdf"]
@@ -606,10 +593,9 @@ def test_kv_left_out_when_all_zero_without_capacity(runs):
 
 # -- the seeds' figures -------------------------------------------------------------------------------
 
-def test_seed002_figure2(tmp_path, capsys):
+def test_seed002_figure2(tmp_path):
     out = tmp_path / "fig2.html"
-    assert main(["report", "--batch-figure", "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", "--batch-figure", "-o", str(out)).code == 0
     html = out.read_text()
     assert_self_contained(html)
     assert plots(html) == ["batch_figure"]
@@ -624,10 +610,9 @@ def test_seed002_figure2(tmp_path, capsys):
     assert re.search(r"knee at B[^<]*</td><td>32<", html)
 
 
-def test_seed004_figure2_short(tmp_path, capsys):
+def test_seed004_figure2_short(tmp_path):
     out = tmp_path / "fig2.html"
-    assert main(["report", "--kv-stability-figure", "--duration", "240", "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", "--kv-stability-figure", "--duration", "240", "-o", str(out)).code == 0
     html = out.read_text()
     assert_self_contained(html)
     assert plots(html) == ["kv_stability_figure"]
@@ -637,22 +622,23 @@ def test_seed004_figure2_short(tmp_path, capsys):
     assert "seed 00" not in html.lower()
 
 
-def test_old_figure_flag_names_still_work(tmp_path, capsys):
+def test_old_figure_flag_names_still_work(tmp_path):
     out = tmp_path / "fig2.html"
-    assert main(["report", "--seed002-figure2", "-o", str(out)]) == 0
+    ran = run_cli("report", "--seed002-figure2", "-o", str(out))
+    assert ran.code == 0
     assert (tmp_path / "fig2_png" / "batch_figure.png").is_file()
-    assert "--seed002-figure2" not in capsys.readouterr().out
-    assert main(["report", "--help"]) == 0
-    help_text = capsys.readouterr().out
+    assert "--seed002-figure2" not in ran.out
+    ran = run_cli("report", "--help")
+    assert ran.code == 0
+    help_text = ran.out
     assert "--batch-figure" in help_text and "seed00" not in help_text
 
 
 @pytest.mark.slow
-def test_seed004_figure2_full(tmp_path, capsys):
+def test_seed004_figure2_full(tmp_path):
     """The figure as the paper draws it: 3600 s per rate (about 30 s of simulation)."""
     out = tmp_path / "fig2.html"
-    assert main(["report", "--seed004-figure2", "-o", str(out)]) == 0
-    capsys.readouterr()
+    assert run_cli("report", "--seed004-figure2", "-o", str(out)).code == 0
     rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td class=\"text\">(\w+)</td>", out.read_text())
     assert dict(rows) == {"1": "bounded", "3": "bounded", "5": "growing", "20": "growing", "50": "growing"}
 
@@ -672,7 +658,7 @@ def test_seed004_figure2_full(tmp_path, capsys):
     ("badsweep", ["{tmp}/d"], "no list of points"),
     (None, ["--seed004-figure2", "--duration", "-5"], "--duration"),
 ])
-def test_errors_are_one_line_exit_2(runs, tmp_path, capsys, setup, args, needle):
+def test_errors_are_one_line_exit_2(runs, tmp_path, setup, args, needle):
     d = tmp_path / "d"
     if setup == "empty":
         d.mkdir()
@@ -686,8 +672,7 @@ def test_errors_are_one_line_exit_2(runs, tmp_path, capsys, setup, args, needle)
     elif setup == "badsweep":
         d.mkdir()
         (d / "sweep.json").write_text('{"rows": []}')
-    code = main(["report", *[a.format(tmp=tmp_path) for a in args]])
-    out, err = capsys.readouterr()
+    code, out, err = run_cli("report", *[a.format(tmp=tmp_path) for a in args])
     assert code == 2
     assert err.startswith("llmqueue: error:") and err.count("\n") == 1, err
     assert needle in err
@@ -784,7 +769,7 @@ def render_check(html: str, tmp_path) -> tuple[dict, str]:
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (Debian: apt-get install -y chromium)")
 @pytest.mark.parametrize("kind", ["run", "sweep"])
-def test_report_renders_in_headless_chromium(compare_report, kept_sweep, tmp_path, capsys, kind):
+def test_report_renders_in_headless_chromium(compare_report, kept_sweep, tmp_path, kind):
     """Every plot draws and answers a mouse move with its hover label, the log button switches the
     axis, nothing is loaded from the network or the disk, and the console stays silent."""
     if kind == "run":
@@ -792,7 +777,6 @@ def test_report_renders_in_headless_chromium(compare_report, kept_sweep, tmp_pat
     else:
         out = tmp_path / "report.html"
         build([kept_sweep, "-o", out])
-        capsys.readouterr()
     html = out.read_text()
     assert_self_contained(html)
     names = plots(html)

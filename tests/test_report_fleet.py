@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import run_cli
 from _fleet_fixture import HORIZON, SPIKE, fleet_run, pool_columns
-
-from llmqueue.cli.main import main
 from llmqueue.metrics import summarize
 from llmqueue.metrics.fleet import fleet_summary
 from llmqueue.records import PoolSeries, write_run
@@ -34,15 +33,16 @@ def fleet_dir(d: Path, *, pools=True, spike=SPIKE, delay: float = 0.0) -> Path:
     return d
 
 
-def report(args, capsys) -> str:
-    assert main(["report", *map(str, args)]) == 0, capsys.readouterr()
+def report(args) -> str:
+    code, out, err = run_cli("report", *args)
+    assert code == 0, (out, err)
     out = Path(args[args.index("-o") + 1])
     return out.read_text()
 
 
-def test_fleet_run_report_has_the_fleet_panels(tmp_path, capsys):
+def test_fleet_run_report_has_the_fleet_panels(tmp_path):
     d = fleet_dir(tmp_path / "fleet")
-    html = report([d, "-o", tmp_path / "r.html"], capsys)
+    html = report([d, "-o", tmp_path / "r.html"])
     for title in FLEET_TITLES:
         assert title in html
     assert 'id="fig-replicas"' in html and 'id="fig-pool_queues"' in html and 'id="fig-recovery"' in html
@@ -53,24 +53,24 @@ def test_fleet_run_report_has_the_fleet_panels(tmp_path, capsys):
     assert {"replicas.png", "recovery.png"} <= pngs
 
 
-def test_a_run_without_pools_series_has_no_fleet_panels(tmp_path, capsys):
+def test_a_run_without_pools_series_has_no_fleet_panels(tmp_path):
     d = fleet_dir(tmp_path / "plain", pools=False)
-    html = report([d, "-o", tmp_path / "r.html"], capsys)
+    html = report([d, "-o", tmp_path / "r.html"])
     for title in FLEET_TITLES:
         assert title not in html
     assert 'id="fleet"' not in html and not (tmp_path / "r_png" / "replicas.png").exists()
 
 
-def test_fleet_run_without_a_spike_has_no_recovery_panel(tmp_path, capsys):
+def test_fleet_run_without_a_spike_has_no_recovery_panel(tmp_path):
     d = fleet_dir(tmp_path / "nospike", spike=None)
-    html = report([d, "-o", tmp_path / "r.html"], capsys)
+    html = report([d, "-o", tmp_path / "r.html"])
     assert "Replicas over time" in html and "Spike recovery" not in html
 
 
-def test_comparison_overlays_the_runs_by_directory_name(tmp_path, capsys):
+def test_comparison_overlays_the_runs_by_directory_name(tmp_path):
     dirs = [fleet_dir(tmp_path / f"delay-{m}min", delay=60.0 * m) for m in (0, 2, 5)]
     dirs.append(fleet_dir(tmp_path / "none", pools=False))
-    html = report([*dirs, "-o", tmp_path / "cmp.html"], capsys)
+    html = report([*dirs, "-o", tmp_path / "cmp.html"])
     for title in FLEET_TITLES:
         assert html.count(f"{title}") >= 1
     for name in ("delay-0min", "delay-2min", "delay-5min", "none"):
@@ -81,10 +81,11 @@ def test_comparison_overlays_the_runs_by_directory_name(tmp_path, capsys):
     assert html.count('id="fig-replicas"') == 1
 
 
-def test_comparison_errors(tmp_path, capsys):
+def test_comparison_errors(tmp_path):
     a, b = fleet_dir(tmp_path / "a"), fleet_dir(tmp_path / "b")
-    assert main(["report", str(a), str(b), "--compare", str(a), "-o", str(tmp_path / "x.html")]) == 2
-    assert "compare" in capsys.readouterr().err
+    ran = run_cli("report", str(a), str(b), "--compare", str(a), "-o", str(tmp_path / "x.html"))
+    assert ran.code == 2
+    assert "compare" in ran.err
 
 
 def test_simulate_prints_the_fleet_tables(capsys):

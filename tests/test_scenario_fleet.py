@@ -10,8 +10,8 @@ import math
 
 import pytest
 import yaml
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.errors import InputError
 from llmqueue.scenario import load_scenario, validate_scenario
 
@@ -278,12 +278,6 @@ def test_noon_spike_variants_by_set(sets, check):
 
 # -- the command line ---------------------------------------------------------------------------
 
-def run(capsys, *args):
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _one_line(code, err, fragment):
     assert code == 2 and "Traceback" not in err, err
     lines = err.splitlines()
@@ -291,23 +285,23 @@ def _one_line(code, err, fragment):
 
 
 @pytest.mark.parametrize("name", ["pd", "lanes", "noon-spike"])
-def test_scenario_check_prints_the_pools(capsys, name):
-    code, out, err = run(capsys, "scenario", "check", name)
+def test_scenario_check_prints_the_pools(name):
+    code, out, err = run_cli("scenario", "check", name)
     assert code == 0, err
     assert "pools" in out and "role" in out and "M (tokens)" in out
     sc = load_scenario(name)
     for p in sc.fleet.pools:
         assert p.name in out and p.model in out
-    code, out, err = run(capsys, "scenario", "check", name, "--json")
+    code, out, err = run_cli("scenario", "check", name, "--json")
     assert json.loads(out)["deployment"]["fleet"]["pools"]
 
 
-def test_scenario_check_set(capsys):
-    code, out, err = run(capsys, "scenario", "check", "noon-spike", "--set",
+def test_scenario_check_set():
+    code, out, err = run_cli("scenario", "check", "noon-spike", "--set",
                          "deployment.autoscalers[0].provisioning_delay_s=300")
     assert code == 0, err
     assert "provisioning 300 s" in out
-    code, out, err = run(capsys, "scenario", "check", "noon-spike", "--set", "deployment.autoscalers=[]")
+    code, out, err = run_cli("scenario", "check", "noon-spike", "--set", "deployment.autoscalers=[]")
     assert code == 0 and "autoscaler chat" not in out
 
 
@@ -318,31 +312,31 @@ def test_scenario_check_set(capsys):
     (lambda d: d["deployment"]["pools"][0].update(router="nope"), "deployment.pools[0].router"),
     (lambda d: d["deployment"]["faults"][0].update(replica=7), "deployment.faults[0].replica"),
 ])
-def test_bad_fleet_files_through_the_cli(capsys, tmp_path, mutate, fragment):
+def test_bad_fleet_files_through_the_cli(tmp_path, mutate, fragment):
     p = tmp_path / "f.yaml"
     p.write_text(yaml.safe_dump(_with(BASE, mutate), sort_keys=False))
     for args in (["scenario", "check", str(p)], ["simulate", "--scenario", str(p), "--no-progress"]):
-        code, _, err = run(capsys, *args)
+        code, _, err = run_cli(*args)
         _one_line(code, err, fragment)
 
 
-def test_pd_without_decode_through_the_cli(capsys, tmp_path):
+def test_pd_without_decode_through_the_cli(tmp_path):
     p = tmp_path / "pd.yaml"
     p.write_text(yaml.safe_dump(_with(PD, lambda d: (d["deployment"].pop("disaggregation"),
                                                      d["deployment"]["pools"].pop(1)))))
-    code, _, err = run(capsys, "simulate", "--scenario", str(p), "--no-progress")
+    code, _, err = run_cli("simulate", "--scenario", str(p), "--no-progress")
     _one_line(code, err, "deployment.pools: a P/D fleet without a decode pool")
 
 
 @pytest.mark.parametrize("value", ["2", "a:b", "0:1", "1:0", "1:2:3", "", "1.5:2", "1:99999"])
-def test_bad_disaggregate_values(capsys, value):
-    code, _, err = run(capsys, "simulate", "--capacity-tokens", "131000", "--step-time", "0.03",
+def test_bad_disaggregate_values(value):
+    code, _, err = run_cli("simulate", "--capacity-tokens", "131000", "--step-time", "0.03",
                        "--prompt-len", "fixed:10", "--output-len", "fixed:10", "--arrival", "poisson:1",
                        "--duration", "10", "--no-progress", "--disaggregate", value)
     _one_line(code, err, "--disaggregate")
 
 
-def test_the_command_line_pd_fleet_is_a_jackson_tandem(capsys, tmp_path):
+def test_the_command_line_pd_fleet_is_a_jackson_tandem(tmp_path):
     """The issue's check: --disaggregate 1:1, prompt 1, output 2, exponential steps of mean 0.1 s
     in each pool, a free link, Poisson 5 req/s: two M/M/1 queues in series, mean E2EL 0.4 s."""
     import numpy as np
@@ -350,7 +344,7 @@ def test_the_command_line_pd_fleet_is_a_jackson_tandem(capsys, tmp_path):
     from llmqueue.metrics.ci import batch_means_ci
     from llmqueue.records import read_records
 
-    code, out, err = run(capsys, "simulate", "--max-num-seqs", "1", "--prompt-len", "fixed:1", "--output-len",
+    code, out, err = run_cli("simulate", "--max-num-seqs", "1", "--prompt-len", "fixed:1", "--output-len",
                          "fixed:2", "--step-time", "exp:0.1", "--arrival", "poisson:5", "--num-requests", "40000",
                          "--disaggregate", "1:1", "--no-progress", "--json", "--out", str(tmp_path))
     assert code == 0, err
@@ -365,8 +359,8 @@ def test_the_command_line_pd_fleet_is_a_jackson_tandem(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["pd", "lanes"])
-def test_shipped_fleet_scenarios_run(capsys, tmp_path, name):
-    code, out, err = run(capsys, "simulate", "--scenario", name, "--no-progress", "--json", "--duration", "90",
+def test_shipped_fleet_scenarios_run_cli(tmp_path, name):
+    code, out, err = run_cli("simulate", "--scenario", name, "--no-progress", "--json", "--duration", "90",
                          "--warmup", "10", "--out", str(tmp_path))
     assert code == 0, err
     import json

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
 from llmqueue.records import STATUSES, read_run
 
 SEED004 = [  # setting, prompt, output, b, paper mu_theory, paper measured mu_gpu
@@ -19,9 +19,8 @@ SEED004 = [  # setting, prompt, output, b, paper mu_theory, paper measured mu_gp
 ]
 
 
-def run_json(capsys, *args):
-    code = main(["simulate", *args, "--json", "--no-progress"])
-    out, err = capsys.readouterr()
+def run_json(*args):
+    code, out, err = run_cli("simulate", *args, "--json", "--no-progress")
     assert code == 0, err
     return json.loads(out)
 
@@ -39,9 +38,9 @@ def check_invariants(d, capacity=None):
 
 
 @pytest.mark.parametrize("step,theory_ms", [("exp:0.1", 500.0), ("0.1", 300.0)])
-def test_one_request_at_a_time_is_mm1_or_md1(capsys, step, theory_ms):
+def test_one_request_at_a_time_is_mm1_or_md1(step, theory_ms):
     """max_num_seqs 1, one step per request: M/M/1 (W = 1/(mu - lam) = 0.5 s) or M/D/1 (0.3 s)."""
-    d = run_json(capsys, "--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1", "--step-time", step,
+    d = run_json("--max-num-seqs", "1", "--prompt", "fixed:1", "--output", "fixed:1", "--step-time", step,
                  "--arrival", "poisson:8", "--num-requests", "200000", "--seed", "1")
     lo, hi = d["mean_e2el_ms_ci"]
     assert lo <= theory_ms <= hi, (d["mean_e2el_ms"], lo, hi)
@@ -55,7 +54,7 @@ def test_one_request_at_a_time_is_mm1_or_md1(capsys, step, theory_ms):
 def test_seed004_saturated_throughput_and_verdicts(capsys, setting, prompt, output, b, paper_theory, paper_measured):
     base = ["--capacity-tokens", "131000", "--step-time", b, "--chunk", "512", "--prompt", prompt,
             "--output", output, "--seed", "1", "--warmup", "300"]
-    sat = run_json(capsys, *base, "--arrival", "poisson:50", "--duration", "1500")
+    sat = run_json(*base, "--arrival", "poisson:50", "--duration", "1500")
     mu = sat["theory"]["mu_kv"]
     assert abs(mu - paper_theory) / paper_theory < 0.005
     assert abs(sat["request_throughput"] - mu) / mu < 0.10
@@ -64,7 +63,7 @@ def test_seed004_saturated_throughput_and_verdicts(capsys, setting, prompt, outp
               f"paper measured {paper_measured}")
     check_invariants(sat, 131000)
     for lam, duration in ((1, "1200"), (3, "3600"), (5, "1200"), (20, "600")):
-        d = run_json(capsys, *base, "--arrival", f"poisson:{lam}", "--duration", duration)
+        d = run_json(*base, "--arrival", f"poisson:{lam}", "--duration", duration)
         expected = "stable" if lam < mu else "unstable"
         assert d["verdict"].split(":")[0] == expected, (lam, d["verdict"])
         check_invariants(d, 131000)
@@ -72,8 +71,8 @@ def test_seed004_saturated_throughput_and_verdicts(capsys, setting, prompt, outp
     assert sat["queue_growth_per_s"] == pytest.approx(50 - sat["request_throughput"], rel=0.05)
 
 
-def test_request_that_can_never_fit_is_rejected_with_reason(tmp_path, capsys):
-    d = run_json(capsys, "--capacity-tokens", "2000", "--step-time", "0.01", "--prompt", "uniform:10:1500",
+def test_request_that_can_never_fit_is_rejected_with_reason(tmp_path):
+    d = run_json("--capacity-tokens", "2000", "--step-time", "0.01", "--prompt", "uniform:10:1500",
                  "--output", "uniform:10:1500", "--arrival", "poisson:5", "--num-requests", "400",
                  "--out", str(tmp_path / "run"))
     run = read_run(tmp_path / "run")
@@ -94,8 +93,8 @@ def test_request_that_can_never_fit_is_rejected_with_reason(tmp_path, capsys):
     assert (run.steps["kv_tokens"] <= 2000).all()
 
 
-def test_out_dir_round_trip(tmp_path, capsys):
-    d = run_json(capsys, "--capacity-tokens", "50000", "--step-time", "linear:c0=0.01:decode=1e-4",
+def test_out_dir_round_trip(tmp_path):
+    d = run_json("--capacity-tokens", "50000", "--step-time", "linear:c0=0.01:decode=1e-4",
                  "--prompt", "uniform:10:500", "--output", "uniform:10:200", "--arrival", "gamma:5:cv=2",
                  "--duration", "120", "--out", str(tmp_path / "r"))
     run = read_run(tmp_path / "r")
@@ -140,7 +139,7 @@ def test_a_stream_too_large_for_memory_is_refused_before_it_is_generated():
     assert p.returncode == 2 and "--num-requests" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
-def test_trace_replay_with_prefix_caching(tmp_path, capsys):
+def test_trace_replay_with_prefix_caching(tmp_path):
     """A Mooncake-format trace whose requests share prefix blocks: caching serves the shared
     512-token units from the cache and cuts prefill work."""
     import json as _json
@@ -159,8 +158,8 @@ def test_trace_replay_with_prefix_caching(tmp_path, capsys):
     path.write_text("\n".join(lines) + "\n")
     base = ["--trace", str(path), "--capacity-tokens", "200000", "--step-time", "linear:c0=0.01:prefill=5e-5:decode=1e-4",
             "--out"]
-    off = run_json(capsys, *base, str(tmp_path / "off"))
-    on = run_json(capsys, *base, str(tmp_path / "on"), "--enable-prefix-caching")
+    off = run_json(*base, str(tmp_path / "off"))
+    on = run_json(*base, str(tmp_path / "on"), "--enable-prefix-caching")
     assert off["arrivals"] == on["arrivals"] == 300
     ron, roff = read_run(tmp_path / "on").requests, read_run(tmp_path / "off").requests
     assert roff["cached_prompt_tokens"].sum() == 0
@@ -171,22 +170,22 @@ def test_trace_replay_with_prefix_caching(tmp_path, capsys):
 
 # --- flags given with --scenario override its fields ------------------------------------------------
 
-def test_scenario_with_arrival_flag_arrives_at_that_rate(capsys):
+def test_scenario_with_arrival_flag_arrives_at_that_rate():
     """`--arrival poisson:20` replaces chat's own process (5.5 req/s): about 20 req/s arrive."""
-    d = run_json(capsys, "--scenario", "chat", "--arrival", "poisson:20", "--duration", "120", "--seed", "1")
+    d = run_json("--scenario", "chat", "--arrival", "poisson:20", "--duration", "120", "--seed", "1")
     rate = d["arrivals"] / d["duration_s"]
     assert d["duration_s"] == pytest.approx(60.0)  # 120 s less chat's 60 s warm-up
     assert rate == pytest.approx(20.0, rel=0.06)  # 1200 expected arrivals: sd 2.9 %
     assert d["theory"]["lam"] == pytest.approx(20.0)
-    own = run_json(capsys, "--scenario", "chat", "--duration", "120", "--seed", "1")
+    own = run_json("--scenario", "chat", "--duration", "120", "--seed", "1")
     assert own["arrivals"] / own["duration_s"] < 10  # chat's own rate (5.53 req/s) without the flag
 
 
-def test_scenario_with_engine_flags_changes_the_result(capsys):
+def test_scenario_with_engine_flags_changes_the_result():
     """The issue's example: engine flags were silently dropped with --scenario."""
     base = ["--scenario", "chat", "--duration", "120", "--seed", "1"]
-    own = run_json(capsys, *base)
-    one = run_json(capsys, *base, "--max-num-seqs", "1", "--step-time", "0.05")
+    own = run_json(*base)
+    one = run_json(*base, "--max-num-seqs", "1", "--step-time", "0.05")
     assert own["engine"]["max_num_seqs"] == 256 and one["engine"]["max_num_seqs"] == 1
     assert one["step_time"] == "0.05" and own["step_time"] != "0.05"
     # one request at a time at 0.05 s a step (~10 s an answer) cannot keep up with 5.5 req/s: the
@@ -210,20 +209,18 @@ def test_scenario_with_engine_flags_changes_the_result(capsys):
     (["--step-time", "0.01", "--arrival", "poisson:1", "--prompt", "fixed:9", "--output", "fixed:9",
       "--num-requests", "5", "--model", "llama-3.1-8b"], "--gpu"),
 ])
-def test_bad_flags_with_a_scenario_one_line_exit_2(capsys, args, needle):
-    code = main(["simulate", *args, "--json", "--no-progress"])
-    out, err = capsys.readouterr()
+def test_bad_flags_with_a_scenario_one_line_exit_2(args, needle):
+    code, out, err = run_cli("simulate", *args, "--json", "--no-progress")
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmqueue: error:") and needle in lines[0], err
 
 
-def test_scenario_field_of_the_wrong_type_one_line_exit_2(tmp_path, capsys):
+def test_scenario_field_of_the_wrong_type_one_line_exit_2(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text("workload: {arrival: poisson:1, prompt: fixed:10, output: fixed:5}\n"
                  "deployment: {capacity_tokens: 50000, step_time: 0.01, enable_chunked_prefill: sometimes}\n"
                  "run: {duration_s: 60}\n")
-    code = main(["simulate", "--scenario", str(f), "--json"])
-    err = capsys.readouterr().err
+    code, _, err = run_cli("simulate", "--scenario", str(f), "--json")
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("llmqueue: error: deployment.enable_chunked_prefill: must be true or false"), err

@@ -166,6 +166,23 @@ def test_library_only_knobs_and_lengths(tmp_path):
         scenario_spec(scenario="chat", preemption_mode="swap")
 
 
+
+def test_the_fleet_note_names_the_router_it_routes_by():
+    """`simulate --scenario chat --set deployment.replicas=2 --router least-outstanding` said "behind a
+    uniform random router" while it routed by least-outstanding: the note names the router used."""
+    from _cli import run_cli
+
+    jsq = scenario_spec(scenario="chat", sets=["deployment.replicas=2"], router="least-outstanding", duration=120)
+    note = next(n for n in jsq.notes if "2 replicas on one clock" in n)
+    assert jsq.router == "least-outstanding" and "behind the least-outstanding router" in note and "random" not in note
+    plain = scenario_spec(scenario="chat", sets=["deployment.replicas=2"], duration=120)
+    assert plain.router == "random" and any("behind a uniform random router" in n for n in plain.notes)
+    d = run_cli("simulate", "--scenario", "chat", "--set", "deployment.replicas=2", "--router", "least-outstanding",
+                "--duration", "120", "--json", "--no-progress").json()
+    said = [n for n in d["notes"] if "replicas on one clock" in n]
+    assert said == ["2 replicas on one clock behind the least-outstanding router (each request routed as it "
+                    "arrives; retries routed afresh)"]
+
 def test_arrival_on_a_mix_with_own_processes_rescales_the_total_rate():
     """"mixed" has classes with their own arrival processes: --arrival keeps every shape and scales
     the total rate to the given process's, and says so."""

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from llmqueue.cli.main import main as cli
+from _cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TRUE = "linear:c0=0.01:prefill=1e-5:decode=1e-3"  # no context term: a decode stretch's steps cost the same
@@ -25,12 +24,11 @@ def _script():
 
 def test_the_true_model_prices_every_group_exactly(tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli(["simulate", "--capacity-tokens", "30000", "--step-time", TRUE, "--prompt", "uniform:10:300",
-                "--output", "uniform:10:200", "--arrival", "poisson:12", "--duration", "60", "--max-num-seqs", "64",
-                "--out", str(run), "--no-progress", "--json"]) == 0
+    assert run_cli("simulate", "--capacity-tokens", "30000", "--step-time", TRUE, "--prompt", "uniform:10:300",
+                   "--output", "uniform:10:200", "--arrival", "poisson:12", "--duration", "60", "--max-num-seqs", "64",
+                   "--out", str(run), "--no-progress", "--json").code == 0
     cal = tmp_path / "cal.yaml"
     cal.write_text(yaml.safe_dump({"step_time": TRUE, "step_time_linear": TRUE, "b": 0.05, "block_size": 16}))
-    capsys.readouterr()
     assert _script().main([str(run), "--calibration", str(cal), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)[0]
     groups = {g["group"]: g for g in res["groups"]}

@@ -1,6 +1,7 @@
 """Closed forms of one replica (llmqueue.theory.replica) against hand arithmetic and textbook queues."""
 
 import pytest
+from _cli import run_cli
 
 from llmqueue.theory.replica import one_at_a_time, replica_capacity
 from llmqueue.workload import parse_length
@@ -56,20 +57,15 @@ def test_saturated_capacity_solves_the_step_at_the_capacity_point():
     assert cap.mu == pytest.approx(64 / (b * 101), rel=1e-6) and cap.binding == "max_num_seqs"
 
 
-def test_theory_beside_a_linear_step_run_is_the_saturation_capacity(capsys):
+def test_theory_beside_a_linear_step_run_is_the_saturation_capacity():
     """The capacity printed beside a run does not depend on the run's load (it was the run's mean
     step: twice the capacity at a low load), and meets the simulated saturation throughput."""
-    import json
-
-    from llmqueue.cli.main import main
-
     args = ["simulate", "--capacity-tokens", "1000000", "--max-num-seqs", "64", "--step-time",
             "linear:c0=0.01:prefill=2e-5:decode=2e-4", "--prompt", "uniform:10:200", "--output", "uniform:50:150",
             "--duration", "300", "--json"]
     out = {}
     for rate in (5, 100):
-        assert main([*args, "--arrival", f"poisson:{rate}"]) == 0
-        out[rate] = json.loads(capsys.readouterr().out)
+        out[rate] = run_cli(*args, "--arrival", f"poisson:{rate}").json()
     th_low, th_high = out[5]["theory"], out[100]["theory"]
     assert th_low["mu"] == pytest.approx(th_high["mu"], rel=1e-9)
     assert th_low["b_mean_simulated"] < 0.6 * th_low["b"]  # the low-load mean step is far shorter

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmqueue.bench.validate import tiled_stream, validate
+from llmqueue.bench.replay import tiled_stream
+from llmqueue.bench.validate import validate
 from llmqueue.errors import InputError
 from llmqueue.workload.generate import RequestArrays
 

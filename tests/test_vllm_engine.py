@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from _cli import run_cli
 
 pytestmark = pytest.mark.vllm
 
@@ -196,13 +197,12 @@ def test_kv_pressure_preempts_and_stop_kills_every_process(vllm_venv, vllm_model
     assert srv.pid is None
 
 
-def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm_model_dir, tmp_path, capsys):
+def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm_model_dir, tmp_path):
     """A Mooncake-style trace replayed with its hash ids against vLLM with prefix caching on: the
     server's prefix-cache hits (tokens) equal what llmqueue's simulator predicts for the same
     trace; without the hash ids (random prompts) the server finds nothing to reuse."""
     from llmqueue.bench.client import run_bench
     from llmqueue.bench.engine import VllmServer
-    from llmqueue.cli.main import main
     from llmqueue.records import read_run
     from llmqueue.workload.traces import load_trace, trace_to_requests
     from tests.conftest import VLLM_TEST_MODEL
@@ -218,10 +218,9 @@ def test_trace_prefix_hashes_hit_vllms_prefix_cache_as_simulated(vllm_venv, vllm
     trace.write_text("\n".join(lines) + "\n")
     tr = load_trace(str(trace))
     reqs = trace_to_requests(tr)
-    assert main(["simulate", "--trace", str(trace), "--enable-prefix-caching", "--prefix-block-tokens", str(H),
-                 "--block-size", "32", "--capacity-tokens", "100000", "--step-time", "0.01",
-                 "--out", str(tmp_path / "sim"), "--json"]) == 0
-    capsys.readouterr()
+    assert run_cli("simulate", "--trace", str(trace), "--enable-prefix-caching", "--prefix-block-tokens", str(H),
+                   "--block-size", "32", "--capacity-tokens", "100000", "--step-time", "0.01",
+                   "--out", str(tmp_path / "sim"), "--json").code == 0
     predicted = int(read_run(tmp_path / "sim").requests["cached_prompt_tokens"].sum())
     assert predicted == 7 * 2 * H                  # each document's 2nd, 3rd... request reuses 2 hashes
 
@@ -273,20 +272,18 @@ def test_bad_server_argument_fails_fast_with_log_tail(vllm_venv, vllm_model_dir,
     assert srv.pid is None
 
 
-def test_bench_server_log_calibrate_and_probe(vllm_server, tmp_path, capsys):
+def test_bench_server_log_calibrate_and_probe(vllm_server, tmp_path):
     """The CLI path a user takes: ``llmqueue bench --server-log`` (vLLM's per-step lines become
     steps.parquet on the run's clock), then ``calibrate --probe``: the step cycle b-bar and the
     linear step model come from those steps, and the frontend delay from the probe's isolated
     requests with the engine's logged prefill times taken out (a few ms on loopback)."""
-    from llmqueue.cli.main import main
     from llmqueue.records import read_steps
 
     common = ["--url", vllm_server.url, "--model", vllm_server.model, "--vocab-size", "4096",
               "--server-log", str(vllm_server.log_path), "--no-progress", "--json"]
     load = tmp_path / "load"
-    assert main(["bench", *common, "--arrival", "poisson:4", "--prompt", "fixed:48", "--output", "fixed:12",
-                 "--num-requests", "12", "--seed", "1", "--out", str(load)]) == 0
-    s = json.loads(capsys.readouterr().out)
+    s = run_cli("bench", *common, "--arrival", "poisson:4", "--prompt", "fixed:48", "--output", "fixed:12",
+                "--num-requests", "12", "--seed", "1", "--out", str(load)).json()
     assert s["completed"] == 12 and s["bench"]["server_log_steps"] > 0
     steps = read_steps(load / "steps.parquet")
     assert steps["prefill_tokens"].sum() == 12 * 48            # every prompt token, in this run's steps
@@ -294,11 +291,9 @@ def test_bench_server_log_calibrate_and_probe(vllm_server, tmp_path, capsys):
     end = steps["start_s"] + steps["duration_s"]
     assert end.min() >= 0 and end.max() <= s["bench"]["t_end_s"] + 1.0
     probe = tmp_path / "probe"
-    assert main(["bench", *common, "--arrival", "deterministic:2", "--prompt", "uniform:16:64", "--output", "fixed:4",
-                 "--num-requests", "8", "--seed", "2", "--out", str(probe)]) == 0
-    capsys.readouterr()
-    assert main(["calibrate", str(load), "-o", str(tmp_path / "cal.yaml"), "--probe", str(probe), "--json"]) == 0
-    cal = json.loads(capsys.readouterr().out)
+    assert run_cli("bench", *common, "--arrival", "deterministic:2", "--prompt", "uniform:16:64", "--output", "fixed:4",
+                   "--num-requests", "8", "--seed", "2", "--out", str(probe)).code == 0
+    cal = run_cli("calibrate", str(load), "-o", str(tmp_path / "cal.yaml"), "--probe", str(probe), "--json").json()
     assert cal["b_estimator"] == "cycle" and 0 < cal["b"] < 5
     assert cal["linear"] is not None and cal["linear"]["steps"] >= 20
     assert 0 <= cal["frontend_latency_s"] < 0.2

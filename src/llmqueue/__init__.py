@@ -1,8 +1,8 @@
 """llmqueue: LLM inference serving modelled as a queueing system.
 
-Layers (lower never imports higher): ``workload`` and ``hardware`` (data),
-``theory`` (closed forms), later ``engine``/``cluster`` (simulation),
-``records``/``metrics``, ``bench``, ``plan``, ``report``, and ``cli``.
+Layers (lower never imports higher; CONTRIBUTING.md lists them): ``hardware`` and ``theory``
+(data and closed forms), ``workload``, ``engine`` (a replica), ``cluster`` (a fleet), ``records``
+and ``metrics``, ``scenario``, ``simulate``, ``bench``, ``plan`` and ``report``, and ``cli``.
 Subpackages are imported on demand so that ``import llmqueue`` stays cheap.
 """
 

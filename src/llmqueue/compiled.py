@@ -7,18 +7,17 @@ installs and runs from source. Either way the records are the same (``tests/test
 compares them).
 
 Compiled code is used only while it matches its source. The build writes each compiled source's
-SHA-256 beside the package (``_compiled.json``); at ``import llmqueue`` the sources are hashed
-again, and if one changed since the build (an edit in an editable checkout), or the environment
-sets ``LLMQUEUE_PURE_PYTHON=1``, every compiled module is loaded from its ``.py`` file instead.
-All or none: compiled modules reach into each other's native classes.
+SHA-256 beside the package (``_compiled.json``); when the first compiled module is imported (or
+:func:`status` is asked) the sources are hashed again, and if one changed since the build (an edit
+in an editable checkout), or the environment sets ``LLMQUEUE_PURE_PYTHON=1``, every compiled module
+is loaded from its ``.py`` file instead. All or none: compiled modules reach into each other's
+native classes. The check waits for the engine so that ``llmqueue --help`` and the theory
+commands, which import none of it, do not pay for it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
-import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -40,7 +39,7 @@ HASH_FILE = "_compiled.json"
 PURE_ENV = "LLMQUEUE_PURE_PYTHON"
 _ROOT = Path(__file__).resolve().parent  # the llmqueue package directory
 
-_status = "source: not checked"
+_status: str | None = None  # decided on first use (:func:`status`)
 
 
 def source_path(module: str, root: Path | None = None) -> Path:
@@ -51,6 +50,8 @@ def source_path(module: str, root: Path | None = None) -> Path:
 
 def source_hashes(root: Path | None = None) -> dict:
     """SHA-256 of every compiled module's source, by module name."""
+    import hashlib
+
     return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in COMPILED_MODULES}
 
 
@@ -60,11 +61,14 @@ def _has_extension(module: str) -> bool:
 
 
 class _SourceFinder:
-    """A meta-path finder that loads the compiled modules from their ``.py`` files."""
+    """A meta-path finder in front of the compiled modules: at the first import of one it decides
+    (:func:`status`), and unless the build is usable it loads each from its ``.py`` file."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name in COMPILED_MODULES:
+        if name in COMPILED_MODULES and status() != "compiled":
+            import importlib.util
+
             return importlib.util.spec_from_file_location(name, source_path(name))
         return None
 
@@ -74,6 +78,8 @@ def _decide() -> str:
         return "source: not compiled (no C compiler or mypy at install, or LLMQUEUE_PURE_PYTHON=1 at build)"
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return f"source: {PURE_ENV} is set"
+    import json
+
     try:
         built = json.loads((_ROOT / HASH_FILE).read_text())
     except (OSError, ValueError):
@@ -85,23 +91,27 @@ def _decide() -> str:
     return "compiled"
 
 
-def activate() -> str:
-    """Use the compiled modules if they match their source, else load every one from source.
-    Called once by ``import llmqueue``, before any compiled module is imported."""
-    global _status
-    _status = _decide()
-    if _status != "compiled" and not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+def activate() -> None:
+    """Put :class:`_SourceFinder` in front of the import system: the compiled modules if they match
+    their source, else every one from source. Called once by ``import llmqueue``, before any
+    compiled module is imported."""
+    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())
-    return _status
 
 
 def status() -> str:
-    """``compiled``, or ``source: <why>`` (what ``llmqueue --version`` prints)."""
+    """``compiled``, or ``source: <why>`` (what ``llmqueue --version`` prints); decided once."""
+    global _status
+    if _status is None:
+        _status = _decide()
     return _status
 
 
 def is_compiled() -> bool:
-    """Is the fast replica running as compiled code (checked on the imported module itself)?"""
-    import llmqueue.engine.replica as rep
+    """Is the fast replica running as compiled code? Checked on the module the import system gives
+    (the imported one, or the one it would import: through :class:`_SourceFinder` when on source);
+    this module names the engine's modules but imports none of them."""
+    import importlib.util
 
-    return not str(getattr(rep, "__file__", "")).endswith(".py")
+    spec = importlib.util.find_spec("llmqueue.engine.replica")
+    return spec is not None and not str(spec.origin or "").endswith(".py")

@@ -1,17 +1,13 @@
-"""Simulate one replica end to end: workload -> engine -> records -> summary, with theory beside.
+"""Simulate a replica or a fleet end to end: workload -> engine -> records -> summary, with theory beside.
 
-:func:`run_simulation` is what ``llmqueue simulate`` (and later sweeps) call. It generates the
-request stream, runs the fast replica simulator, summarises the records with
-:func:`llmqueue.metrics.summarize` and computes the closed-form predictions that apply:
-
-- ``mu_kv``: Nie et al.'s KV-memory capacity ``M / (b E[g])`` (``b`` the mean step time);
-- ``mu_seqs``: the slot bound ``max_num_seqs / (b E[steps per request])`` (Little's law on the
-  running set: at most ``max_num_seqs`` requests hold a slot, each for its steps);
-- ``mu_tokens``: the token-budget bound ``max_num_batched_tokens / (b E[s + o - 1])``;
-- ``mu = min`` of the three, and which one binds, with the verdict for the arrival rate;
-- for one request at a time (``max_num_seqs = 1``), Poisson arrivals and fixed lengths: the
-  replica is an M/G/1 queue with service time = the request's steps, and the
-  Pollaczek-Khinchine mean response time is given beside the simulated one.
+:func:`run_simulation` is what ``llmqueue simulate``, sweeps, the planner and validation call. It
+generates the request stream, runs the fast replica simulator (one replica, ``replicas`` of one
+engine behind a router, or a fleet of pools: :func:`llmqueue.cluster.simulate_fleet`), summarises
+the records with :func:`llmqueue.metrics.summarize` (and a fleet's per-pool accounts with
+:func:`llmqueue.metrics.fleet.fleet_summary`) and computes the closed-form predictions that apply
+(:func:`llmqueue.theory.prediction.theory_for`: the capacity bounds ``mu_kv``, ``mu_seqs``,
+``mu_tokens`` and the binding one, and the M/G/1 or M/M/c mean response where the run is exactly
+that queue).
 """
 
 from __future__ import annotations
@@ -27,13 +23,15 @@ from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel
 from llmqueue.errors import InputError
+from llmqueue.theory.prediction import theory_for
 
 UNLIMITED_KV_TOKENS = 1 << 40
 
 
 @dataclass
 class SimSpec:
-    """Everything one simulation needs.
+    """Everything one simulation needs: the engine of one replica, or of ``replicas`` behind
+    ``router``, or a ``fleet``; the step-time model; the workload; the run's options.
 
     ``workload``: a :class:`llmqueue.workload.Workload`, a ``ClassMix``-like object with
     ``generate(seed, n=, duration=)``, or ready ``requests`` (a ``RequestArrays``).
@@ -61,11 +59,12 @@ class SimSpec:
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
-                       num_requests: int | None = None) -> SimSpec:
+                       num_requests: int | None = None, router: str = "random") -> SimSpec:
     """A :class:`SimSpec` from a validated :class:`llmqueue.scenario.Scenario`.
 
     With ``deployment.replicas > 1`` the whole stream is served by that many replicas on one
-    clock behind a uniform random router (:func:`llmqueue.cluster.simulate_fleet`).
+    clock behind ``router`` (:func:`llmqueue.cluster.simulate_fleet`; ``--router``, uniform random
+    by default); with ``deployment.pools``, by the scenario's fleet (each pool behind its own router).
     """
     run = scenario.run
     seed = run.seed if seed is None else seed
@@ -79,7 +78,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     d = scenario.deployment
     notes = list(scenario.notes)
     if d.replicas > 1:
-        notes.append(f"{d.replicas} replicas on one clock behind a uniform random router (each request "
+        behind = "a uniform random router" if router == "random" else f"the {router} router"
+        notes.append(f"{d.replicas} replicas on one clock behind {behind} (each request "
                      "routed as it arrives; retries routed afresh)")
     engine, step_time = scenario.engine()
     mix = scenario.mix
@@ -89,7 +89,7 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     spec = SimSpec(engine=engine, step_time=step_time, requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
                    duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas,
-                   fleet=scenario.fleet)
+                   router=router, fleet=scenario.fleet)
     spec.notes = notes
     return spec
 
@@ -144,159 +144,15 @@ def generate_requests(spec: SimSpec):
     return spec.workload.generate(spec.seed, n=spec.num_requests, duration=spec.duration_s)
 
 
-def theory_for(spec: SimSpec, requests, steps: dict | None = None) -> dict:
-    """Closed-form capacity bounds and, where exact, the queueing-model prediction
-    (:mod:`llmqueue.theory.replica`) for what was simulated.
-
-    ``b`` is the step time when it is constant (noise has mean one); otherwise the step-time model's
-    price of a step at the capacity point (:func:`~llmqueue.theory.replica.saturated_capacity`: the
-    run's own mean step, ``b_mean_simulated``, depends on its load), or, where no fixed point is
-    found, the mean duration of the simulated steps.
-    """
-    from llmqueue.engine.step_time import constant_step, parse_step_time
-    from llmqueue.theory.replica import replica_capacity, saturated_capacity
-
-    cfg = spec.engine
-    model = spec.step_time
-    out: dict = {}
-    fleet = spec.fleet
-    replicas = spec.replicas
-    if fleet is not None:
-        pools = fleet.pools
-        if len(pools) > 1 or fleet.disaggregation is not None:
-            return {"note": "a fleet of several pools: the closed forms are per replica of one engine (see the "
-                            "per-pool table)"}
-        cfg, model, replicas = pools[0].config, parse_step_time(pools[0].step_time), max(pools[0].replicas, 1)
-    b = constant_step(model)
-    if b is not None:
-        out["b_source"] = "step-time model"  # noise factors have mean one
-    else:
-        if not steps or not len(steps["duration_s"]):
-            return {"note": "no steps were simulated"}
-        k = steps["steps"] if "steps" in steps else np.ones(len(steps["duration_s"]))
-        b = float(np.sum(steps["duration_s"]) / np.sum(k))
-        out["b_source"] = "mean simulated step (Nie et al.'s b-bar)"
-    wl = spec.workload
-    dists = _length_dists(wl)
-    lam = _arrival_rate(wl, requests)
-    if lam is not None and replicas > 1:
-        lam = lam / replicas  # each replica's share (every router spreads the load evenly)
-        out["per_replica"] = f"lam / {replicas} replicas" + (
-            " (the pool's starting count)" if fleet is not None and (fleet.autoscalers or fleet.faults) else "")
-    if dists is None:
-        s = np.asarray(requests.prompt_tokens, dtype=np.float64)
-        o = np.asarray(requests.output_tokens, dtype=np.float64)
-    else:
-        s, o = _samples(dists, requests)
-    kw = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-              prompt_tokens=s, output_tokens=o, M=None if spec.kv_unlimited else cfg.capacity_tokens,
-              lam=lam, prompt=(dists or {}).get("prompt"), output=(dists or {}).get("output"))
-    cap = None
-    if out["b_source"] != "step-time model":
-        # a composition-dependent step: price it at the capacity point, not at this run's load
-        cap = saturated_capacity(model.base, **kw)
-        if cap is not None:
-            out["b_mean_simulated"] = b
-            out["b_source"] = "the step-time model at the capacity point (saturation)"
-            b = cap.b
-    if cap is None:
-        cap = replica_capacity(b=b, **kw)
-    out.update(b=b, lam=lam)
-    if cap.mu_kv is not None:
-        out.update(delta=cap.delta, E_g=cap.E_g, mu_kv=cap.mu_kv)
-    out.update(mu_seqs=cap.mu_seqs, mu_tokens=cap.mu_tokens, mu=cap.mu, binding=cap.binding)
-    if lam is not None:
-        out.update(rho=cap.rho, verdict=cap.verdict)
-    mg1 = None if fleet is not None else (
-        _mg1_prediction(spec, lam, b) if spec.replicas == 1 else _mmc_prediction(spec, lam, b))
-    if mg1 is not None:
-        out["mg1"] = mg1
-    return out
-
-
-def _mmc_prediction(spec: SimSpec, lam, b) -> dict | None:
-    """A central queue before c replicas serving one request at a time, one exponential step each
-    (prompt and output of one token), Poisson arrivals: exactly M/M/c (Erlang C)."""
-    from llmqueue.theory.classic import mmc
-
-    cfg = spec.engine
-    wl = spec.workload
-    if (spec.router != "central" or cfg.max_num_seqs != 1 or wl is None or lam is None
-            or getattr(spec.step_time, "noise", "none") != "exp" or type(getattr(wl, "arrival", None)).__name__ != "Poisson"):
-        return None
-    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
-    if type(p).__name__ != "Fixed" or type(o).__name__ != "Fixed" or p.mean() > cfg.max_num_batched_tokens or o.mean() != 1:
-        return None
-    c = spec.replicas
-    if lam * c >= c / b:
-        return {"model": f"M/M/{c}", "mu": 1 / b, "rho": lam * b, "stable": False}
-    r = mmc(lam=lam * c, mu=1 / b, c=c)
-    return {"model": f"M/M/{c} (central queue, one request at a time)", "mu": 1 / b, "rho": r.rho,
-            "P_wait": r.P_wait, "mean_e2el_ms": r.W * 1e3, "mean_queue_ms": r.Wq * 1e3}
-
-
-def _length_dists(wl):
-    if wl is None:
-        return None
-    joint = getattr(wl, "joint", None)
-    if joint is not None:
-        return dict(pairs=(np.asarray(joint.prompts), np.asarray(joint.outputs)))
-    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
-    if p is not None and o is not None and hasattr(p, "pmf") and hasattr(o, "pmf"):
-        return dict(prompt=p, output=o)
-    return None
-
-
-def _samples(dists, requests):
-    if "pairs" in dists:
-        return (np.asarray(dists["pairs"][0], dtype=np.float64), np.asarray(dists["pairs"][1], dtype=np.float64))
-    sv, sp = dists["prompt"].pmf()
-    ov, op = dists["output"].pmf()
-    # exact expectations over the pmfs, expressed as weighted samples
-    rng = np.random.default_rng(0)
-    n = 200_000
-    return (rng.choice(np.asarray(sv, dtype=np.float64), n, p=sp), rng.choice(np.asarray(ov, dtype=np.float64), n, p=op))
-
-
-def _arrival_rate(wl, requests) -> float | None:
-    arrival = getattr(wl, "arrival", None) if wl is not None else None
-    rate = getattr(arrival, "rate", None)
-    if rate:
-        return float(rate)
-    a = np.asarray(requests.arrival_s)
-    return (len(a) - 1) / (a[-1] - a[0]) if len(a) > 1 and a[-1] > a[0] else None
-
-
-def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
-    """One request at a time with fixed lengths and Poisson arrivals is exactly M/G/1."""
-    from llmqueue.theory.replica import one_at_a_time
-
-    cfg = spec.engine
-    wl = spec.workload
-    model = spec.step_time
-    if cfg.max_num_seqs != 1 or wl is None or lam is None or getattr(model, "drift_sd", 0) > 0:
-        return None
-    arrival = getattr(wl, "arrival", None)
-    if type(arrival).__name__ != "Poisson":
-        return None
-    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
-    if type(p).__name__ != "Fixed" or type(o).__name__ != "Fixed":
-        return None
-    noise = getattr(model, "noise", "none")
-    scv_step = {"none": 0.0, "exp": 1.0}.get(noise, getattr(model, "noise_cv", 0.0) ** 2)
-    r = one_at_a_time(lam=lam, b=b, prompt_tokens=int(p.mean()), output_tokens=int(o.mean()),
-                      chunk=min(cfg.max_num_batched_tokens, cfg.long_prefill_token_threshold or 10**18), scv_step=scv_step)
-    if not r.stable:
-        return {"model": "M/G/1", "mu": r.mu, "rho": r.rho, "stable": False}
-    return {"model": "M/G/1 (one request at a time)", "service_steps": r.service_steps, "scv_s": r.scv_s, "mu": r.mu,
-            "rho": r.rho, "mean_e2el_ms": r.mean_e2el_ms, "mean_queue_ms": r.mean_queue_ms}
-
-
 def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
-    """Generate, simulate, summarise; returns the records, the summary and the theory. ``margin``:
-    also measure the run's distance to the preemption cliff (:mod:`llmqueue.plan.margin`: the
-    same arrivals re-simulated with a slower engine and with more traffic); a run within
-    ``1 + margin`` of it is judged "metastable"."""
+    """Generate, simulate, summarise; returns the records, the summary and the theory.
+
+    The stream is served by one replica of ``spec.engine``, by ``spec.replicas`` of them behind
+    ``spec.router``, or by ``spec.fleet`` (pools, lanes, P/D, gateway, autoscalers, faults), all on
+    one clock; a fleet's summary adds its per-pool accounts (``summary["fleet"]``). ``margin``:
+    also measure the run's distance to the preemption cliff (:mod:`llmqueue.margin`: the
+    same arrivals re-simulated with a slower engine and with more traffic; one replica only); a
+    run within ``1 + margin`` of it is judged "metastable"."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
@@ -360,7 +216,7 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
                                          **fleet_accounts(spec))
     theory = theory_for(spec, requests, res.steps)
     if margin is not None:
-        from llmqueue.plan.margin import margin_verdict, regime_margin
+        from llmqueue.margin import margin_verdict, regime_margin
 
         m = regime_margin(spec, requests, margin=margin)
         summary["regime_margin"] = m

@@ -512,7 +512,7 @@ def frontend_latency(probe_dir, calibration: dict, *, step_model: str = "linear"
     ``frontend_latency_s`` is clamped at 0. Fewer than 5 isolated requests is an
     :class:`InputError` that says how far apart to send them.
     """
-    from llmqueue.bench.validate import engine_config, measured_stream, sent_stream, sent_view
+    from llmqueue.bench.replay import engine_config, measured_stream, sent_stream, sent_view
     from llmqueue.engine.step_time import parse_step_time
     from llmqueue.records import read_run
     from llmqueue.simulate import SimSpec, run_simulation

@@ -223,6 +223,6 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
         click.echo(f"note: {line}")
     m = res.get("regime_margin")
     if m:
-        from llmqueue.plan.margin import margin_rows
+        from llmqueue.margin import margin_rows
 
         print_kv(margin_rows(m), title="Distance to the preemption cliff (simulated, the same stream)")

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cost": ("llmqueue.cli.cost_cmd", "cost", "Tokens per dollar, cost per million tokens, error budgets and replica counts."),
     "workload": ("llmqueue.cli.workload_cmd", "workload", "Traces and workload models: convert, stats, fit."),
     "scenario": ("llmqueue.cli.scenario_cmd", "scenario", "Scenario files (workload + deployment + SLOs): check."),
-    "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate one serving replica step by step: records, summary, verdict."),
+    "simulate": ("llmqueue.cli.simulate_cmd", "simulate", "Simulate a serving replica or a fleet step by step: records, summary, verdict."),
     "bench": ("llmqueue.cli.bench_cmd", "bench", "Open-loop benchmark of an OpenAI-compatible server: records, summary, client checks."),
     "import": ("llmqueue.cli.import_cmd", "import_", "Another client's per-request measurements (vLLM bench serve, JSONL, CSV) as a run directory."),
     "profile": ("llmqueue.cli.profile_cmd", "profile", "Measure a server's step-time surface (decode ladders, prefill probes) as a step-time model."),
@@ -62,14 +62,19 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-def _compiled_status() -> str:
+def _print_version(ctx: click.Context, param, value) -> None:
+    """``--version``: the version and whether the engine runs compiled (checked only when asked)."""
+    if not value or ctx.resilient_parsing:
+        return
     from llmqueue.compiled import status
 
-    return status()
+    click.echo(f"llmqueue {__version__} (engine: {status()})")
+    ctx.exit()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="llmqueue", message="%(prog)s %(version)s (engine: " + _compiled_status() + ")")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def cli():
     """llmqueue: LLM inference serving as a queueing system.
 
@@ -189,9 +194,23 @@ def _os_error(e: OSError) -> int:
     return 2
 
 
-def run() -> None:  # pragma: no cover - console script shim
+#: OpenBLAS (numpy's and scipy's wheels each bundle one) starts a thread per core when it loads:
+#: about 50 ms of CPU at numpy's import on two cores, more on a large host. The commands' linear
+#: algebra is small (the theory's sums over length pmfs, a least-squares fit of a few columns), and
+#: a plan's local backend runs a process per core already, so the command line loads it with one
+#: thread; a value set in the environment is kept.
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def run() -> None:  # pragma: no cover - the console script
+    """The ``llmqueue`` command: :func:`main` with one BLAS thread (:data:`BLAS_THREADS`), set
+    before anything imports numpy."""
+    import os
+
+    for k, v in BLAS_THREADS.items():
+        os.environ.setdefault(k, v)
     sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -107,7 +107,7 @@ def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, t
     from llmqueue._progress import wanted
     from llmqueue.hardware import gpu_names
     from llmqueue.knobs import check
-    from llmqueue.plan.capacity import scenario_slos, slo_targets
+    from llmqueue.plan.slo_judge import scenario_slos, slo_targets
     from llmqueue.plan.planner import plan as run_plan
     from llmqueue.plan.space import parse_ints, parse_names, parse_splits
 

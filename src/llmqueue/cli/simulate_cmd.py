@@ -1,4 +1,4 @@
-"""``llmqueue simulate``: one replica, step by step; summary, verdict and theory side by side."""
+"""``llmqueue simulate``: a replica or a fleet, step by step; summary, verdict and theory side by side."""
 
 from __future__ import annotations
 
@@ -26,11 +26,14 @@ from llmqueue.cli.flags import given_flags, knob_options
 @json_option
 @click.pass_context
 def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
-    """Simulate one serving replica step by step with vLLM v1's scheduling semantics.
+    """Simulate a serving replica, or a fleet of them, step by step with vLLM v1's scheduling semantics.
 
-    Prints vLLM bench serve's metrics (TTFT, TPOT, ITL, E2EL percentiles with confidence
-    intervals), the stability verdict from the queue-length trend, the Little's-law check, and
-    the closed-form capacity (KV memory, slots, token budget) beside the simulated throughput.
+    One replica by default; --replicas N puts N behind --router, --disaggregate P:D splits prefill
+    and decode, and a scenario's deployment.pools describes a fleet (pools, lanes, P/D, gateway,
+    autoscalers, faults), all on one clock. Prints vLLM bench serve's metrics (TTFT, TPOT, ITL,
+    E2EL percentiles with confidence intervals), the stability verdict from the queue-length
+    trend, the Little's-law check, and the closed-form capacity (KV memory, slots, token budget)
+    beside the simulated throughput (per replica); a fleet adds its per-pool and per-class tables.
 
     Examples:
 
@@ -41,6 +44,11 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
       --arrival poisson:8 --num-requests 200000 --seed 1
 
       llmqueue simulate --scenario chat --arrival poisson:20 --max-num-seqs 64 --duration 600
+
+      llmqueue simulate --max-num-seqs 1 --prompt-len fixed:1 --output-len fixed:1 --step-time exp:0.1
+      --arrival poisson:20 --num-requests 200000 --replicas 3 --router central
+
+      llmqueue simulate --scenario noon-spike --duration 1800
     """
     import sys
 
@@ -99,7 +107,7 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
     m = s.get("regime_margin")
     if m:
-        from llmqueue.plan.margin import margin_rows
+        from llmqueue.margin import margin_rows
 
         rows += margin_rows(m)
     print_kv(rows, title="Simulation")

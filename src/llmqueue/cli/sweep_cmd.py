@@ -67,7 +67,7 @@ def _rates(text):
 
 
 def _slos(ctx, scenario, flags, percentile) -> dict:
-    from llmqueue.plan.capacity import scenario_slos, slo_targets
+    from llmqueue.plan.slo_judge import scenario_slos, slo_targets
 
     slos = slo_targets(ttft_ms=flags.get("slo_ttft_ms"), tpot_ms=flags.get("slo_tpot_ms"),
                        e2el_ms=flags.get("slo_e2el_ms"), percentile=percentile)

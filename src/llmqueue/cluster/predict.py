@@ -131,7 +131,8 @@ def replica_mu(pool, prompt, output) -> tuple[float, float]:
     found)."""
     import numpy as np
 
-    from llmqueue.engine.step_time import constant_step, parse_step_time
+    from llmqueue.engine.step_model import constant_step
+    from llmqueue.engine.step_time import parse_step_time
     from llmqueue.theory.replica import replica_capacity, saturated_capacity
 
     cfg = pool.config

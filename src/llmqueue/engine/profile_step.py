@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmqueue.engine.step_model import with_drift
 from llmqueue.errors import InputError
 
 PROFILE_FILE = "profile.json"
@@ -350,8 +351,6 @@ class ProfileStepTime:
 
     def with_drift(self, sd: float, span_s: float = 10.0):
         """This model with the engine's speed drifting by ``sd`` over windows of ``span_s`` seconds."""
-        from llmqueue.engine.step_time import with_drift
-
         return with_drift(self, sd, span_s) if sd > 0 else self
 
     def mean_factor(self) -> float:

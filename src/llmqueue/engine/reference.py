@@ -36,7 +36,8 @@ from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.limits import sample_index_before
 from llmqueue.engine.scheduler import Scheduler
-from llmqueue.engine.step_time import drift_stream, noise_stream, parse_step_time
+from llmqueue.engine.step_model import drift_stream, noise_stream
+from llmqueue.engine.step_time import parse_step_time
 from llmqueue.errors import InputError
 
 
@@ -125,13 +126,13 @@ class ReferenceReplica:
 
     def step_chunks(self) -> list:
         """The step records so far as one column chunk (when no ``on_step`` was given)."""
-        from llmqueue.engine.run import _columns
+        from llmqueue.engine.replica import _columns
 
         return [_columns(self._step_rows, STEP_FIELDS, ("start_s", "duration_s"))]
 
     def timeseries_chunks(self) -> list:
         """The time-series rows so far as one column chunk (when no ``on_sample`` was given)."""
-        from llmqueue.engine.run import _columns
+        from llmqueue.engine.replica import _columns
 
         return [_columns(self._sample_rows, TS_FIELDS, ("t_s",))]
 

@@ -51,8 +51,8 @@ from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
 from llmqueue.engine.stream import CHUNK, ChunkLists, RequestStream
-from llmqueue.engine.step_time import (StepTimeModel, constant_step, drift_stream, linear_decode, noise_stream,
-                                         parse_step_time)
+from llmqueue.engine.step_model import constant_step, drift_stream, linear_decode, noise_stream
+from llmqueue.engine.step_time import StepTimeModel, parse_step_time
 from llmqueue.errors import InputError
 
 # Final: in the compiled build a static load, not a lookup in the module's dictionary

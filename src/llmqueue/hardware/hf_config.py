@@ -1,4 +1,4 @@
-"""Build a :class:`~llmqueue.hardware.catalog.ModelSpec` from a Hugging Face ``config.json``.
+"""Build a :class:`~llmqueue.hardware.specs.ModelSpec` from a Hugging Face ``config.json``.
 
 Reads the standard keys (``num_hidden_layers``, ``hidden_size``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from llmqueue.errors import InputError
-from llmqueue.hardware.catalog import ModelSpec
+from llmqueue.hardware.specs import ModelSpec
 
 # model_type values whose MLP is two matrices (up, down) rather than gate/up/down.
 _PLAIN_MLP = {"gpt2", "gptj", "gpt_neox", "gpt_neo", "opt", "bloom", "falcon", "phi", "gpt_bigcode",

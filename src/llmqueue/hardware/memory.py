@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from llmqueue._result import Result
 from llmqueue._validate import nonnegative, positive_int, probability
 from llmqueue.errors import InputError
-from llmqueue.hardware.catalog import GiB, GpuSpec, ModelSpec, get_gpu, get_model
+from llmqueue.hardware.catalog import get_gpu, get_model
+from llmqueue.hardware.specs import GiB, GpuSpec, ModelSpec
 
 #: Bytes per element of each storage type (int4 is a weight-only format: half a byte).
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}

@@ -100,20 +100,24 @@ def _interval(center: float, values: np.ndarray, level: float, method: str, n: f
     return Interval(float(center), float(center - hw), float(center + hw), level, method, n, k)
 
 
-def _check_common(x, weights, level):
-    level = probability("level", level)
+def _check_data(x, weights):
     x = np.asarray(x, dtype=np.float64).ravel()
     if not np.isfinite(x).all():
         raise InputError("x", "holds NaN or inf", "drop unobserved values before computing a CI")
     if weights is None:
-        return x, None, level
+        return x, None
     w = np.asarray(weights, dtype=np.float64).ravel()
     if w.shape != x.shape:
         raise InputError("weights", f"length {len(w)} differs from the data's {len(x)}")
     if not np.isfinite(w).all() or (w < 0).any():
         raise InputError("weights", "must be finite and >= 0")
     keep = w > 0
-    return x[keep], w[keep], level
+    return x[keep], w[keep]
+
+
+def _check_common(x, weights, level):
+    level = probability("level", level)
+    return (*_check_data(x, weights), level)
 
 
 def _batch_ids(n: int, w: np.ndarray | None, k: int) -> np.ndarray:
@@ -122,6 +126,79 @@ def _batch_ids(n: int, w: np.ndarray | None, k: int) -> np.ndarray:
         return (np.arange(n) * k) // n
     before = np.cumsum(w) - w  # weight strictly before each observation
     return np.minimum((before * k / w.sum()).astype(np.int64), k - 1)
+
+
+class OrderedSample:
+    """Time-ordered observations ``x`` (optionally weighted, e.g. tokens per step record), sorted
+    once so that many quantiles and their intervals cost one sort.
+
+    :meth:`percentile` is ``np.percentile(x, q)`` (numpy's linear interpolation; with weights,
+    :func:`weighted_percentile`), the same numbers; :meth:`quantile_cis` is
+    :func:`batch_quantile_ci` (the indicator method) for several ``p`` at once. NaN or inf in
+    ``x``, or weights that are negative or not finite, are refused; zero weights are dropped.
+    """
+
+    def __init__(self, x, weights=None):
+        self.x, self.w = _check_data(x, weights)
+        self._batches: dict = {}
+        if self.w is None:
+            self.sorted, self.cum = np.sort(self.x), None
+        else:
+            order = np.argsort(self.x, kind="stable")
+            self.sorted, self.cum = self.x[order], np.cumsum(self.w[order])
+
+    @property
+    def total(self) -> float:
+        """Observations, or their total weight."""
+        return float(len(self.x) if self.w is None else self.w.sum())
+
+    def percentile(self, q):
+        """The ``q``-th percentiles (``q`` in percent, scalar or array)."""
+        if self.cum is None:
+            return np.percentile(self.sorted, q)  # the same order statistics as x's: the same numbers
+        return _percentile_of_sorted(self.sorted, self.cum, q)
+
+    def batches(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The contiguous batch index of each observation (:func:`_batch_ids`) and each batch's
+        count (weight), for ``k`` batches."""
+        if k not in self._batches:
+            ids = _batch_ids(len(self.x), self.w, k)
+            self._batches[k] = (ids, np.bincount(ids, weights=self.w, minlength=k).astype(np.float64))
+        return self._batches[k]
+
+    def quantile_cis(self, ps, *, level: float = DEFAULT_LEVEL, batches: int = DEFAULT_BATCHES,
+                     min_batches: int = MIN_BATCHES, min_tail: float = MIN_TAIL) -> list:
+        """:func:`batch_quantile_ci` (``method="indicator"``) for each ``p`` in ``ps``: the
+        batched CDF at the overall p-quantile, inverted (an :class:`Interval` or None each)."""
+        level = probability("level", level)
+        batches = positive_int("batches", batches, minimum=2)
+        min_batches = positive_int("min_batches", min_batches, minimum=2)
+        ps = [probability("p", p) for p in ps]
+        total = self.total
+        out: list = [None] * len(ps)
+        ks = [min(batches, int(total * min(p, 1 - p) // min_tail)) if total > 0 else 0 for p in ps]
+        todo = [i for i, k in enumerate(ks) if not (k < min_batches or len(self.x) < k)]
+        if not todo:
+            return out
+        centers = self.percentile(np.array([100.0 * ps[i] for i in todo]))
+        bounds = {}
+        for i, center in zip(todo, centers):
+            p, k = ps[i], ks[i]
+            ids, per_batch = self.batches(k)
+            below = np.bincount(ids, weights=(self.x <= center) if self.w is None else self.w * (self.x <= center),
+                                minlength=k)
+            with np.errstate(invalid="ignore", divide="ignore"):  # a batch of zero weight: no interval below
+                frac = below / per_batch
+            h = t_quantile(level, k - 1) * float(np.std(frac, ddof=1)) / math.sqrt(k)
+            if not (0 < p - h and p + h < 1) or h <= 0:
+                continue
+            bounds[i] = (float(center), p, h, k)
+        if bounds:
+            qs = self.percentile(100.0 * np.array([v for _, p, h, _ in bounds.values() for v in (p - h, p + h)]))
+            for j, (i, (center, _, _, k)) in enumerate(bounds.items()):
+                lo, hi = float(qs[2 * j]), float(qs[2 * j + 1])
+                out[i] = Interval(center, min(lo, center), max(hi, center), level, "batch_indicator", total, k)
+        return out
 
 
 def weighted_percentile(x, weights, q):
@@ -136,10 +213,14 @@ def weighted_percentile(x, weights, q):
     order = np.argsort(x, kind="stable")
     xs, ws = x[order], w[order]
     keep = ws > 0
-    xs, ws = xs[keep], ws[keep]
+    return _percentile_of_sorted(xs[keep], np.cumsum(ws[keep]), q)
+
+
+def _percentile_of_sorted(xs: np.ndarray, cum: np.ndarray, q):
+    """:func:`weighted_percentile` of the sorted values ``xs`` whose cumulative positive weights
+    are ``cum`` (``cum[i]``: the 1-based rank of the last copy of ``xs[i]``)."""
     if len(xs) == 0:
         raise InputError("x", "no observations with positive weight")
-    cum = np.cumsum(ws)  # 1-based rank of the last copy of each value
     N = cum[-1]
     h = (N - 1) * np.asarray(q, dtype=np.float64) / 100.0  # 0-based fractional rank
     lo = np.floor(h)
@@ -179,12 +260,16 @@ def batch_means_ci(x, *, weights=None, level: float = DEFAULT_LEVEL, batches: in
     if k < min_batches or len(x) < k:
         return None
     ids = _batch_ids(len(x), w, k)
-    ww = np.ones_like(x) if w is None else w
-    sums = np.bincount(ids, weights=ww * x, minlength=k)
-    wsum = np.bincount(ids, weights=ww, minlength=k)
+    if w is None:  # unit weights: the same sums, without building them
+        sums = np.bincount(ids, weights=x, minlength=k)
+        wsum = np.bincount(ids, minlength=k).astype(np.float64)
+        center = float(np.sum(x) / len(x))
+    else:
+        sums = np.bincount(ids, weights=w * x, minlength=k)
+        wsum = np.bincount(ids, weights=w, minlength=k)
+        center = float(np.sum(w * x) / np.sum(w))
     if (wsum <= 0).any():
         return None
-    center = float(np.sum(ww * x) / np.sum(ww))
     return _interval(center, sums / wsum, level, "batch_means", total)
 
 
@@ -219,32 +304,22 @@ def batch_quantile_ci(x, p: float, *, weights=None, level: float = DEFAULT_LEVEL
     min_batches = positive_int("min_batches", min_batches, minimum=2)
     if method not in ("indicator", "batch_quantiles"):
         raise InputError("method", f"unknown method {method!r}", "use 'indicator' or 'batch_quantiles'")
-    total = float(len(x) if w is None else w.sum())
-    tail = min(p, 1 - p)
-    k = min(batches, int(total * tail // min_tail)) if total > 0 else 0
+    sample = OrderedSample(x, w)
+    if method == "indicator":
+        return sample.quantile_cis([p], level=level, batches=batches, min_batches=min_batches, min_tail=min_tail)[0]
+    total = sample.total
+    k = min(batches, int(total * min(p, 1 - p) // min_tail)) if total > 0 else 0
     if k < min_batches or len(x) < k:
         return None
     ids = _batch_ids(len(x), w, k)
     q = 100.0 * p
-    ww = np.ones_like(x) if w is None else w
 
-    def quantile(qq, sel=None):
-        if sel is None:
-            return np.percentile(x, qq) if w is None else weighted_percentile(x, w, qq)
-        return np.percentile(x[sel], qq) if w is None else weighted_percentile(x[sel], w[sel], qq)
+    def batch_quantile(j):
+        sel = ids == j
+        return np.percentile(x[sel], q) if w is None else weighted_percentile(x[sel], w[sel], q)
 
-    center = float(quantile(q))
-    if method == "batch_quantiles":
-        est = np.array([quantile(q, ids == j) for j in range(k)])
-        return _interval(center, est, level, "batch_quantiles", total)
-    below = np.bincount(ids, weights=ww * (x <= center), minlength=k)
-    with np.errstate(invalid="ignore", divide="ignore"):  # a batch of zero weight: no interval below
-        frac = below / np.bincount(ids, weights=ww, minlength=k)
-    h = t_quantile(level, k - 1) * float(np.std(frac, ddof=1)) / math.sqrt(k)
-    if not (0 < p - h and p + h < 1) or h <= 0:
-        return None
-    lo, hi = (float(v) for v in quantile(100.0 * np.array([p - h, p + h])))
-    return Interval(center, min(lo, center), max(hi, center), level, "batch_indicator", total, k)
+    est = np.array([batch_quantile(j) for j in range(k)])
+    return _interval(float(sample.percentile(q)), est, level, "batch_quantiles", total)
 
 
 def replication_ci(estimates, *, level: float = DEFAULT_LEVEL) -> Interval | None:

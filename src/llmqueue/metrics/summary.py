@@ -65,14 +65,7 @@ import numpy as np
 from llmqueue._validate import positive
 from llmqueue.errors import InputError
 from llmqueue.metrics._common import StepFunction, finite_or_none, window
-from llmqueue.metrics.ci import (
-    DEFAULT_BATCHES,
-    DEFAULT_LEVEL,
-    batch_means_ci,
-    batch_quantile_ci,
-    weighted_mean_std,
-    weighted_percentile,
-)
+from llmqueue.metrics.ci import DEFAULT_BATCHES, DEFAULT_LEVEL, OrderedSample, batch_means_ci, weighted_mean_std
 from llmqueue.metrics.little import little_check
 from llmqueue.metrics.slo import good_mask, goodput_targets, has_per_request, slo_attainment
 from llmqueue.metrics.stability import FAILED_STATUSES, stability_verdict, system_verdict
@@ -114,19 +107,20 @@ def _stats(out: dict, name: str, x: np.ndarray, w, percentiles, level: float, ba
             out[f"p{percentile_word(p)}_{name}_ms_ci"] = None
         return
     mean, std = weighted_mean_std(x, w)
-    qs = np.asarray(percentiles, dtype=np.float64)
-    vals = np.percentile(x, qs) if w is None else weighted_percentile(x, w, qs)
-    median = float(np.percentile(x, 50)) if w is None else float(weighted_percentile(x, w, 50))
+    sample = OrderedSample(x, w)  # sorted once for every percentile and its interval
+    vals = sample.percentile(np.asarray(percentiles, dtype=np.float64))
+    median = float(sample.percentile(50))
     out[f"mean_{name}_ms"] = 1000 * mean
     out[f"median_{name}_ms"] = 1000 * median
     out[f"std_{name}_ms"] = 1000 * std
     ci = batch_means_ci(x, weights=w, level=level, batches=batches)
     out[f"mean_{name}_ms_ci"] = ci.scaled(1000).as_list() if ci else None
+    inner = [p for p in percentiles if 0 < p < 100]
+    cis = dict(zip(inner, sample.quantile_cis([p / 100 for p in inner], level=level, batches=batches)))
     for p, v in zip(percentiles, vals):
         word = percentile_word(p)
         out[f"p{word}_{name}_ms"] = 1000 * float(v)
-        ci = batch_quantile_ci(x, p / 100, weights=w, level=level, batches=batches) \
-            if 0 < p < 100 else None
+        ci = cis.get(p)
         out[f"p{word}_{name}_ms_ci"] = ci.scaled(1000).as_list() if ci else None
 
 

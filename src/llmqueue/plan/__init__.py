@@ -5,7 +5,8 @@
   curves with their knee, the theory's capacity ``mu``, the simulated stability bracket and the
   SLO line.
 - :func:`capacity_search` (:mod:`llmqueue.plan.capacity`): the highest arrival rate whose
-  simulated percentiles meet SLO targets (:func:`judge`), confirmed at the answer and at +10%.
+  simulated percentiles meet SLO targets, confirmed at the answer and at +10%.
+- :func:`judge` (:mod:`llmqueue.plan.slo_judge`): whether a run's summary meets SLO targets.
 - Backends (:mod:`llmqueue.plan.backends`): ``serial``, ``local`` (process pool), ``ray``.
 - Points (:mod:`llmqueue.plan.points`): the spec factories of :mod:`llmqueue.spec`
   (:func:`scenario_spec`, a scenario with knob overrides; ``build_spec``, the knobs alone), rate
@@ -27,9 +28,9 @@ _EXPORTS = {
     "knee": "sweep_run",
     "capacity_search": "capacity",
     "CapacityResult": "capacity",
-    "judge": "capacity",
-    "slo_targets": "capacity",
-    "scenario_slos": "capacity",
+    "judge": "slo_judge",
+    "slo_targets": "slo_judge",
+    "scenario_slos": "slo_judge",
     "get_backend": "backends",
     "Backend": "backends",
     "SerialBackend": "backends",

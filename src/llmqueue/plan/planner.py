@@ -31,7 +31,7 @@ the SLOs, whatever the simulation would say) when
 the configuration's fields), are simulated with the fleet simulator (every configuration with
 the same seed: common random numbers; the scenario's warm-up excluded; ``duration`` long enough
 for a p99 confidence interval, about 10,000 requests in the window) and judged by
-:func:`llmqueue.plan.capacity.judge`: for each target the **upper bound of the 95% confidence
+:func:`llmqueue.plan.slo_judge.judge`: for each target the **upper bound of the 95% confidence
 interval** of the simulated p99 must be within the target (the point estimate when the run gives
 no interval: ``basis: estimate``), at most 1% of requests may fail, and the queue must not grow
 (stability verdict ``stable``). Simulation stops at the first configuration in that order that
@@ -121,7 +121,7 @@ class PlanResult:
         return out
 
     def to_dict(self) -> dict:
-        from llmqueue.plan.capacity import SLO_RULE
+        from llmqueue.plan.slo_judge import SLO_RULE
         from llmqueue.plan.points import jsonable
 
         rec = self.recommended
@@ -252,7 +252,7 @@ def _burst(wl: Workload, slos: dict, rho_max: float, *, rate: float, slots: int)
     """The burst bound (:mod:`llmqueue.plan.burst`) on each TTFT percentile target: ``rate`` and
     ``slots`` of the replicas that make first tokens (all of them, or a split's prefill pool)."""
     from llmqueue.plan.burst import burst_reason
-    from llmqueue.plan.capacity import _percentile_of
+    from llmqueue.plan.slo_judge import percentile_of
 
     if math.isinf(rate):
         return None
@@ -260,7 +260,7 @@ def _burst(wl: Workload, slos: dict, rho_max: float, *, rate: float, slots: int)
         if key.endswith("_ttft_ms"):
             r = burst_reason(wl.arrivals, wl.warmup_s, rate_bound=rate, rho_max=rho_max,
                              slots=slots, ttft_target_ms=target,
-                             share=1.0 - _percentile_of(key) / 100.0)
+                             share=1.0 - percentile_of(key) / 100.0)
             if r is not None:
                 return r
     return None
@@ -313,7 +313,7 @@ def simulate_configs(scenario: str, configs: list[Config], slos: dict, *, durati
     seconds, seed ``seed`` for all; ``inputs``: the step model and ``M`` replacing the roofline)
     and judge it; one brief dict each (p99s with CIs, verdict, ``meets``, ``reasons``,
     throughput, cost per million output tokens)."""
-    from llmqueue.plan.capacity import judge
+    from llmqueue.plan.slo_judge import judge
     from llmqueue.plan.sweep_run import run_points
     from llmqueue.spec import scenario_spec
 

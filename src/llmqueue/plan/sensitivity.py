@@ -1,7 +1,7 @@
 """How robust the planner's answer is: the recommended deployment under perturbed conditions.
 
 The planner verifies one configuration against one arrival path. Each row here simulates the
-same configuration (same seed, same duration, judged by :func:`llmqueue.plan.capacity.judge`)
+same configuration (same seed, same duration, judged by :func:`llmqueue.plan.slo_judge.judge`)
 with one thing changed:
 
 - ``+20% traffic``: the arrival process rescaled to ``1.2 lam``, keeping its shape (levels,
@@ -80,7 +80,8 @@ def sensitivity(scenario: str, config, slos: dict, *, lam: float, warmup_s: floa
 def _run(scenario, config, slos, lam, warmup_s, duration, seed, backend, out_dir, margin, t0, inputs) -> dict:
     import time
 
-    from llmqueue.plan.capacity import capacity_search, judge
+    from llmqueue.plan.capacity import capacity_search
+    from llmqueue.plan.slo_judge import judge
     from llmqueue.plan.sweep_run import run_points
     from llmqueue.spec import scenario_spec
 

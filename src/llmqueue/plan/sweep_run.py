@@ -18,7 +18,7 @@ Per point, the table (:meth:`SweepResult.rows`) holds the coordinates, the seed,
 TTFT/TPOT/ITL/E2EL/queue latencies (mean, p50, p90, p99, with the 95% confidence intervals of
 the mean and p99 as ``..._ci_lo``/``..._ci_hi``), the stability verdict, Little's-law gap, the
 closed-form capacity ``theory_mu`` (and which bound binds) and, with SLOs, the SLO judgement of
-:func:`llmqueue.plan.capacity.judge`.
+:func:`llmqueue.plan.slo_judge.judge`.
 
 Curves (one per combination of the non-rate parameters, when rates are swept): latency versus
 load with
@@ -318,7 +318,7 @@ def point_row(p: PointResult, slos: dict | None = None) -> dict:
                theory_verdict=th.get("verdict"), theory_b=th.get("b"), theory_mu_kv=th.get("mu_kv"),
                theory_mu_seqs=th.get("mu_seqs"), theory_mu_tokens=th.get("mu_tokens"))
     if slos:
-        from llmqueue.plan.capacity import judge
+        from llmqueue.plan.slo_judge import judge
 
         j = judge(s, slos)
         row["slo_met"] = j["meets"]
@@ -473,7 +473,7 @@ def sweep(factory, base: dict, *, rates=None, params: dict | None = None, seeds:
     ``{name: [values]}``. ``backend``: ``local`` (processes), ``serial``, ``ray``, or a
     :class:`~llmqueue.plan.backends.Backend`. ``out_dir``: the cache (``points/``), the runs
     (``runs/`` with ``keep_runs``) and, written by :meth:`SweepResult.write`, the table. ``slos``:
-    ``{"p99_ttft_ms": 2000, "p99_tpot_ms": 50}`` (judged as :func:`llmqueue.plan.capacity.judge`).
+    ``{"p99_ttft_ms": 2000, "p99_tpot_ms": 50}`` (judged as :func:`llmqueue.plan.slo_judge.judge`).
     """
     from llmqueue._validate import positive
     from llmqueue.plan.backends import get_backend
@@ -514,6 +514,6 @@ def sweep(factory, base: dict, *, rates=None, params: dict | None = None, seeds:
 
 
 def _slo_rule() -> str:
-    from llmqueue.plan.capacity import SLO_RULE
+    from llmqueue.plan.slo_judge import SLO_RULE
 
     return SLO_RULE

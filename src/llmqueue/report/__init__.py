@@ -1,6 +1,8 @@
 """Plots and a single-file HTML report of a run directory, a sweep directory or a seed's figure.
 
-- ``build``: :func:`build_report` (``llmqueue report DIR -o report.html``), :class:`Report`.
+- ``build``: :func:`build_report` (``llmqueue report DIR -o report.html``).
+- ``page``: one page written with its figures and PNGs (:func:`~llmqueue.report.page.write`), :class:`Report`.
+- ``plan_page``: the report of a plan directory.
 - ``sources``: what a report reads: run directories (and ``validate.json`` / a simulated twin),
   sweep directories and the ``sweep.json`` interface (:func:`load`, :func:`kind_of`).
 - ``series``: the numbers behind the plots (queue and KV series, latencies over time and per
@@ -24,8 +26,8 @@ _EXPORTS = {
     "build_report": "build",
     "run_report": "build",
     "sweep_report": "build",
-    "default_png_dir": "build",
-    "Report": "build",
+    "default_png_dir": "page",
+    "Report": "page",
     "load": "sources",
     "load_run": "sources",
     "load_sweep": "sources",

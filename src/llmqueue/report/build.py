@@ -23,94 +23,14 @@ stem>_png/`` beside the HTML).
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmqueue.errors import InputError
 from llmqueue.report import html as H
 from llmqueue.report import series, sources
-
-
-@dataclass
-class Report:
-    """What :func:`build_report` wrote."""
-
-    kind: str  # "run", "sweep", "kv-stability-figure", "batch-figure"
-    html_path: Path
-    png_paths: list = field(default_factory=list)
-    source: str | None = None
-    notes: list = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "html": str(self.html_path), "png": [str(p) for p in self.png_paths],
-                "source": self.source, "notes": list(self.notes)}
-
-
-_FIG = re.compile(r"<!--figure:(\w+)-->")
-
-
-def fig(name: str) -> str:
-    """A placeholder in the body that :func:`write` replaces with the rendered figure ``name``."""
-    return f"<!--figure:{name}-->"
-
-
-def default_png_dir(out) -> Path:
-    out = Path(out)
-    return out.with_name(f"{out.stem}_png")
-
-
-def _version() -> str:
-    from llmqueue import __version__
-
-    return __version__
-
-
-def _check_output(out) -> Path:
-    out = Path(out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise InputError("output", f"{out} does not end in .html", "name the report e.g. report.html")
-    if out.is_dir():
-        raise InputError("output", f"{out} is a directory", "give a file name such as report.html")
-    return out
-
-
-def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels: list, *,
-          source: str | None = None, notes=(), bar=None) -> Report:
-    """Render ``panels`` (:class:`~llmqueue.report.interactive.Panel`) into the page where ``body``
-    holds their :func:`fig` placeholders, write each panel's PNG (those that have one) and the page.
-    ``bar``: a progress bar, moved one step per PNG and one for the page."""
-    from llmqueue.report import interactive as I
-    from llmqueue.report.figures import png_bytes
-
-    out = _check_output(out)
-    png_dir = Path(png_dir) if png_dir is not None else default_png_dir(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    png_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    rendered = {}
-    for p in panels:
-        if p.png is not None:
-            path = png_dir / f"{p.name}.png"
-            path.write_bytes(png_bytes(p.png))
-            paths.append(path)
-            if bar is not None:
-                bar.update(1)
-        rendered[p.name] = H.plot_html(I.div(p.plot, p.name), p.caption)
-    parts = [_FIG.sub(lambda m: rendered.get(m.group(1), ""), b) for b in body]
-    footer = (f"Made by llmqueue {H.esc(_version())} <code>llmqueue report</code>. The page is self-contained "
-              "(plotly.js is inlined; it needs no network). On a figure: hover for values, drag to zoom, "
-              "double-click to zoom out, click a legend entry to hide it; the buttons above a figure switch "
-              "between linear and log axes and the camera icon saves it as PNG.")
-    if paths:
-        footer += f" The static figures are also in {H.esc(str(png_dir))}/."
-    head = H.script(I.plotly_js()) if panels else ""
-    out.write_text(H.page(title=title, subtitle=subtitle, body=parts, head_extra=head, footer=footer),
-                   encoding="utf-8")
-    if bar is not None:
-        bar.update(1)
-    return Report(kind=kind, html_path=out, png_paths=paths, source=source, notes=list(notes))
+from llmqueue.report.page import Report, check_output, fig, write
+from llmqueue.report.plan_page import plan_report
 
 
 def left_out_note(left_out: list) -> str:
@@ -128,14 +48,12 @@ def build_report(source, out, *, png_dir=None, compare=None, title: str | None =
     named by the run's ``validate.json`` (``"sim_dir"``) is used when present. ``progress``: a
     bar on stderr over the figures, their PNGs and the page.
     """
-    _check_output(out)
+    check_output(out)
     kind = sources.kind_of(source)
     if kind == "plan":
         if compare is not None:
             raise InputError("compare", "--compare overlays one run on another; a plan has no twin",
                              "drop --compare, or report a run directory")
-        from llmqueue.report.plan_page import plan_report
-
         return plan_report(source, out, png_dir=png_dir, title=title)
     if kind == "sweep":
         if compare is not None:
@@ -398,7 +316,7 @@ def build_comparison(dirs, out, *, png_dir=None, title: str | None = None, progr
     labelled by its directory name."""
     from llmqueue.report.fleet_panels import compare_queue_panel, fleet_panels
 
-    _check_output(out)
+    check_output(out)
     runs = []
     for d in dirs:
         if sources.kind_of(d) != "run":

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from llmqueue.errors import InputError
 from llmqueue.report import html as H
+from llmqueue.report.page import fig, write
 
 PLAN_FILE = "plan.json"
 METRICS = (("p99_ttft_ms", "TTFT", "ttft_bound_ms"), ("p99_tpot_ms", "TPOT", "tpot_bound_ms"))
@@ -222,9 +223,7 @@ def frontier_table(d: dict) -> H.Table:
 
 def plan_report(plan_dir, out, *, png_dir=None, title: str | None = None):
     """Write the page of the plan in ``plan_dir`` to ``out`` (an ``.html`` path); a
-    :class:`~llmqueue.report.build.Report`."""
-    from llmqueue.report.build import fig, write
-
+    :class:`~llmqueue.report.page.Report`."""
     d = load_plan(plan_dir)
     panel = frontier_panel(d)
     body = [H.section("Plan", summary_table(d).html(), anchor="plan"),

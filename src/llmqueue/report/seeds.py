@@ -19,7 +19,7 @@ import numpy as np
 
 from llmqueue.report import html as H
 from llmqueue.report import interactive as I
-from llmqueue.report.build import Report, fig, write
+from llmqueue.report.page import Report, fig, write
 
 SEED004_RATES = (1.0, 3.0, 5.0, 20.0, 50.0)
 SEED004_SETTING = {"capacity_tokens": 131000, "step_time": 0.0372, "chunk": 512,

@@ -1,22 +1,21 @@
-"""Regime margins (llmqueue.plan.margin): the distance of a run without preemption to the
+"""Regime margins (llmqueue.margin): the distance of a run without preemption to the
 preemption cliff of a KV-bound engine, in Nie et al.'s 1:1 setting (M = 131,000 tokens, chunk
 512, b = 0.0372 s, U(10, 1600) prompts and outputs; their thrashing capacity mu = 3.263 req/s)."""
 
 import json
 
 import pytest
+from _cli import run_cli
 
-from llmqueue.cli.main import main
-from llmqueue.plan.margin import preemptions, regime_margin
+from llmqueue.margin import preemptions, regime_margin
 from llmqueue.spec import spec_from_flags
 
 FLAGS = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512", "--prompt-len", "uniform:10:1600",
          "--output-len", "uniform:10:1600", "--duration", "1800", "--seed", "1", "--no-progress"]
 
 
-def _run(capsys, rate, *extra):
-    code = main(["simulate", *FLAGS, "--rate", str(rate), "--json", *extra])
-    out, err = capsys.readouterr()
+def _run(rate, *extra):
+    code, out, err = run_cli("simulate", *FLAGS, "--rate", str(rate), "--json", *extra)
     assert code == 0, err
     d = json.loads(out)
     return d
@@ -72,17 +71,16 @@ def test_the_rate_without_preemption_is_one_capacity_below_the_thrashing_one(mar
     assert max(rates) < 0.9 * 3.263
 
 
-def test_the_command_line_says_metastable(capsys):
-    d = _run(capsys, 2.3, "--margin", "0.1")
+def test_the_command_line_says_metastable():
+    d = _run(2.3, "--margin", "0.1")
     assert d["verdict"].startswith("metastable") and d["regime_margin"]["regime"] == "metastable"
-    d = _run(capsys, 1.5, "--margin", "0.1")
+    d = _run(1.5, "--margin", "0.1")
     assert d["verdict"].startswith("stable") and d["regime_margin"]["regime"] == "clear"
 
 
 @pytest.mark.parametrize("extra,fragment", [(["--margin", "0"], "margin"), (["--margin", "5"], "margin"),
                                             (["--margin", "0.1", "--replicas", "2"], "margin")])
-def test_bad_margins_are_one_line(capsys, extra, fragment):
-    code = main(["simulate", *FLAGS, "--rate", "1", *extra])
-    _, err = capsys.readouterr()
+def test_bad_margins_are_one_line(extra, fragment):
+    code, _, err = run_cli("simulate", *FLAGS, "--rate", "1", *extra)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err
