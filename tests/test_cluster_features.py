@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from llmqueue.cluster import simulate_fleet
-from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, KVLink, Lane,
-                                   Pool, RateLimit)
+from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, Lane, Pool,
+                                   RateLimit)
 from llmqueue.engine import EngineConfig
 from llmqueue.engine.options import SimOptions
 from llmqueue.errors import InputError
@@ -22,7 +22,7 @@ ONE = EngineConfig.from_capacity(1 << 30, max_num_seqs=1)
 def _pd(step="exp:0.1", link=None, p=1, d=1, config=ONE, kvb=0.0):
     return FleetSpec(pools=[Pool("prefill", config, step, p, "least-outstanding", role="prefill", kv_bytes_per_token=kvb),
                             Pool("decode", config, step, d, "least-outstanding", role="decode", kv_bytes_per_token=kvb)],
-                     disaggregation=Disaggregation("prefill", "decode", link or KVLink()))
+                     disaggregation=Disaggregation("prefill", "decode", **(link or {})))
 
 
 def test_pd_is_a_tandem_of_two_mm1_queues():
@@ -55,7 +55,7 @@ def test_the_kv_link_is_a_fifo_queue():
     KV takes 1 s on the link, so two prefills ending together deliver 1.001 s and 2.001 s later."""
     cfg = EngineConfig.from_capacity(1 << 20, max_num_seqs=4)
     reqs = RequestArrays([0, 1], [0.0, 0.0], [1000, 1000], [3, 3])
-    spec = _pd(step=0.05, link=KVLink(gbps=8.0, latency_ms=1.0), config=cfg, kvb=1e6)
+    spec = _pd(step=0.05, link=dict(kv_link_gbps=8.0, kv_link_latency_ms=1.0), config=cfg, kvb=1e6)
     q = simulate_fleet(spec, reqs, options=SimOptions(sample_dt=0)).requests
     assert sorted(np.round(q["kv_transfer_s"], 6)) == [1.001, 2.001]
     assert (q["status"] == "ok").all()

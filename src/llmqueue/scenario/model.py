@@ -48,10 +48,17 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from llmqueue._schema import Float, Int, _clean_name, _Problem, _Section
+from llmqueue.cluster.spec import Autoscaler, Disaggregation, Fault, Gateway, Lane
 from llmqueue.errors import InputError, LlmqueueError
-from llmqueue.scenario._base import Float, Int, _base, _clean_name, _Problem, _Section  # noqa: F401
-from llmqueue.scenario.fleet import (AutoscalerConfig, DisaggregationConfig, FaultConfig, GatewayConfig, LaneConfig,
-                                     PoolConfig)
+from llmqueue.scenario.fleet import PoolConfig
+
+
+def _base(info: ValidationInfo) -> Path | None:
+    """The folder relative paths in the file resolve against (the validation context's ``base_dir``)."""
+    ctx = info.context or {}
+    b = ctx.get("base_dir")
+    return Path(b) if b is not None else None
 
 
 # --- spec fields ---------------------------------------------------------------------------------
@@ -361,11 +368,11 @@ class DeploymentConfig(_knob_fields("deployment")):
     """
 
     pools: list[PoolConfig] | None = None
-    lanes: list[LaneConfig] | None = None
-    disaggregation: DisaggregationConfig | None = None
-    gateway: GatewayConfig | None = None
-    autoscalers: list[AutoscalerConfig] | None = None
-    faults: list[FaultConfig] | None = None
+    lanes: list[Lane] | None = None
+    disaggregation: Disaggregation | None = None
+    gateway: Gateway | None = None
+    autoscalers: list[Autoscaler] | None = None
+    faults: list[Fault] | None = None
 
     _model: Any = PrivateAttr(default=None)
     _gpu: Any = PrivateAttr(default=None)
