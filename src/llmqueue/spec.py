@@ -43,7 +43,9 @@ def engine_config(M: float, **knobs):
     budget = check("chunk", chunk) if chunk is not None else budget
     kw = {name: check(name, knobs.get(name, BY_NAME[name].default)) for name in _ENGINE}
     if kw["preemption"] is None:
-        kw["preemption"] = "lowest-priority" if kw["policy"] == "priority" else "newest"
+        from llmqueue.engine.policies import default_victim
+
+        kw["preemption"] = default_victim(kw["policy"])
     kw["max_model_len"] = kw["max_model_len"] or 0
     kw = {_ENGINE_FIELD.get(k, k): v for k, v in kw.items()}
     block_size = kw.pop("block_size")
@@ -77,10 +79,10 @@ def _capacity(f: dict):
 
 
 def _step_time(f: dict, model):
-    from llmqueue.engine.step_time import parse_step_time, roofline_model
+    from llmqueue.engine.step_time import is_roofline, parse_step_time, roofline_model
 
     st = f["step_time"]
-    if st is None or (isinstance(st, str) and st.strip().lower() == "roofline"):
+    if st is None or is_roofline(st):
         if model is None or f["gpu"] is None:
             raise InputError("step_time", "no step-time model" if st is None else "roofline needs --model and --gpu",
                              "give --step-time (e.g. 0.0372, exp:0.1, linear:c0=..:decode=..) or --model and --gpu "
