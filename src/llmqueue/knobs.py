@@ -32,7 +32,7 @@ from llmqueue.errors import InputError
 GROUPS = ("engine", "workload", "run")
 
 
-def registry(path: str) -> dict:
+def load_registry(path: str) -> dict:
     """The registry ``"module:NAME"`` (a dict by name of help lines, or of policies or forms with
     ``help``), imported on first use: a knob's choices and help read it, and ``llmqueue kv``
     starts without the simulator."""
@@ -44,8 +44,8 @@ def registry(path: str) -> dict:
 class Knob:
     """One knob. ``type``: ``int``, ``float``, ``bool``, ``str``, or ``object`` (a spec given as
     text on the command line, text or a number in a scenario file). ``text``: its help, which
-    lists the entries of ``names`` (a :func:`registry`: a ``str`` knob's value is one of their
-    names, an ``object`` knob's a spec of one of their forms). ``ge``/``gt``/``le``: bounds
+    lists the entries of ``registry`` (``"module:NAME"``, see :func:`load_registry`: a ``str``
+    knob's value is one of their names, an ``object`` knob's a spec of one of their forms). ``ge``/``gt``/``le``: bounds
     (checked by :func:`check` and by the scenario's fields). ``flag``: whether commands take it
     as a flag (``replicas``, ``preemption_mode``: scenario files only). ``alias_of``: another
     name for that knob (``chunk``)."""
@@ -57,7 +57,7 @@ class Knob:
     unit: str | None = None
     group: str = "engine"
     scenario: str | None = None
-    names: str | None = None
+    registry: str | None = None
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
@@ -70,14 +70,15 @@ class Knob:
     @property
     def choices(self) -> tuple:
         """The names a ``str`` knob with a registry takes (empty: any value)."""
-        return tuple(registry(self.names)) if self.names and self.type is str else ()
+        return tuple(load_registry(self.registry)) if self.registry and self.type is str else ()
 
     @property
     def help(self) -> str:
         """``text``, then the registry's entries, each with its line of help."""
-        if not self.names:
+        if not self.registry:
             return self.text
-        shown = {getattr(v, "usage", k): v if isinstance(v, str) else v.help for k, v in registry(self.names).items()}
+        shown = {getattr(v, "usage", k): v if isinstance(v, str) else v.help
+                 for k, v in load_registry(self.registry).items()}
         return f"{self.text} " + ", ".join(f"{k} ({h})" for k, h in shown.items()) + "."
 
     @property
@@ -108,8 +109,8 @@ KNOBS: tuple[Knob, ...] = (
          "the scenario's deployment.replicas. At most 4,096 (each replica is simulated: memory and time grow "
          "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
-    Knob("router", str, "random", "How a fleet (--replicas > 1) routes:", names="llmqueue.cluster.routers:ROUTER_HELP",
-         scenario="spec"),
+    Knob("router", str, "random", "How a fleet (--replicas > 1) routes:", scenario="spec",
+         registry="llmqueue.cluster.routers:ROUTER_HELP"),
     Knob("disaggregate", str, None, "Prefill/decode disaggregation: P:D (e.g. 2:3) replicas of the engine, P "
          "computing prompts and first tokens and D decoding, the KV crossing a link (--kv-link-gbps, "
          "--kv-link-latency-ms); --router routes within each pool. Not with --replicas > 1; a scenario "
@@ -143,11 +144,11 @@ KNOBS: tuple[Knob, ...] = (
          "prefix hash ids (a Mooncake --trace), and scenario workloads carry none.",
          scenario="deployment.enable_prefix_caching"),
     Knob("policy", str, "fcfs", "Waiting-queue order:", scenario="deployment.scheduling_policy",
-         names="llmqueue.engine.policies:ORDERINGS"),
+         registry="llmqueue.engine.policies:ORDERINGS"),
     Knob("preemption_mode", str, "recompute", "How a preempted request resumes: recompute (vLLM v1's only mode).",
          flag=False, scenario="deployment.preemption_mode"),
     Knob("preemption", str, None, "Victim when KV blocks run out (default: vLLM's for the --policy):", scenario="spec",
-         names="llmqueue.engine.policies:VICTIMS"),
+         registry="llmqueue.engine.policies:VICTIMS"),
     Knob("kv_cache_dtype", str, "auto", "KV cache data type; enters M (vLLM's name and default: the model's).",
          scenario="deployment.kv_cache_dtype", metavar="DTYPE"),
     Knob("dtype", str, "auto", "Weight data type; enters M (vLLM's name and default: the model's).",
@@ -158,7 +159,7 @@ KNOBS: tuple[Knob, ...] = (
          unit="s", scenario="deployment.max_queue_time_s", ge=0),
     Knob("step_time", object, None, "Step-time model (default: the roofline of --model and --gpu; any takes "
          ":noise=exp|gamma|lognormal[:cv=X] and :drift=SD):", scenario="deployment.step_time",
-         names="llmqueue.engine.step_time:FORMS", metavar="SPEC"),
+         registry="llmqueue.engine.step_time:FORMS", metavar="SPEC"),
     Knob("capacity_tokens", float, None, "KV capacity M of one replica. Default: from --model and --gpu, "
          "unlimited without them.", unit="tokens", scenario="deployment.capacity_tokens", gt=0),
     Knob("srpt_predictor_cv", float, 0.0, "srpt policy: output-length predictor noise (lognormal CV; 0: oracle).",
