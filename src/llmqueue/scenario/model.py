@@ -355,10 +355,10 @@ class DeploymentConfig(_knob_fields("deployment")):
     The fields, their defaults and bounds are the knob table's (:data:`llmqueue.knobs.KNOBS`):
     vLLM's names and, where vLLM v1 has one for the OpenAI server, its defaults; ``None`` means
     "derived" (``max_model_len``: the model's context length; 0: no limit). ``scheduling_policy``:
-    ``fcfs`` or ``priority`` (vLLM's), or the simulator's ``sjf``/``srpt``. ``preemption_mode``:
-    only ``recompute`` (vLLM v1's only mode); the victim is the newest request under ``fcfs`` and
-    the lowest-priority one under ``priority``, as in vLLM. Simulator knobs: ``step_time`` (a
-    spec of :mod:`llmqueue.engine.step_time`, or ``roofline`` from the model and GPU),
+    one of :data:`~llmqueue.engine.policies.ORDERINGS`. ``preemption_mode``: only ``recompute``
+    (vLLM v1's only mode); the victim is vLLM's for the policy
+    (:func:`~llmqueue.engine.policies.default_victim`). Simulator knobs: ``step_time`` (a spec of
+    one of :data:`~llmqueue.engine.step_time.FORMS`, the roofline of the model and GPU by default),
     ``capacity_tokens`` (overrides the KV capacity ``M``), ``max_waiting`` and
     ``max_queue_time_s`` (admission control: 0 = off). ``kv_cache_dtype`` and ``dtype``
     (weights) enter ``M``.
