@@ -2,8 +2,9 @@
 gateway's rules, P/D, an autoscaler, a fault, client timeouts and retries), shared by the contract
 tests and ``benchmarks/fleet_records_diff.py`` (records before and after a change)."""
 
-from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, KVLink, Lane,
-                                   Pool, RateLimit, Shed)
+import llmqueue.cluster.spec as _spec
+from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, Lane, Pool,
+                                   RateLimit, Shed)
 from llmqueue.engine import EngineConfig
 from llmqueue.engine.options import SimOptions
 from llmqueue.workload import Workload
@@ -23,6 +24,14 @@ KV_BOUND = EngineConfig.from_capacity(2400, block_size=16, max_num_batched_token
 ROOMY = EngineConfig.from_capacity(1 << 16, block_size=16, max_num_batched_tokens=1024, max_num_seqs=16)
 SMALL = EngineConfig.from_capacity(1 << 16, block_size=16, max_num_batched_tokens=256, max_num_seqs=4)
 STEP = "linear:c0=0.004:prefill=2e-5:decode=4e-4:ctx=1e-7"
+
+
+def _pd_link(prefill: str, decode: str, gbps: float, latency_ms: float):
+    """P/D over a link of ``gbps`` and ``latency_ms``; in the older fleet description (a ``KVLink``
+    object) too, so that ``benchmarks/fleet_records_diff.py`` runs these cases on older code."""
+    if hasattr(_spec, "KVLink"):
+        return Disaggregation(prefill, decode, _spec.KVLink(gbps=gbps, latency_ms=latency_ms))
+    return Disaggregation(prefill, decode, kv_link_gbps=gbps, kv_link_latency_ms=latency_ms)
 
 
 def retry_policy(request_id, attempt, status, t_end):
@@ -48,7 +57,7 @@ CASES = {
     "pd": (lambda: FleetSpec(pools=[Pool("pre", ROOMY, STEP, 2, "least-prefill", role="prefill",
                                          kv_bytes_per_token=2e5),
                                     Pool("dec", KV_BOUND, STEP, 2, "least-kv", role="decode", kv_bytes_per_token=2e5)],
-                             disaggregation=Disaggregation("pre", "dec", KVLink(gbps=50.0, latency_ms=2.0))),
+                             disaggregation=_pd_link("pre", "dec", 50.0, 2.0)),
            SimOptions(seed=2, sample_dt=0.5)),
     # an autoscaler, a fault whose requests are retried, client timeouts and retries
     "autoscale-fault-retry": (lambda: FleetSpec(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from llmqueue.cluster import simulate_fleet
-from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, KVLink, Lane,
-                                   Pool, RateLimit)
+from llmqueue.cluster.spec import (Autoscaler, Disaggregation, Fallback, Fault, FleetSpec, Gateway, Lane, Pool,
+                                   RateLimit)
 from llmqueue.engine import EngineConfig
 from llmqueue.engine.options import SimOptions
 from llmqueue.errors import InputError
@@ -22,7 +22,7 @@ ONE = EngineConfig.from_capacity(1 << 30, max_num_seqs=1)
 def _pd(step="exp:0.1", link=None, p=1, d=1, config=ONE, kvb=0.0):
     return FleetSpec(pools=[Pool("prefill", config, step, p, "least-outstanding", role="prefill", kv_bytes_per_token=kvb),
                             Pool("decode", config, step, d, "least-outstanding", role="decode", kv_bytes_per_token=kvb)],
-                     disaggregation=Disaggregation("prefill", "decode", link or KVLink()))
+                     disaggregation=Disaggregation("prefill", "decode", **(link or {})))
 
 
 def test_pd_is_a_tandem_of_two_mm1_queues():
@@ -55,7 +55,7 @@ def test_the_kv_link_is_a_fifo_queue():
     KV takes 1 s on the link, so two prefills ending together deliver 1.001 s and 2.001 s later."""
     cfg = EngineConfig.from_capacity(1 << 20, max_num_seqs=4)
     reqs = RequestArrays([0, 1], [0.0, 0.0], [1000, 1000], [3, 3])
-    spec = _pd(step=0.05, link=KVLink(gbps=8.0, latency_ms=1.0), config=cfg, kvb=1e6)
+    spec = _pd(step=0.05, link=dict(kv_link_gbps=8.0, kv_link_latency_ms=1.0), config=cfg, kvb=1e6)
     q = simulate_fleet(spec, reqs, options=SimOptions(sample_dt=0)).requests
     assert sorted(np.round(q["kv_transfer_s"], 6)) == [1.001, 2.001]
     assert (q["status"] == "ok").all()
@@ -232,3 +232,19 @@ def test_a_batch_window_sends_a_lane_together():
             assert groups.max() <= 5 and (groups == 5).mean() > 0.5
     with pytest.raises(InputError, match=r"lanes\[0\]\.batch_size"):
         FleetSpec(pools=[Pool("p", cfg, 0.01)], lanes=[Lane("x", "p", batch_size=4)])
+
+
+def test_an_autoscaler_reading_queue_age_in_also_gets_the_age():
+    """``also: {queue_age: X}`` makes the fleet track first tokens, so the age it reads is the
+    pool's (it read 0 when only ``metric`` was looked at, and never scaled)."""
+    from llmqueue.cluster.gateway import uses_queue_age
+
+    def scaled(also):
+        a = Autoscaler("p", metric="waiting", target=1000.0, also=also, interval_s=1.0, max_replicas=4)
+        assert uses_queue_age(None, [a]) == bool(also)
+        spec = FleetSpec(pools=[Pool("p", ONE, 0.1, 1)], autoscalers=[a])
+        reqs = Workload("poisson:30", prompt="fixed:1", output="fixed:1").generate(seed=1, n=300)
+        return simulate_fleet(spec, reqs, options=SimOptions(sample_dt=0, horizon_s=8.0)).fleet["scale_events"]
+
+    assert scaled({"queue_age": 0.5})  # 30 req/s into 10 req/s: the head's wait passes 0.5 s
+    assert not scaled({})

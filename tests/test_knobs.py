@@ -63,9 +63,9 @@ def test_scenario_fields_come_from_the_table():
 
 
 def test_choices_match_the_engine():
-    from llmqueue.engine.config import POLICIES, PREEMPTION
+    from llmqueue.engine.policies import ORDERINGS, VICTIMS
 
-    assert BY_NAME["policy"].choices == POLICIES and BY_NAME["preemption"].choices == PREEMPTION
+    assert BY_NAME["policy"].choices == tuple(ORDERINGS) and BY_NAME["preemption"].choices == tuple(VICTIMS)
 
 
 def test_table_is_well_formed():
@@ -117,3 +117,12 @@ def test_flag_defaults_refuses_unknown_and_file_only_knobs():
     with pytest.raises(InputError, match="preemption_mode: is set in scenario files only"):
         flag_defaults(preemption_mode="recompute")  # replicas became a flag with the fleet
 
+
+
+def test_a_knob_that_names_a_registry_entry_defaults_to_one():
+    """The choices and help of --router, --policy and --preemption are their registries' (names
+    declared once); a default names one of them."""
+    for k in KNOBS:
+        if k.choices:
+            assert k.default is None or k.default in k.choices, k.name
+            assert all(name in k.help for name in k.choices), k.name

@@ -109,7 +109,7 @@ def test_the_command_loads_blas_with_one_thread(tmp_path):
 #: or a package of a lower layer; packages of one layer do not import each other
 LAYERS = (
     ("errors", "_result", "_lazy", "_progress", "compiled"),
-    ("_validate", "_files", "knobs", "llmqueue"),  # "llmqueue": the package root (its __version__)
+    ("_validate", "_files", "_schema", "knobs", "llmqueue"),  # "llmqueue": the package root (its __version__)
     # the record schema and its one column builder: what every producer writes (engine, bench, import)
     ("records.schema",),
     ("records.columns",),
@@ -126,11 +126,6 @@ LAYERS = (
     ("cli",),
 )
 
-#: module cycles being removed by the scenario/records work (other branches of issue 33); an
-#: allowance covers a cycle among these modules only
-ALLOWED_CYCLES = (
-    {"llmqueue.scenario.fleet", "llmqueue.scenario.load", "llmqueue.scenario.model"},
-)
 
 
 def _import_graph(root=None) -> dict:
@@ -228,7 +223,7 @@ def test_import_graph_reads_every_form_of_import(tmp_path):
 def test_no_import_cycles():
     """No two modules import each other, directly or round a circle (imports inside functions
     count): a circle means a piece both need lives in the wrong one of them."""
-    cycles = [c for c in _cycles(_import_graph()) if not any(c <= allowed for allowed in ALLOWED_CYCLES)]
+    cycles = _cycles(_import_graph())
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in cycles)
 
 

@@ -72,7 +72,7 @@ def test_split_simulates_as_the_fleet_layer_builds_it(scenario):
     f = spec.fleet
     assert [(p.role, p.replicas, p.router, p.config.max_num_seqs) for p in f.pools] == [
         ("prefill", 1, "least-outstanding", 16), ("decode", 2, "least-outstanding", 16)]
-    assert (f.disaggregation.link.gbps, f.disaggregation.link.latency_ms) == (25.0, 0.5)
+    assert (f.disaggregation.kv_link_gbps, f.disaggregation.kv_link_latency_ms) == (25.0, 0.5)
     assert f.pools[0].kv_bytes_per_token > 0
 
 

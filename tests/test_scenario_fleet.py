@@ -105,10 +105,10 @@ def test_pd_fleet():
     f = sc.fleet
     assert [(p.name, p.role, p.replicas) for p in f.pools] == [("P", "prefill", 2), ("D", "decode", 4)]
     assert f.pools[1].config.max_num_seqs == 512
-    assert (f.disaggregation.prefill, f.disaggregation.decode, f.disaggregation.link.gbps,
-            f.disaggregation.link.latency_ms) == ("P", "D", 100, 0)
+    assert (f.disaggregation.prefill, f.disaggregation.decode, f.disaggregation.kv_link_gbps,
+            f.disaggregation.kv_link_latency_ms) == ("P", "D", 100, 0)
     free = validate_scenario(_with(PD, lambda d: d["deployment"]["disaggregation"].pop("kv_link_gbps")))
-    assert free.fleet.disaggregation.link.gbps == math.inf
+    assert free.fleet.disaggregation.kv_link_gbps == math.inf
     assert f.lane_of("default", 10) == ("", "P")
 
 
@@ -229,7 +229,7 @@ def test_example_pd():
     f = load_scenario("pd").fleet
     assert [(p.name, p.role, p.replicas, p.model) for p in f.pools] == [
         ("prefill", "prefill", 2, "llama-3.1-8b"), ("decode", "decode", 4, "llama-3.1-8b")]
-    assert f.disaggregation.link.gbps == 100 and f.pools[0].kv_bytes_per_token == 131072
+    assert f.disaggregation.kv_link_gbps == 100 and f.pools[0].kv_bytes_per_token == 131072
 
 
 def test_example_lanes():

@@ -90,8 +90,8 @@ OVERRIDES = [
 LIBRARY_ONLY = {"replicas", "preemption_mode", "lengths", "trace"}
 # knobs of a P/D fleet, given with --scenario pd (2 prefill + 4 decode, a 100 Gbit/s link, 0.05 ms)
 PD_OVERRIDES = [
-    ("kv_link_gbps", ["--kv-link-gbps", "25"], lambda s: s.fleet.disaggregation.link.gbps == 25),
-    ("kv_link_latency_ms", ["--kv-link-latency-ms", "2"], lambda s: s.fleet.disaggregation.link.latency_ms == 2),
+    ("kv_link_gbps", ["--kv-link-gbps", "25"], lambda s: s.fleet.disaggregation.kv_link_gbps == 25),
+    ("kv_link_latency_ms", ["--kv-link-latency-ms", "2"], lambda s: s.fleet.disaggregation.kv_link_latency_ms == 2),
     ("router_pd", ["--router", "power-of-two"], lambda s: {p.router for p in s.fleet.pools} == {"power-of-two"}),
 ]
 
@@ -114,10 +114,10 @@ def test_disaggregate_builds_a_pd_fleet():
     assert f.pools[0].config is s.engine and f.pools[1].step_time is s.step_time
     assert f.pools[0].kv_bytes_per_token == kv_bytes_per_token("llama-3.1-8b") > 0
     assert (f.disaggregation.prefill, f.disaggregation.decode) == ("prefill", "decode")
-    assert (f.disaggregation.link.gbps, f.disaggregation.link.latency_ms) == (100, 0.5)
+    assert (f.disaggregation.kv_link_gbps, f.disaggregation.kv_link_latency_ms) == (100, 0.5)
     free = build_spec(capacity_tokens=1000, step_time=0.01, prompt="fixed:10", output="fixed:10",
                       arrival="poisson:1", duration=10, disaggregate=" 1 : 1 ")
-    assert free.fleet.disaggregation.link.gbps == float("inf") and free.fleet.pools[0].kv_bytes_per_token == 0
+    assert free.fleet.disaggregation.kv_link_gbps == float("inf") and free.fleet.pools[0].kv_bytes_per_token == 0
     assert build_spec(capacity_tokens=1000, step_time=0.01, prompt="fixed:10", output="fixed:10",
                       arrival="poisson:1", duration=10, replicas=2).fleet is None
 

@@ -26,6 +26,7 @@ a benchmark run against a real server (:data:`llmqueue.bench.options.OPTIONS`, w
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 from collections.abc import Callable, Mapping
@@ -34,15 +35,23 @@ from typing import Any
 
 from llmqueue.errors import InputError
 
-POLICIES = ("fcfs", "priority", "sjf", "srpt")
-PREEMPTION = ("newest", "lowest-priority")
 GROUPS = ("engine", "workload", "run")
+
+
+def load_registry(path: str) -> dict:
+    """The registry ``"module:NAME"`` (a dict by name of help lines, or of policies or forms with
+    ``help``), imported on first use: a knob's choices and help read it, and ``llmqueue kv``
+    starts without the simulator."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
 class Knob:
     """One knob. ``type``: ``int``, ``float``, ``bool``, ``str``, or ``object`` (a spec given as
-    text on the command line, text or a number in a scenario file). ``ge``/``gt``/``le``: bounds
+    text on the command line, text or a number in a scenario file). ``text``: its help, which
+    lists the entries of ``registry`` (``"module:NAME"``, see :func:`load_registry`: a ``str``
+    knob's value is one of their names, an ``object`` knob's a spec of one of their forms). ``ge``/``gt``/``le``: bounds
     (checked by :func:`check` and by the scenario's fields). ``flag``: whether commands take it
     as a flag (``replicas``, ``preemption_mode``: scenario files only). ``alias_of``: another
     name for that knob (``chunk``).
@@ -59,11 +68,11 @@ class Knob:
     name: str
     type: type
     default: Any
-    help: str
+    text: str
     unit: str | None = None
     group: str = "engine"
     scenario: str | None = None
-    choices: tuple = ()
+    registry: str | None = None
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
@@ -81,6 +90,20 @@ class Knob:
     switch: bool = False
     multiple: bool = False
     envvar: str | None = None
+
+    @property
+    def choices(self) -> tuple:
+        """The names a ``str`` knob with a registry takes (empty: any value)."""
+        return tuple(load_registry(self.registry)) if self.registry and self.type is str else ()
+
+    @property
+    def help(self) -> str:
+        """``text``, then the registry's entries, each with its line of help."""
+        if not self.registry:
+            return self.text
+        shown = {getattr(v, "usage", k): v if isinstance(v, str) else v.help
+                 for k, v in load_registry(self.registry).items()}
+        return f"{self.text} " + ", ".join(f"{k} ({h})" for k, h in shown.items()) + "."
 
     @property
     def flag_name(self) -> str:
@@ -110,14 +133,8 @@ KNOBS: tuple[Knob, ...] = (
          "the scenario's deployment.replicas. At most 4,096 (each replica is simulated: memory and time grow "
          "with the count).",
          scenario="deployment.replicas", ge=1, le=4096),
-    Knob("router", str, "random", "How a fleet (--replicas > 1) routes: random, round-robin, least-outstanding "
-         "(JSQ), least-prefill (the least prefill backlog in tokens), power-of-two, central (the gateway holds "
-         "the queue and dispatches to a free slot: M/M/c), "
-         "least-kv (most free KV blocks), prefix-affinity (the prompt's leading prefix sticks to a replica, "
-         "spilling to the least prefill backlog over a bound) or session (a conversation sticks to its first turn's replica).",
-         choices=("random", "round-robin", "least-outstanding", "jsq", "least-prefill", "power-of-two", "central",
-                  "least-kv",
-                  "prefix-affinity", "session"), scenario="spec"),
+    Knob("router", str, "random", "How a fleet (--replicas > 1) routes:", scenario="spec",
+         registry="llmqueue.cluster.routers:ROUTER_HELP"),
     Knob("disaggregate", str, None, "Prefill/decode disaggregation: P:D (e.g. 2:3) replicas of the engine, P "
          "computing prompts and first tokens and D decoding, the KV crossing a link (--kv-link-gbps, "
          "--kv-link-latency-ms); --router routes within each pool. Not with --replicas > 1; a scenario "
@@ -150,13 +167,12 @@ KNOBS: tuple[Knob, ...] = (
          "default; here it is off by default because the simulator models it only for requests that carry "
          "prefix hash ids (a Mooncake --trace), and scenario workloads carry none.",
          scenario="deployment.enable_prefix_caching"),
-    Knob("policy", str, "fcfs", "Waiting-queue order: fcfs, priority (vLLM's two), or the simulator's sjf "
-         "(shortest prompt) and srpt (shortest predicted output).", scenario="deployment.scheduling_policy",
-         choices=POLICIES),
+    Knob("policy", str, "fcfs", "Waiting-queue order:", scenario="deployment.scheduling_policy",
+         registry="llmqueue.engine.policies:ORDERINGS"),
     Knob("preemption_mode", str, "recompute", "How a preempted request resumes: recompute (vLLM v1's only mode).",
          flag=False, scenario="deployment.preemption_mode"),
-    Knob("preemption", str, None, "Victim when KV blocks run out. Default as vLLM: the lowest-priority request "
-         "under --policy priority, else the newest.", scenario="spec", choices=PREEMPTION),
+    Knob("preemption", str, None, "Victim when KV blocks run out (default: vLLM's for the --policy):", scenario="spec",
+         registry="llmqueue.engine.policies:VICTIMS"),
     Knob("kv_cache_dtype", str, "auto", "KV cache data type; enters M (vLLM's name and default: the model's).",
          scenario="deployment.kv_cache_dtype", metavar="DTYPE"),
     Knob("dtype", str, "auto", "Weight data type; enters M (vLLM's name and default: the model's).",
@@ -165,9 +181,9 @@ KNOBS: tuple[Knob, ...] = (
          "such limit).", scenario="deployment.max_waiting", ge=0),
     Knob("max_queue_time", float, 0.0, "Shed requests that waited longer than this before starting (0: off).",
          unit="s", scenario="deployment.max_queue_time_s", ge=0),
-    Knob("step_time", object, None, "Step-time model: 0.0372 | exp:0.1 | linear:c0=..:prefill=..:decode=..:ctx=.. | "
-         "fitted:FILE | roofline. Default: the roofline of --model and --gpu.", scenario="deployment.step_time",
-         metavar="SPEC"),
+    Knob("step_time", object, None, "Step-time model (default: the roofline of --model and --gpu; any takes "
+         ":noise=exp|gamma|lognormal[:cv=X] and :drift=SD):", scenario="deployment.step_time",
+         registry="llmqueue.engine.step_time:FORMS", metavar="SPEC"),
     Knob("capacity_tokens", float, None, "KV capacity M of one replica. Default: from --model and --gpu, "
          "unlimited without them.", unit="tokens", scenario="deployment.capacity_tokens", gt=0),
     Knob("srpt_predictor_cv", float, 0.0, "srpt policy: output-length predictor noise (lognormal CV; 0: oracle).",

@@ -23,6 +23,7 @@ from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel
 from llmqueue.errors import InputError
+from llmqueue.knobs import BY_NAME
 from llmqueue.theory.prediction import theory_for
 
 UNLIMITED_KV_TOKENS = 1 << 40
@@ -52,7 +53,7 @@ class SimSpec:
     notes: list = field(default_factory=list)
     predictor_cv: float = 0.0  # srpt: predicted output = true output x lognormal noise (mean 1, this CV)
     replicas: int = 1          # a fleet of this many replicas of ``engine`` on one clock
-    router: str = "random"     # how the fleet routes (llmqueue.cluster.routers)
+    router: str = BY_NAME["router"].default  # how the fleet routes (llmqueue.cluster.routers)
     # pools, lanes, P/D, gateway, autoscalers, faults (llmqueue.cluster.spec.FleetSpec): from a
     # scenario's deployment.pools or --disaggregate; None: ``replicas`` x ``engine`` as above
     fleet: object = None
@@ -160,7 +161,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         raise InputError("margin", "is measured on one replica", "drop --margin, or --replicas / the fleet")
     requests = generate_requests(spec)
     opts = spec.options
-    if spec.engine.policy == "srpt" and opts.predicted_output is None and spec.predictor_cv > 0:
+    from llmqueue.engine.policies import SRPT
+
+    if spec.engine.policy == SRPT.name and opts.predicted_output is None and spec.predictor_cv > 0:
         rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(13,)))
         s2 = math.log1p(spec.predictor_cv ** 2)
         noise = rng.lognormal(-s2 / 2, math.sqrt(s2), len(requests))

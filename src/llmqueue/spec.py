@@ -15,8 +15,6 @@ level, so worker processes import them by name).
 
 from __future__ import annotations
 
-import math
-
 from llmqueue.errors import InputError
 from llmqueue.knobs import BY_NAME, check, flag_defaults
 
@@ -45,7 +43,9 @@ def engine_config(M: float, **knobs):
     budget = check("chunk", chunk) if chunk is not None else budget
     kw = {name: check(name, knobs.get(name, BY_NAME[name].default)) for name in _ENGINE}
     if kw["preemption"] is None:
-        kw["preemption"] = "lowest-priority" if kw["policy"] == "priority" else "newest"
+        from llmqueue.engine.policies import default_victim
+
+        kw["preemption"] = default_victim(kw["policy"])
     kw["max_model_len"] = kw["max_model_len"] or 0
     kw = {_ENGINE_FIELD.get(k, k): v for k, v in kw.items()}
     block_size = kw.pop("block_size")
@@ -79,10 +79,10 @@ def _capacity(f: dict):
 
 
 def _step_time(f: dict, model):
-    from llmqueue.engine.step_time import parse_step_time, roofline_model
+    from llmqueue.engine.step_time import is_roofline, parse_step_time, roofline_model
 
     st = f["step_time"]
-    if st is None or (isinstance(st, str) and st.strip().lower() == "roofline"):
+    if st is None or is_roofline(st):
         if model is None or f["gpu"] is None:
             raise InputError("step_time", "no step-time model" if st is None else "roofline needs --model and --gpu",
                              "give --step-time (e.g. 0.0372, exp:0.1, linear:c0=..:decode=..) or --model and --gpu "
@@ -156,7 +156,7 @@ def pd_fleet(f: dict, engine, step_time, model):
             if f.get(name) not in (None, BY_NAME[name].default):
                 raise InputError(name, "applies to a P/D fleet only", "give --disaggregate P:D too, or drop it")
         return None
-    from llmqueue.cluster.spec import Disaggregation, FleetSpec, KVLink, Pool
+    from llmqueue.cluster.spec import DECODE, PREFILL, Disaggregation, FleetSpec, Pool
 
     P, D = parse_disaggregate(f["disaggregate"])
     if f.get("replicas", 1) > 1:
@@ -168,11 +168,10 @@ def pd_fleet(f: dict, engine, step_time, model):
 
         kv_tok = float(kv_bytes_per_token(model, resolve_dtype(f["kv_cache_dtype"], model, kv=True)))
     name = model.name if model is not None else ""
-    gbps = f.get("kv_link_gbps")
-    link = KVLink(math.inf if gbps is None else gbps, f.get("kv_link_latency_ms") or 0.0)
     pools = [Pool(role, engine, step_time, n, f["router"], model=name, role=role, kv_bytes_per_token=kv_tok)
-             for role, n in (("prefill", P), ("decode", D))]
-    return FleetSpec(pools=pools, disaggregation=Disaggregation("prefill", "decode", link))
+             for role, n in ((PREFILL, P), (DECODE, D))]  # each pool named for its role
+    pd = Disaggregation(PREFILL, DECODE, f.get("kv_link_gbps"), f.get("kv_link_latency_ms") or 0.0)
+    return FleetSpec(pools=pools, disaggregation=pd)
 
 
 def rate_arrival(rate: float, arrival=None, workload=None, trace=None) -> str:
@@ -293,10 +292,8 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
             name = next(iter(link))
             raise InputError(name, "the scenario has no deployment.disaggregation (a P/D pair) for it to apply to",
                              "drop it, or describe P/D in the scenario")
-        from llmqueue.cluster.spec import KVLink
-
-        dis.link = KVLink(link.get("kv_link_gbps", dis.link.gbps), link.get("kv_link_latency_ms", dis.link.latency_ms))
-        dis.link.check("disaggregation.link")
+        for name, v in link.items():  # in range: the knobs are checked
+            setattr(dis, name, v)
 
     thresholds = {m: knobs[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if knobs.get(f"slo_{m}") is not None}
     if thresholds:

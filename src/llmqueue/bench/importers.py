@@ -26,20 +26,51 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
 
 Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
 (default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+
+Each format is a reader registered in :data:`IMPORTERS` (``@importer(NAME, help, options=...)``):
+``llmqueue import``'s FORMAT choices and help read it, so a new format is its reader (here, or a
+module of its own that the registered function calls).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from llmqueue.errors import InputError
 from llmqueue.records.columns import request_record_columns
 
-FORMATS = ("vllm-bench", "guidellm", "aiperf", "jsonl", "csv")
+
+@dataclass(frozen=True)
+class Importer:
+    """A format ``llmqueue import`` reads: ``read(path, **options)`` -> (the raw per-request fields,
+    notes) that :func:`build_run` takes; ``help`` (what ``--help`` says of it); ``options``: the
+    format's own options, among :data:`OPTIONS` (another format refuses them)."""
+
+    name: str
+    help: str
+    read: Callable
+    options: tuple = ()
+
+
+#: Every format by name (``llmqueue import FORMAT``)
+IMPORTERS: dict[str, Importer] = {}
+
+#: The options only some formats take: keyword -> the command line's field
+OPTIONS = {"mapping": "map", "time_unit": "time_unit", "request_rate": "request_rate", "benchmark": "benchmark"}
+
+
+def importer(name: str, help: str, *, options: tuple = ()):
+    """Registers the decorated ``read(path, **options)`` as format ``name`` in :data:`IMPORTERS`."""
+    def register(read: Callable) -> Callable:
+        IMPORTERS[name] = Importer(name, help, read, options)
+        return read
+    return register
 
 #: field -> what it holds (the ``--map`` names)
 FIELDS = {
@@ -186,7 +217,8 @@ def _table_columns(rows: list[dict], mapping: dict, source: str, time_unit: floa
     return out
 
 
-def _vllm_columns(path: Path, request_rate: float | None) -> tuple[dict, list[str]]:
+@importer("vllm-bench", "vllm bench serve --save-result --save-detailed's JSON", options=("request_rate",))
+def _vllm_columns(path: Path, request_rate: float | None = None) -> tuple[dict, list[str]]:
     from llmqueue._files import input_file, load_json
 
     p = input_file("file", path)
@@ -243,6 +275,31 @@ def _vllm_columns(path: Path, request_rate: float | None) -> tuple[dict, list[st
                                      "max_concurrency", "num_prompts", "label") if k in data}
     out["meta"] = meta
     return out, notes
+
+
+@importer("guidellm", "guidellm benchmark's benchmarks.json or .yaml, report versions of guidellm v0.2-v0.3 and "
+          "v0.4-v0.7; one benchmark of it, --benchmark K", options=("benchmark",))
+def _guidellm(path: Path, benchmark: int | None = None) -> tuple[dict, list[str]]:
+    from llmqueue.bench.guidellm_report import columns
+
+    return columns(path, benchmark)
+
+
+@importer("aiperf", "AIPerf's profile_export.jsonl, the per-request records of aiperf profile --streaming")
+def _aiperf(path: Path) -> tuple[dict, list[str]]:
+    from llmqueue.bench.aiperf_export import columns
+
+    return columns(path)
+
+
+@importer("jsonl", "one request a line; --map names the columns", options=("mapping", "time_unit"))
+def _jsonl(path: Path, mapping: str | None = None, time_unit: str = "s") -> tuple[dict, list[str]]:
+    return _table_columns(_read_rows(path, "jsonl"), parse_map(mapping), repr(str(path)), _UNITS[time_unit]), []
+
+
+@importer("csv", "one request a row; --map names the columns", options=("mapping", "time_unit"))
+def _csv(path: Path, mapping: str | None = None, time_unit: str = "s") -> tuple[dict, list[str]]:
+    return _table_columns(_read_rows(path, "csv"), parse_map(mapping), repr(str(path)), _UNITS[time_unit]), []
 
 
 def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, dict | None, dict, list[str]]:
@@ -350,7 +407,7 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
 def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_origin: float | None = None,
                time_unit: str = "s", request_rate: float | None = None, settings: dict | None = None,
                server_log=None, benchmark: int | None = None) -> dict:
-    """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`FORMATS`);
+    """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`IMPORTERS`);
     ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
     ``server.json`` with their source; ``server_log``: the server's log, read for them too, and
     for its per-step lines (``--enable-logging-iteration-details``) in the run's time window,
@@ -364,30 +421,19 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, dump_summary, write_records
 
-    if fmt not in FORMATS:
-        raise InputError("FORMAT", f"unknown format {fmt!r}", f"formats: {', '.join(FORMATS)}")
+    imp = IMPORTERS.get(fmt)
+    if imp is None:
+        raise InputError("FORMAT", f"unknown format {fmt!r}", f"formats: {', '.join(IMPORTERS)}")
     if time_unit not in _UNITS:
         raise InputError("time_unit", f"unknown unit {time_unit!r}", "s, ms, us or ns")
     path = Path(path)
-    if mapping and fmt not in ("jsonl", "csv"):
-        raise InputError("map", f"applies to jsonl and csv files; a {fmt} file has fixed keys")
-    if benchmark is not None and fmt != "guidellm":
-        raise InputError("benchmark", "applies to guidellm reports only (one file, several benchmarks)")
-    if request_rate is not None and fmt != "vllm-bench":
-        raise InputError("request_rate", "applies only to vllm-bench results without start_times")
-    if fmt == "vllm-bench":
-        cols, notes = _vllm_columns(path, request_rate)
-    elif fmt == "guidellm":
-        from llmqueue.bench.guidellm_report import columns
-
-        cols, notes = columns(path, benchmark)
-    elif fmt == "aiperf":
-        from llmqueue.bench.aiperf_export import columns
-
-        cols, notes = columns(path)
-    else:
-        cols = _table_columns(_read_rows(path, fmt), parse_map(mapping), repr(str(path)), _UNITS[time_unit])
-        notes = []
+    given = {"mapping": mapping or None, "request_rate": request_rate, "benchmark": benchmark}
+    for opt, v in given.items():
+        if v is not None and opt not in imp.options:
+            takers = [i.name for i in IMPORTERS.values() if opt in i.options]
+            raise InputError(OPTIONS[opt], f"applies to {' and '.join(takers)} files only, not {fmt}")
+    opts = {k: v for k, v in {**given, "time_unit": time_unit}.items() if k in imp.options and v is not None}
+    cols, notes = imp.read(path, **opts)
     meta = cols.pop("meta", None)
     if time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
         t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])

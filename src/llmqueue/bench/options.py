@@ -57,10 +57,13 @@ def _check_mapping(name: str):
 
 _B = "bench"
 
+#: the OpenAI endpoints a bench sends to (``--endpoint``), with what each sends
+ENDPOINTS = {"completions": "token-id prompts, exact lengths", "chat": "text prompts, the server's token counts"}
+
 OPTIONS: tuple[Knob, ...] = (
     # --- what is sent, and how fast -------------------------------------------------------------
-    Knob("endpoint", str, "completions", "completions: token-id prompts, exact lengths; chat: text prompts, the "
-         "server's token counts.", group=_B, choices=("completions", "chat")),
+    Knob("endpoint", str, "completions", "The OpenAI API to send to:", group=_B,
+         registry="llmqueue.bench.options:ENDPOINTS"),
     Knob("concurrency", int, None, "Cap on requests in flight (makes the run closed-loop).", group=_B, ge=1,
          problem="must be a positive integer"),
     Knob("extra_body", object, None, "A JSON object merged into every request body (its keys win), e.g. "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from llmqueue.bench.importers import IMPORTERS
 from llmqueue.cli.common import InputPath, OutputPath, command, json_option, print_json, print_kv, run_outputs
 
 
@@ -19,9 +20,25 @@ def _origin(text):
                          "e.g. --time-origin 1715000000.0 (subtracted from every time), or first") from None
 
 
-@command("import")
-@click.argument("format", metavar="FORMAT", type=click.Choice(("vllm-bench", "guidellm", "aiperf", "jsonl", "csv"),
-                                                                  case_sensitive=False))
+_HELP = """Import per-request measurements taken by another client as a run directory that
+    validate, calibrate and report read.
+
+    FORMAT: {formats}.
+
+    Examples:
+
+      llmqueue import vllm-bench result.json --out runs/vllm --max-num-seqs 256 --max-num-batched-tokens 8192
+
+      llmqueue import guidellm benchmarks.json --benchmark 3 --out runs/guidellm-3 --server-log vllm.log
+
+      llmqueue import aiperf artifacts/my-run/profile_export.jsonl --out runs/aiperf --max-num-seqs 256
+
+      llmqueue import jsonl client.jsonl --out runs/mine --map send_s=t0,ttft_s=ttft,e2el_s=latency,prompt_tokens=n_in,output_tokens=n_out
+    """
+
+
+@command("import", help=_HELP.format(formats="; ".join(f"{i.name} ({i.help})" for i in IMPORTERS.values())))
+@click.argument("format", metavar="FORMAT", type=click.Choice(tuple(IMPORTERS), case_sensitive=False))
 @click.argument("file", type=InputPath("file"))
 @click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=run_outputs),
               help="Run directory to write (requests.parquet, workload.parquet, tokens.parquet, summary.json, "
@@ -49,25 +66,7 @@ def _origin(text):
 @json_option
 def import_(format, file, out_dir, mapping, time_origin, time_unit, request_rate, benchmark,  # noqa: A002
             max_num_seqs, max_num_batched_tokens, block_size, num_gpu_blocks, capacity_tokens, server_log, as_json):
-    """Import per-request measurements taken by another client as a run directory that
-    validate, calibrate and report read.
-
-    FORMAT: vllm-bench (vllm bench serve --save-result --save-detailed's JSON); guidellm
-    (guidellm benchmark's benchmarks.json or .yaml, report versions of guidellm v0.2-v0.3 and
-    v0.4-v0.7; one benchmark of it, --benchmark K); aiperf (AIPerf's profile_export.jsonl, the
-    per-request records of aiperf profile --streaming); jsonl or csv (one request a line; --map
-    names the columns).
-
-    Examples:
-
-      llmqueue import vllm-bench result.json --out runs/vllm --max-num-seqs 256 --max-num-batched-tokens 8192
-
-      llmqueue import guidellm benchmarks.json --benchmark 3 --out runs/guidellm-3 --server-log vllm.log
-
-      llmqueue import aiperf artifacts/my-run/profile_export.jsonl --out runs/aiperf --max-num-seqs 256
-
-      llmqueue import jsonl client.jsonl --out runs/mine --map send_s=t0,ttft_s=ttft,e2el_s=latency,prompt_tokens=n_in,output_tokens=n_out
-    """
+    """``llmqueue import``: the help is :data:`_HELP`, listing the formats of the registry."""
     from llmqueue.bench.importers import import_run
     from llmqueue.errors import InputError
 

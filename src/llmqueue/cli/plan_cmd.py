@@ -41,7 +41,8 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--max-num-seqs", default="64,128,256", show_default=True, help="vLLM max_num_seqs values.")
 @click.option("--max-num-batched-tokens", default="2048,8192", show_default=True,
               help="vLLM max_num_batched_tokens values (the token budget per step).")
-@click.option("--routers", default="least-outstanding", show_default=True, help="Fleet routers, comma-separated.")
+@click.option("--routers", help="Fleet routers, comma-separated (simulate --help lists them) [default: a scenario "
+              "pool's default, JSQ].")
 @click.option("--pd-splits", default="", help="P:D splits added to the space (prefill:decode replicas of the same "
               "engine, the KV crossing a link), e.g. 1:1,1:2,2..3:4. Default: none (aggregated serving only). "
               "With --replicas '' the space holds the splits alone.")
@@ -126,6 +127,10 @@ def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, t
     if not slos:
         raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-p99-ms and/or --slo-tpot-p99-ms")
     gpu_list = parse_names("gpus", gpus) if gpus is not None else tuple(gpu_names())
+    if routers is None:
+        from llmqueue.cluster.spec import Pool
+
+        routers = Pool.model_fields["router"].default
     router_list = tuple(check("router", r) for r in parse_names("routers", routers))
     if duration is not None and not duration > 0:
         raise InputError("duration", f"must be positive (got {duration:g})")

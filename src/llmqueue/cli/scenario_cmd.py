@@ -7,7 +7,6 @@ import click
 from llmqueue.cli.common import command, fmt, json_option, print_json, print_kv, print_table
 
 _CTX = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-_TARGET_UNIT = {"queue_age": " s", "p99_ttft": " s"}  # the autoscaler targets that are times
 
 
 @click.group("scenario", context_settings=_CTX)
@@ -200,8 +199,11 @@ def _print_fleet(f: dict) -> None:
             pairs.append(("shed", f"priority >= {s['min_priority']} while queue age > {fmt(s['queue_age_s'])} s"))
         for fb in g["fallbacks"]:
             pairs.append(("fallback", f"{fb['pool']} -> {fb['to']} while queue age > {fmt(fb['queue_age_s'])} s"))
+    from llmqueue.cluster.autoscaler import METRICS
+
     for a in f["autoscalers"]:
-        pairs.append((f"autoscaler {a['pool']}", f"{a['metric']} target {fmt(a['target'])}{_TARGET_UNIT.get(a['metric'], '')} every {fmt(a['interval_s'])} s, "
+        unit = " s" if METRICS[a["metric"]].seconds else ""  # a target that is a time
+        pairs.append((f"autoscaler {a['pool']}", f"{a['metric']} target {fmt(a['target'])}{unit} every {fmt(a['interval_s'])} s, "
                       f"{a['min_replicas']}..{a['max_replicas']} replicas, provisioning {fmt(a['provisioning_delay_s'])} s, "
                       f"cooldown {fmt(a['cooldown_s'])} s"))
     for x in f["faults"]:

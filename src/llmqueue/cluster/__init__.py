@@ -13,10 +13,14 @@ faults.
   objects deciding from a :class:`~llmqueue.cluster.view.PoolView` (random, round robin, JSQ,
   least prefill backlog, power of two choices, central M/M/c queue, least KV, prefix affinity,
   sessions).
+
+Names are imported lazily (reading a fleet's description does not load the event loop).
 """
 
-from llmqueue.cluster.fleet import simulate_fleet
-from llmqueue.cluster.routers import ROUTERS, router
-from llmqueue.cluster.spec import FleetSpec
+from llmqueue._lazy import lazy_exports
 
-__all__ = ["ROUTERS", "FleetSpec", "router", "simulate_fleet"]
+_EXPORTS = {"simulate_fleet": "fleet", "ROUTERS": "routers", "router": "routers", "FleetSpec": "spec"}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())

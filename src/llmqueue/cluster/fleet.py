@@ -48,7 +48,8 @@ from llmqueue.cluster.gateway import GatewayRuntime, uses_queue_age
 from llmqueue.cluster.link import KVLinkQueue
 from llmqueue.cluster.predict import P99, ArrivalWatch
 from llmqueue.cluster.pool import DOWN, DRAINING, GONE, PROVISIONING, UP, PoolRuntime
-from llmqueue.cluster.spec import FleetSpec, Pool
+from llmqueue.cluster.routers import ROUTERS, Random
+from llmqueue.cluster.spec import DECODE, RETRY, FleetSpec, Pool
 from llmqueue.engine.admission import reject_reason
 from llmqueue.engine.limits import check_run_size
 from llmqueue.engine.options import SimOptions
@@ -74,7 +75,7 @@ class _NoQueue:
 _NO_QUEUE = _NoQueue()
 
 
-def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, router="random",
+def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, router=Random.name,
                    seed: int | None = None, horizon_s: float | None = None, sample_dt: float | None = None,
                    options: SimOptions | None = None, reference: bool = False) -> SimResult:
     """Simulate a fleet serving ``requests``; returns the records of all its replicas.
@@ -120,7 +121,7 @@ class _Fleet(FleetRecords):
         self.sample_dt = sample_dt
         self.columns = columns
         for k, p in enumerate(spec.pools):
-            central = getattr(p.router, "central", False) or p.router == "central"
+            central = getattr(ROUTERS[p.router] if isinstance(p.router, str) else p.router, "central", False)
             if central and (opt.timeout_s or opt.ttft_timeout_s):
                 raise InputError("router", "the central gateway's queue keeps no client deadlines yet",
                                  "use another --router, or drop the client timeouts")
@@ -148,7 +149,7 @@ class _Fleet(FleetRecords):
         d = spec.disaggregation
         self.prefill = self.by_name[d.prefill] if d else None
         self.decode = self.by_name[d.decode] if d else None
-        self.link: Any = KVLinkQueue(d.link) if d else None
+        self.link: Any = KVLinkQueue(d) if d else None
         self.pd_out: dict = {}        # prefill-side request -> the user's output length
         self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch time)
         self.in_transfer = 0
@@ -157,7 +158,7 @@ class _Fleet(FleetRecords):
         self.windows: dict = {}       # lane name -> the number of its open window (stale events differ)
         self.scale_events: list = []  # (t, pool, replicas before, after)
         self.samples: list = []       # pools series rows
-        self.entry: Any = next((p for p in self.pools if p.spec.role != "decode"), self.pools[0])
+        self.entry: Any = next((p for p in self.pools if p.spec.role != DECODE), self.pools[0])
         if d and self.entry is not self.prefill and not spec.lanes:
             self.entry = self.prefill
 
@@ -360,7 +361,7 @@ class _Fleet(FleetRecords):
             r.status = FINISHED
             r.outcome, r.finish_time, r.reason = "error", t, "replica failed"
             out = self.pd_out.get(r)
-            if fault.inflight == "retry":
+            if fault.inflight == RETRY:
                 self.pd_out.pop(r, None)
                 self._keep(pool.k, pool.gid[i], r)
                 self._again(r, t, out)

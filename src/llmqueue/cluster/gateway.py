@@ -9,6 +9,8 @@ pools where it falls back.
 
 from __future__ import annotations
 
+from llmqueue.cluster.autoscaler import METRICS
+
 
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` held; an admission takes one."""
@@ -72,4 +74,4 @@ def uses_queue_age(spec, autoscalers) -> bool:
     """Whether anything reads the pools' queue age (then the fleet tracks first tokens)."""
     g = spec
     return bool(g is not None and (g.max_queue_age_s is not None or g.shed or g.fallbacks)) or any(
-        a.metric == "queue_age" for a in autoscalers)
+        METRICS[m].first_tokens for a in autoscalers for m in (a.metric, *a.also))

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 
 class KVLinkQueue:
-    def __init__(self, link):
-        self.rate = link.gbps * 1e9 / 8.0   # bytes per second
-        self.latency = link.latency_ms / 1e3
+    """The link of a :class:`~llmqueue.cluster.spec.Disaggregation` (``kv_link_gbps``,
+    ``kv_link_latency_ms``)."""
+
+    def __init__(self, pd):
+        self.rate = pd.kv_link_gbps * 1e9 / 8.0   # bytes per second
+        self.latency = pd.kv_link_latency_ms / 1e3
         self.free_at = 0.0
         self.busy_s = 0.0
 

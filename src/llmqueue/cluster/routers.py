@@ -22,7 +22,9 @@ state that makes an LLM replica unlike an M/M/1 server, its KV cache (:mod:`llmq
 - :class:`~llmqueue.cluster.affinity.Session`: sticky sessions (a conversation's turns stay on the
   replica of its first turn, under the same load bound).
 
-To add one: a class with ``name``, ``central`` and ``route(request, view)``, registered in :data:`ROUTERS`.
+To add one: a class with ``name``, ``central`` and ``route(request, view)``, and its entry (the class
+and a line of help) in ``_ENTRIES``: the command line's ``--router``, a scenario pool's ``router``
+and ``plan --routers`` read :data:`ROUTERS`.
 """
 
 from __future__ import annotations
@@ -140,9 +142,26 @@ class Central:
         return min(free, key=out.__getitem__) if free else None
 
 
-ROUTERS = {r.name: r for r in (Random, RoundRobin, LeastOutstanding, LeastPrefill, PowerOfTwo, Central, LeastKV,
-                                PrefixAffinity, Session)}
-ROUTERS["jsq"] = LeastOutstanding
+# (router class, its line of help, other names): the one list of routers
+_ENTRIES = (
+    (Random, "uniformly at random"),
+    (RoundRobin, "each routable replica in turn"),
+    (LeastOutstanding, "join the shortest queue: the fewest requests outstanding", "jsq"),
+    (LeastPrefill, "the least prefill backlog in tokens"),
+    (PowerOfTwo, "the shorter queue of two replicas drawn at random"),
+    (Central, "the gateway holds the queue and dispatches to a free slot: M/M/c"),
+    (LeastKV, "the most free KV blocks"),
+    (PrefixAffinity, "the prompt's leading prefix sticks to a replica, spilling to the least prefill backlog "
+                     "over a bound"),
+    (Session, "a conversation sticks to its first turn's replica"),
+)
+
+#: Every router by name (``--router``, a scenario pool's ``router``, ``plan --routers``)
+ROUTERS = {name: cls for cls, _, *others in _ENTRIES for name in (cls.name, *others)}
+
+#: Each name's line of help (what ``--router``'s help lists)
+ROUTER_HELP = {name: help_ if name == cls.name else f"{cls.name}'s other name"
+               for cls, help_, *others in _ENTRIES for name in (cls.name, *others)}
 
 
 def router(name_or_router, seed: int = 0):

@@ -10,10 +10,15 @@
   the nouns; :class:`~llmqueue.engine.replica.Replica`: the fast replica on the same nouns, tested
   for equal records. Both step on a shared clock (``submit``, ``advance``, ``state``).
 - :func:`simulate`: run either on a request stream and return the records.
+
+Names are imported lazily (a policy's or a step-time form's name does not load the replica).
 """
 
-from llmqueue.engine.config import EngineConfig
-from llmqueue.engine.run import SimResult, simulate
-from llmqueue.engine.step_time import StepTimeModel, parse_step_time, roofline_model
+from llmqueue._lazy import lazy_exports
 
-__all__ = ["EngineConfig", "SimResult", "StepTimeModel", "parse_step_time", "roofline_model", "simulate"]
+_EXPORTS = {"EngineConfig": "config", "SimResult": "run", "simulate": "run", "StepTimeModel": "step_time",
+            "parse_step_time": "step_time", "roofline_model": "step_time"}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ())

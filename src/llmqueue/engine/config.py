@@ -6,10 +6,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from llmqueue._validate import nonnegative, positive, positive_int
+from llmqueue.engine.policies import FCFS, ORDERINGS, VICTIMS, PreemptNewest
 from llmqueue.errors import InputError
-
-POLICIES = ("fcfs", "priority", "sjf", "srpt")
-PREEMPTION = ("newest", "lowest-priority")
 
 
 @dataclass(frozen=True)
@@ -23,10 +21,8 @@ class EngineConfig:
       request whose prompt exceeds the remaining budget waits for the next step.
     - ``long_prefill_token_threshold``: caps one request's prefill chunk per step (0 = off).
     - ``max_model_len``: prompt + output above it is rejected at arrival (vLLM answers 400).
-    - ``policy``: waiting-queue order: ``fcfs``, ``priority`` (class priority, then arrival),
-      ``sjf`` (shortest prompt first), ``srpt`` (shortest predicted remaining output first).
-    - ``preemption``: victim when blocks run out: ``newest`` running request (vLLM FCFS) or
-      ``lowest-priority`` (vLLM priority scheduling: largest priority value, newest first).
+    - ``policy``: waiting-queue order, one of :data:`~llmqueue.engine.policies.ORDERINGS`.
+    - ``preemption``: victim when blocks run out, one of :data:`~llmqueue.engine.policies.VICTIMS`.
     - ``max_waiting``: admission control, reject arrivals when this many already wait (0 = no limit).
     - ``max_queue_time_s``: shed requests that waited longer than this before starting (0 = off).
     - ``class_priority``, ``class_max_waiting``, ``class_max_queue_time_s``: per request class
@@ -46,8 +42,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
     max_model_len: int = 0
-    policy: str = "fcfs"
-    preemption: str = "newest"
+    policy: str = FCFS.name
+    preemption: str = PreemptNewest.name
     max_waiting: int = 0
     max_queue_time_s: float = 0.0
     enable_prefix_caching: bool = False
@@ -68,11 +64,12 @@ class EngineConfig:
         for name in ("class_max_waiting", "class_max_queue_time_s"):
             for c, v in getattr(self, name).items():
                 (positive_int if name == "class_max_waiting" else nonnegative)(f"{name}[{c}]", v)
-        if self.policy not in POLICIES:
-            raise InputError("policy", f"unknown scheduling policy {self.policy!r}", f"choose one of: {', '.join(POLICIES)}")
-        if self.preemption not in PREEMPTION:
+        if self.policy not in ORDERINGS:
+            raise InputError("policy", f"unknown scheduling policy {self.policy!r}",
+                             f"choose one of: {', '.join(ORDERINGS)}")
+        if self.preemption not in VICTIMS:
             raise InputError("preemption", f"unknown preemption mode {self.preemption!r}",
-                             f"choose one of: {', '.join(PREEMPTION)}")
+                             f"choose one of: {', '.join(VICTIMS)}")
 
     @property
     def capacity_tokens(self) -> int:

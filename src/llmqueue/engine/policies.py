@@ -16,9 +16,10 @@ runs out (preemptive-repeat: its work is recomputed).
 - :class:`PreemptLowestPriority`: the running request with the largest ``(priority,
   arrival_time)`` (vLLM's priority preemption).
 
-To add one: a class with ``name`` and ``key(request)`` (ordering; ``fifo = True`` keeps arrival
-order without a key) or ``victim(running)`` (preemption), registered in :data:`ORDERINGS` or
-:data:`VICTIMS`.
+To add one: a class with ``name``, ``help`` (a line for ``--help``) and ``key(request)``
+(ordering; ``fifo = True`` keeps arrival order without a key) or ``victim(running)``
+(preemption), registered in :data:`ORDERINGS` or :data:`VICTIMS`: the command line's
+``--policy``/``--preemption`` and a scenario's ``scheduling_policy`` read them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class FCFS:
     """First come, first served; preempted requests rejoin at the front."""
 
     name = "fcfs"
+    help = "arrival order (vLLM's default)"
     fifo = True
 
     def key(self, r):
@@ -40,6 +42,7 @@ class Priority:
     """Smallest ``priority`` first (ties: earliest arrival)."""
 
     name = "priority"
+    help = "smallest priority value first, then arrival (vLLM's)"
     fifo = False
 
     def key(self, r):
@@ -50,6 +53,7 @@ class SJF:
     """Shortest prompt first (ties: earliest arrival)."""
 
     name = "sjf"
+    help = "shortest prompt first"
     fifo = False
 
     def key(self, r):
@@ -60,6 +64,7 @@ class SRPT:
     """Shortest predicted remaining output first (ties: earliest arrival)."""
 
     name = "srpt"
+    help = "shortest predicted remaining output first"
     fifo = False
 
     def key(self, r):
@@ -70,6 +75,7 @@ class PreemptNewest:
     """The newest running request (the list's tail) is preempted."""
 
     name = "newest"
+    help = "the newest running request (vLLM's, except under priority)"
 
     def victim(self, running):
         return running[-1]
@@ -79,13 +85,22 @@ class PreemptLowestPriority:
     """The running request with the largest ``(priority, arrival_time)`` is preempted."""
 
     name = "lowest-priority"
+    help = "the running request of the largest priority value, newest first (vLLM's under priority)"
 
     def victim(self, running):
         return max(running, key=lambda r: (r.priority, r.arrival_time, r.seq))
 
 
+#: Every waiting-queue ordering by name (``--policy``, a scenario's ``deployment.scheduling_policy``)
 ORDERINGS = {p.name: p for p in (FCFS, Priority, SJF, SRPT)}
+#: Every preemption victim by name (``--preemption``)
 VICTIMS = {p.name: p for p in (PreemptNewest, PreemptLowestPriority)}
+
+
+def default_victim(ordering: str) -> str:
+    """vLLM's preemption victim under ``ordering``: the lowest-priority request under priority
+    scheduling, else the newest."""
+    return PreemptLowestPriority.name if ordering == Priority.name else PreemptNewest.name
 
 
 def ordering_policy(name_or_policy):

@@ -16,6 +16,10 @@ Models (spec syntax, shared by the CLI and scenario files):
   surface ``llmqueue profile`` measured, decode steps interpolated over batch size and context
   (:mod:`llmqueue.engine.profile_step`).
 
+Each form is a parser registered in :data:`FORMS` (``@_form(HEAD, usage=..., help=...)``): the
+command line's ``--step-time``, its help, and a scenario's ``step_time`` read it, so a new form is
+its model and its parser here.
+
 Noise (the Queueing System essay section 5: service-time variance widens the tail): any model may carry
 ``:noise=exp`` (the step time is the model's value times an Exp(1) factor) or
 ``:noise=gamma:cv=0.3`` / ``:noise=lognormal:cv=0.3`` (mean-one factor with that CV).
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -229,38 +234,78 @@ def _model_of(parts: list[str], noise: str, cv: float, field: str, s: str) -> St
         if len(parts) > 1:
             raise InputError(field, f"cannot parse {s!r}", "a constant is a bare number, e.g. 0.0372")
         return StepTimeModel(c0=positive(field, b), noise=noise, noise_cv=cv, spec=s)
-    if head in ("const", "constant", "exp"):
-        if len(parts) != 2:
-            raise InputError(field, f"cannot parse {s!r}: {head} needs one value, e.g. {head}:0.0372")
-        b = positive(field, _num(field, s, "b", parts[1]))
-        if head == "exp":
-            if noise != "none":
-                raise InputError(field, f"cannot parse {s!r}: exp: already means exponential noise")
-            noise = "exp"
-        return StepTimeModel(c0=b, noise=noise, noise_cv=cv, spec=s)
-    if head == "linear":
-        kv = _kv_args(parts[1:], field, s)
-        names = {"c0": "c0", "prefill": "c_prefill", "decode": "c_decode", "ctx": "c_ctx"}
-        unknown = set(kv) - set(names)
-        if unknown:
-            raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(unknown)}",
-                             "keys: c0, prefill, decode, ctx")
-        args = {names[k]: nonnegative(field, _num(field, s, k, v)) for k, v in kv.items()}
-        m = StepTimeModel(noise=noise, noise_cv=cv, spec=s, **args)
-        if m.c0 <= 0 and m.c_prefill <= 0 and m.c_decode <= 0:
-            raise InputError(field, f"cannot parse {s!r}: the model gives zero-length steps", "set c0 > 0")
-        return m
-    if head == "fitted":
-        if len(parts) < 2:
-            raise InputError(field, f"cannot parse {s!r}: fitted needs a FILE")
-        return load_fitted(":".join(parts[1:]), field=field)
-    if head == "profile":
-        return _profile_of(parts, noise, cv, field, s)
-    raise InputError(field, f"cannot parse {s!r}: unknown step-time model {head!r}",
-                     "use a number, const:B, exp:B, linear:c0=..:prefill=..:decode=..:ctx=.., fitted:FILE "
-                     "or profile:DIR")
+    form = FORMS.get(head)
+    if form is None:
+        raise InputError(field, f"cannot parse {s!r}: unknown step-time model {head!r}",
+                         f"use {', '.join(f.usage for f in dict.fromkeys(FORMS.values()))}")
+    return form.parse(parts, noise, cv, field, s)
 
 
+# --- the forms of a step-time spec ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Form:
+    """One form of step-time spec: ``usage`` and ``help`` (what ``--step-time``'s help lists), and
+    ``parse(parts, noise, cv, field, spec)``: the model of a spec's ``:``-separated ``parts``
+    (its head first, the ``noise=``/``drift=`` suffixes taken off: ``noise``, ``cv``)."""
+
+    usage: str
+    help: str
+    parse: Callable
+
+
+#: Every form by its head (``linear`` of ``linear:c0=..``); a bare number is a constant.
+FORMS: dict[str, Form] = {}
+
+
+def _form(*heads: str, usage: str, help: str):
+    """Registers the decorated parser as the form of the specs starting ``HEAD:`` in :data:`FORMS`."""
+    def register(parse: Callable) -> Callable:
+        form = Form(usage, help, parse)
+        for h in heads:
+            FORMS[h] = form
+        return parse
+    return register
+
+
+@_form("const", "constant", "exp", usage="B | const:B | exp:B",
+       help="a constant step of B seconds; exp: exponential steps of mean B")
+def _constant(parts: list[str], noise: str, cv: float, field: str, s: str) -> StepTimeModel:
+    head = parts[0].lower()
+    if len(parts) != 2:
+        raise InputError(field, f"cannot parse {s!r}: {head} needs one value, e.g. {head}:0.0372")
+    b = positive(field, _num(field, s, "b", parts[1]))
+    if head == "exp":
+        if noise != "none":
+            raise InputError(field, f"cannot parse {s!r}: exp: already means exponential noise")
+        noise = "exp"
+    return StepTimeModel(c0=b, noise=noise, noise_cv=cv, spec=s)
+
+
+@_form("linear", usage="linear:c0=..:prefill=..:decode=..:ctx=..",
+       help="c0 + prefill x P + decode x D + ctx x C seconds")
+def _linear(parts: list[str], noise: str, cv: float, field: str, s: str) -> StepTimeModel:
+    kv = _kv_args(parts[1:], field, s)
+    names = {"c0": "c0", "prefill": "c_prefill", "decode": "c_decode", "ctx": "c_ctx"}
+    unknown = set(kv) - set(names)
+    if unknown:
+        raise InputError(field, f"cannot parse {s!r}: unknown key(s) {sorted(unknown)}",
+                         "keys: c0, prefill, decode, ctx")
+    args = {names[k]: nonnegative(field, _num(field, s, k, v)) for k, v in kv.items()}
+    m = StepTimeModel(noise=noise, noise_cv=cv, spec=s, **args)
+    if m.c0 <= 0 and m.c_prefill <= 0 and m.c_decode <= 0:
+        raise InputError(field, f"cannot parse {s!r}: the model gives zero-length steps", "set c0 > 0")
+    return m
+
+
+@_form("fitted", usage="fitted:FILE", help="the step_time of a calibration file")
+def _fitted(parts: list[str], noise: str, cv: float, field: str, s: str) -> StepTimeModel:
+    if len(parts) < 2:
+        raise InputError(field, f"cannot parse {s!r}: fitted needs a FILE")
+    return load_fitted(":".join(parts[1:]), field=field)
+
+
+@_form("profile", usage="profile:DIR[:scale=X]", help="the step-time surface `llmqueue profile` measured")
 def _profile_of(parts: list[str], noise: str, cv: float, field: str, s: str):
     """``profile:DIR[:scale=X]`` (:mod:`llmqueue.engine.profile_step`), with its noise suffix."""
     path = ":".join(p for p in parts[1:] if "=" not in p)
@@ -273,6 +318,31 @@ def _profile_of(parts: list[str], noise: str, cv: float, field: str, s: str):
     scale = positive(field, _num(field, s, "scale", kv["scale"])) if "scale" in kv else 1.0
     m = load_profile_model(path.strip(), scale=scale, field=field)
     return Perturbed(m, noise=noise, noise_cv=cv) if noise != "none" else m
+
+
+ROOFLINE = "roofline"
+
+
+@_form(ROOFLINE, usage=ROOFLINE, help="from the model and GPU, the default with both")
+def _roofline(parts: list[str], noise: str, cv: float, field: str, s: str):
+    raise InputError(field, f"{ROOFLINE} needs a model and a GPU", "give both, or another step-time model")
+
+
+def is_roofline(spec) -> bool:
+    """Does ``spec`` ask for the roofline of the model and GPU (built by :func:`roofline_model`)?"""
+    return isinstance(spec, str) and spec.strip().lower() == ROOFLINE
+
+
+def with_base(spec, base):
+    """``spec`` with the relative FILE of ``fitted:FILE`` resolved against folder ``base`` (where
+    the file that names it lies); any other spec as it is."""
+    head, sep, rest = spec.strip().partition(":") if isinstance(spec, str) else ("", "", "")
+    if not sep or head.lower() != "fitted":
+        return spec
+    from pathlib import Path
+
+    p = Path(rest).expanduser()
+    return spec if p.is_absolute() else f"fitted:{Path(base) / p}"
 
 
 def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:

@@ -84,12 +84,13 @@ def _one_server(flag: str, gpus, tp, recorded_gpu=None, recorded_tp=None, models
 def scenario_source(scenario: str, models=()) -> str:
     """The default source: the roofline (of each of ``models``, default the scenario's), or the
     scenario's own ``deployment.step_time``."""
+    from llmqueue.engine.step_time import is_roofline
     from llmqueue.scenario.override import scenario_with
 
     d = scenario_with(scenario).scenario.deployment
     st = d.step_time
     names = ", ".join(m for m in models if m) or d.model
-    if st is None or (isinstance(st, str) and st.strip().lower() == "roofline"):
+    if st is None or is_roofline(st):
         return (f"roofline of {names} on each GPU and tensor-parallel size (assumed mfu 0.6, mbu 0.8; not "
                 "measured), KV capacity M from vLLM's arithmetic")
     return f"the scenario's deployment.step_time {st} (the same engine speed on every GPU of the space)"
@@ -97,7 +98,7 @@ def scenario_source(scenario: str, models=()) -> str:
 
 def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=(), models=()) -> StepInputs:
     """The plan's step model and ``M`` (see the module docstring); ``models``: the space's models."""
-    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.engine.step_time import is_roofline, parse_step_time
 
     if calibration is not None and step_time is not None:
         raise InputError("calibration", "give --calibration or --step-time, not both",
@@ -120,7 +121,7 @@ def step_inputs(scenario: str, *, calibration=None, step_time=None, gpus=(), tp=
             out["capacity_tokens"] = float(M)
         msrc = f"M = {float(M):g} tokens measured" if M is not None else "M from vLLM's arithmetic (none measured)"
         return StepInputs(out, f"calibration {calibration}: {which} {spec}; {msrc}")
-    if step_time is not None and str(step_time).strip().lower() != "roofline":
+    if step_time is not None and not is_roofline(str(step_time)):
         spec = _absolute(str(step_time).strip())
         parse_step_time(spec, field="step_time")
         _one_server("step_time", gpus, tp, models=models)

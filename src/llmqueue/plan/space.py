@@ -25,7 +25,6 @@ DEFAULT_TP = (1, 2, 4)
 DEFAULT_REPLICAS = tuple(range(1, 17))
 DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = (2048, 8192)
-DEFAULT_ROUTERS = ("least-outstanding",)
 #: The KV link of a P:D split when none is given: one 100 Gbit/s port, 0.05 ms (as the shipped
 #: ``pd`` example assumes).
 DEFAULT_KV_LINK_GBPS = 100.0

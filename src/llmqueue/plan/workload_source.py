@@ -122,11 +122,10 @@ def _base_data(scenario, models, gpus, tp) -> dict:
         m = dep.get("model")
         if isinstance(m, str) and not Path(m).expanduser().is_absolute() and (base / m).exists():
             dep["model"] = str(base / m)
-        st = dep.get("step_time")
-        if isinstance(st, str) and st.strip().lower().startswith("fitted:"):
-            f = Path(st.strip()[len("fitted:"):]).expanduser()
-            if not f.is_absolute():
-                dep["step_time"] = f"fitted:{base / f}"
+        if "step_time" in dep:
+            from llmqueue.engine.step_time import with_base
+
+            dep["step_time"] = with_base(dep["step_time"], base)
         return data
     from llmqueue.hardware import get_gpu
     from llmqueue.hardware.memory import kv_capacity

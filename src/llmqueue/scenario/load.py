@@ -104,94 +104,18 @@ def example_description(name: str) -> str:
 _SECTIONS = ("workload", "deployment", "run")
 
 
-def _fmt_loc(loc) -> str:
-    out = ""
-    for x in loc:
-        if isinstance(x, int) and not isinstance(x, bool):
-            out += f"[{x}]"
-        else:
-            out += ("." if out else "") + str(x)
-    return out
-
-
-def _show(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, (int, str)):
-        return repr(v) if isinstance(v, str) else str(v)
-    if isinstance(v, dict):
-        return "a mapping"
-    if isinstance(v, list):
-        return "a list"
-    return type(v).__name__
-
-
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
 def _translate(e: dict) -> tuple[str, str | None]:
-    """Problem and fix of one pydantic error that our own validators did not raise."""
-    t, ctx, inp = e["type"], e.get("ctx") or {}, e.get("input")
-    loc = e.get("loc", ())
-    if t == "missing":
-        if len(loc) == 1 and loc[0] in _SECTIONS:
+    """Problem and fix of a pydantic error: a missing or empty section says so, the rest as
+    :func:`llmqueue._schema._translate` says."""
+    from llmqueue import _schema
+
+    loc, inp = e.get("loc", ()), e.get("input")
+    if len(loc) == 1 and loc[0] in _SECTIONS:
+        if e["type"] == "missing":
             return "missing required section", f"add a '{loc[0]}:' mapping (llmqueue scenario check chat shows one)"
-        return "is required", None
-    if t == "extra_forbidden":
-        return "unknown key", None
-    ops = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
-           "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
-    if t in ops:
-        sym, key = ops[t]
-        return f"must be {sym} {_num(ctx.get(key))} (got {_show(inp)})", None
-    if t in ("int_parsing", "int_type", "int_from_float"):
-        return f"must be a whole number (got {_show(inp)})", None
-    if t in ("float_parsing", "float_type"):
-        return f"must be a number (got {_show(inp)})", None
-    if t == "finite_number":
-        return f"must be a finite number (got {_show(inp)})", None
-    if t in ("bool_parsing", "bool_type"):
-        return f"must be true or false (got {_show(inp)})", None
-    if t in ("string_type", "string_sub_type"):
-        return f"must be text (got {_show(inp)})", None
-    if t in ("model_type", "model_attributes_type", "dict_type"):
-        if inp is None:
-            if len(loc) == 1 and loc[0] in _SECTIONS:
-                return "is empty", "this section is required; llmqueue scenario check chat shows one"
-            return "is empty", "fill it in or remove the key"
-        return f"must be a mapping of keys (got {_show(inp)})", None
-    if t == "list_type":
-        return f"must be a list (got {_show(inp)})", "write one '- item' per line"
-    return e.get("msg", t), None
-
-
-def _from_validation_error(err) -> InputError:
-    from llmqueue.scenario.model import _Problem
-
-    errors = err.errors(include_url=False)
-    e = errors[0]
-    loc = list(e.get("loc", ()))
-    exc = (e.get("ctx") or {}).get("error")
-    if isinstance(exc, _Problem):
-        loc += list(exc.where)
-        problem, fix = exc.problem, exc.fix
-    elif isinstance(exc, InputError):
-        problem, fix = exc.problem, exc.fix
-    else:
-        problem, fix = _translate(e)
-    more = len(errors) - 1
-    if more:
-        tail = f"({more} more error{'s' if more > 1 else ''})"
-        if fix:
-            fix = f"{fix} {tail}"
-        else:
-            problem = f"{problem} {tail}"
-    return InputError(_fmt_loc(loc) or "scenario", problem, fix)
+        if e["type"] in ("model_type", "model_attributes_type", "dict_type") and inp is None:
+            return "is empty", "this section is required; llmqueue scenario check chat shows one"
+    return _schema._translate(e)
 
 
 def validate_scenario(data, *, base_dir: str | Path | None = None, source: str | None = None, name: str = "scenario"):
@@ -199,6 +123,7 @@ def validate_scenario(data, *, base_dir: str | Path | None = None, source: str |
     ``base_dir`` (default: the current directory)."""
     from pydantic import ValidationError
 
+    from llmqueue import _schema
     from llmqueue.scenario.model import Scenario
 
     if not isinstance(data, dict):
@@ -209,7 +134,7 @@ def validate_scenario(data, *, base_dir: str | Path | None = None, source: str |
     try:
         return Scenario.model_validate(data, context={"base_dir": base, "source": source})
     except ValidationError as err:
-        raise _from_validation_error(err) from None
+        raise _schema._from_validation_error(err, _translate) from None
 
 
 def load_scenario(path_or_name) -> "Scenario":  # noqa: F821

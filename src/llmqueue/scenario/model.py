@@ -48,10 +48,17 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from llmqueue._schema import Float, Int, _clean_name, _Problem, _Section
+from llmqueue.cluster.spec import Autoscaler, Disaggregation, Fault, Gateway, Lane
 from llmqueue.errors import InputError, LlmqueueError
-from llmqueue.scenario._base import Float, Int, _base, _clean_name, _Problem, _Section  # noqa: F401
-from llmqueue.scenario.fleet import (AutoscalerConfig, DisaggregationConfig, FaultConfig, GatewayConfig, LaneConfig,
-                                     PoolConfig)
+from llmqueue.scenario.fleet import PoolConfig
+
+
+def _base(info: ValidationInfo) -> Path | None:
+    """The folder relative paths in the file resolve against (the validation context's ``base_dir``)."""
+    ctx = info.context or {}
+    b = ctx.get("base_dir")
+    return Path(b) if b is not None else None
 
 
 # --- spec fields ---------------------------------------------------------------------------------
@@ -348,10 +355,10 @@ class DeploymentConfig(_knob_fields("deployment")):
     The fields, their defaults and bounds are the knob table's (:data:`llmqueue.knobs.KNOBS`):
     vLLM's names and, where vLLM v1 has one for the OpenAI server, its defaults; ``None`` means
     "derived" (``max_model_len``: the model's context length; 0: no limit). ``scheduling_policy``:
-    ``fcfs`` or ``priority`` (vLLM's), or the simulator's ``sjf``/``srpt``. ``preemption_mode``:
-    only ``recompute`` (vLLM v1's only mode); the victim is the newest request under ``fcfs`` and
-    the lowest-priority one under ``priority``, as in vLLM. Simulator knobs: ``step_time`` (a
-    spec of :mod:`llmqueue.engine.step_time`, or ``roofline`` from the model and GPU),
+    one of :data:`~llmqueue.engine.policies.ORDERINGS`. ``preemption_mode``: only ``recompute``
+    (vLLM v1's only mode); the victim is vLLM's for the policy
+    (:func:`~llmqueue.engine.policies.default_victim`). Simulator knobs: ``step_time`` (a spec of
+    one of :data:`~llmqueue.engine.step_time.FORMS`, the roofline of the model and GPU by default),
     ``capacity_tokens`` (overrides the KV capacity ``M``), ``max_waiting`` and
     ``max_queue_time_s`` (admission control: 0 = off). ``kv_cache_dtype`` and ``dtype``
     (weights) enter ``M``.
@@ -361,11 +368,11 @@ class DeploymentConfig(_knob_fields("deployment")):
     """
 
     pools: list[PoolConfig] | None = None
-    lanes: list[LaneConfig] | None = None
-    disaggregation: DisaggregationConfig | None = None
-    gateway: GatewayConfig | None = None
-    autoscalers: list[AutoscalerConfig] | None = None
-    faults: list[FaultConfig] | None = None
+    lanes: list[Lane] | None = None
+    disaggregation: Disaggregation | None = None
+    gateway: Gateway | None = None
+    autoscalers: list[Autoscaler] | None = None
+    faults: list[Fault] | None = None
 
     _model: Any = PrivateAttr(default=None)
     _gpu: Any = PrivateAttr(default=None)
@@ -408,10 +415,10 @@ class DeploymentConfig(_knob_fields("deployment")):
     @field_validator("scheduling_policy")
     @classmethod
     def _policy(cls, v):
-        from llmqueue.knobs import POLICIES
+        from llmqueue.engine.policies import ORDERINGS
 
-        if v not in POLICIES:
-            raise _Problem((), f"unknown scheduling policy {v!r}", f"choose one of: {', '.join(POLICIES)}")
+        if v not in ORDERINGS:
+            raise _Problem((), f"unknown scheduling policy {v!r}", f"choose one of: {', '.join(ORDERINGS)}")
         return v
 
     @field_validator("preemption_mode")
@@ -495,7 +502,9 @@ class DeploymentConfig(_knob_fields("deployment")):
         st = self.step_time
         if st is None:
             if self._model is not None and self._gpu is not None:
-                st = "roofline"
+                from llmqueue.engine.step_time import ROOFLINE
+
+                st = ROOFLINE
                 notes.append("deployment.step_time not given: using the roofline model of the model and GPU "
                              "(an estimate; calibrate for numbers you rely on)")
             else:
@@ -512,19 +521,17 @@ class DeploymentConfig(_knob_fields("deployment")):
         return self
 
     def _parse_step_time(self, st, base: Path | None):
-        from llmqueue.engine.step_time import parse_step_time, roofline_model
+        from llmqueue.engine.step_time import ROOFLINE, is_roofline, parse_step_time, roofline_model, with_base
 
-        if isinstance(st, str) and st.strip().lower() == "roofline":
+        if is_roofline(st):
             if self._model is None or self._gpu is None:
-                raise _Problem(("step_time",), "roofline needs model and gpu", "give both, or a step-time spec")
+                raise _Problem(("step_time",), f"{ROOFLINE} needs model and gpu", "give both, or a step-time spec")
             try:
                 return roofline_model(self._model, self._gpu, tensor_parallel_size=self.tensor_parallel_size)
             except LlmqueueError as e:
                 raise _Problem.of(e, ("step_time",)) from None
-        if isinstance(st, str) and st.strip().lower().startswith("fitted:") and base is not None:
-            p = Path(st.strip()[len("fitted:"):]).expanduser()
-            if not p.is_absolute():
-                st = f"fitted:{base / p}"
+        if base is not None:
+            st = with_base(st, base)
         try:
             return parse_step_time(st, field="step_time")
         except LlmqueueError as e:
@@ -690,13 +697,16 @@ class Scenario(_Section):
 
         notes = self._notes
         notes.extend(self.deployment._notes)
+        from llmqueue.engine.policies import FCFS, Priority
+
         prios = {c.priority for c in classes}
         policy = self.deployment.scheduling_policy
-        if len(prios) > 1 and policy != "priority":
+        if len(prios) > 1 and policy != Priority.name:
             notes.append(f"classes have different priorities but deployment.scheduling_policy is {policy}: "
-                         "priorities only matter under scheduling_policy: priority")
-        if policy == "priority" and len(prios) == 1:
-            notes.append("scheduling_policy is priority but every class has the same priority (then it is fcfs)")
+                         f"priorities only matter under scheduling_policy: {Priority.name}")
+        if policy == Priority.name and len(prios) == 1:
+            notes.append(f"scheduling_policy is {Priority.name} but every class has the same priority (then it is "
+                         f"{FCFS.name})")
         mml = self.deployment.effective_max_model_len
         if mml is not None:
             for c in classes:
@@ -815,6 +825,7 @@ class Scenario(_Section):
         """One replica's :class:`~llmqueue.engine.config.EngineConfig` (vLLM semantics) of
         deployment ``d`` (default: the top level)."""
         from llmqueue.engine.config import EngineConfig
+        from llmqueue.engine.policies import default_victim
 
         d = self.deployment if d is None else d
         policy = d.scheduling_policy
@@ -822,8 +833,7 @@ class Scenario(_Section):
             d.M, block_size=d.block_size, max_num_batched_tokens=d.max_num_batched_tokens,
             max_num_seqs=d.max_num_seqs, enable_chunked_prefill=d.enable_chunked_prefill,
             long_prefill_token_threshold=d.long_prefill_token_threshold,
-            max_model_len=d.effective_max_model_len or 0, policy=policy,
-            preemption="lowest-priority" if policy == "priority" else "newest",
+            max_model_len=d.effective_max_model_len or 0, policy=policy, preemption=default_victim(policy),
             max_waiting=d.max_waiting, max_queue_time_s=d.max_queue_time_s,
             enable_prefix_caching=d.enable_prefix_caching, class_priority=self.mix.priorities,
             class_max_waiting={c.name: c.max_waiting for c in self.workload.classes or () if c.max_waiting},

@@ -160,9 +160,10 @@ def _from_cwd(name: str, value):
     if name == "model":
         p = Path(value).expanduser()
         return str(p.resolve()) if not p.is_absolute() and p.exists() else value
-    if name == "step_time" and value.strip().lower().startswith("fitted:"):
-        p = Path(value.strip()[len("fitted:"):]).expanduser()
-        return value if p.is_absolute() else f"fitted:{cwd / p}"
+    if name == "step_time":
+        from llmqueue.engine.step_time import with_base
+
+        return with_base(value, cwd)
     if name in LENGTH_KNOBS:
         from llmqueue.scenario.model import _with_base
 
