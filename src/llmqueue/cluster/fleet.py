@@ -138,7 +138,8 @@ class _Fleet(FleetRecords):
         self.track_age = uses_queue_age(spec.gateway, spec.autoscalers)
         self.pools = []
         for k, p in enumerate(spec.pools):
-            self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens))
+            self.pools.append(PoolRuntime(p, k, seed, self._make_replica, self._new_id, opt.hash_block_tokens,
+                                          spec.gateway.fair_share if spec.gateway is not None else None))
         self.by_name = {p.name: p for p in self.pools}
         self.views = {p.name: p.view for p in self.pools}  # what the gateway's rules read
         for a in spec.autoscalers:
@@ -196,6 +197,8 @@ class _Fleet(FleetRecords):
         """``r`` left slot ``i``'s replica (``on_finish``)."""
         pool.outstanding[i] -= 1
         pool.by_class[r.class_name] -= 1
+        if pool.fair is not None:  # its output tokens served, charged to its tenant
+            pool.fair.charge(pool.fair.tenant_of(r), r.num_output_tokens)
         if r.first_token_time != r.first_token_time:  # it left without a first token
             pool.pending_prefill[i] -= r.num_prompt_tokens
             if self.track_age:
@@ -275,6 +278,8 @@ class _Fleet(FleetRecords):
             return
         pool.outstanding[i] += 1
         pool.by_class[r.class_name] += 1
+        if pool.fair is not None:  # its prompt served, charged to its tenant
+            pool.fair.charge(pool.fair.tenant_of(r), s)
         if r.first_token_time != r.first_token_time:  # no first token yet (a P/D decode side has one)
             pool.pending_prefill[i] += s
             if self.track_age:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from llmqueue.cluster.fairness import FairQueue
 from llmqueue.cluster.routers import router as make_router
 from llmqueue.cluster.view import PoolView
 
@@ -24,7 +25,8 @@ UP, PROVISIONING, DRAINING, DOWN, GONE = "up", "provisioning", "draining", "down
 class PoolRuntime:
     """The replicas of :class:`~llmqueue.cluster.spec.Pool` ``spec`` (index ``k`` in the fleet)."""
 
-    def __init__(self, spec, k: int, seed: int, make_replica, new_id, hash_block_tokens: int = 512):
+    def __init__(self, spec, k: int, seed: int, make_replica, new_id, hash_block_tokens: int = 512,
+                 fair_share: dict | None = None):
         self.spec = spec
         self.k = k
         self.name = spec.name
@@ -44,7 +46,10 @@ class PoolRuntime:
         self.retired: list = []            # (slot, replica) of replicas that left (faults, scale-down)
         self.key: list = []                # the time of each slot's scheduled event (inf: none)
         self.by_class: Counter = Counter() # requests the pool's replicas hold, per class
-        self.held: deque = deque()         # requests the pool's gateway queue holds (central, or none routable)
+        # requests the pool's gateway queue holds (central, or none routable): FIFO, or weighted fair
+        # between tenants by tokens when the gateway gives shares (``fair``: then charge it)
+        self.fair: Any = FairQueue(fair_share) if fair_share else None
+        self.held: Any = self.fair if fair_share else deque()
         self.no_token: dict = {}           # request -> arrival time, for requests without a first token yet
         self.router = make_router(spec.router, seed + 7919 * k if k else seed)
         self.central = getattr(self.router, "central", False)

@@ -223,9 +223,13 @@ class Gateway(_Part):
     class, ``"*"``: all traffic), admission (``max_queue_depth``: waiting requests per serving
     replica of the pool; ``max_queue_age_s``: age of the pool's oldest request without a first
     token), tier shedding, fallback. Queue age is what a gateway can see: time since arrival of
-    the oldest request the pool holds that has no first token yet."""
+    the oldest request the pool holds that has no first token yet. ``fair_share``: tenant (a
+    class) -> weight; when set, a pool's gateway queue (the central router's, or while no replica
+    serves) is served in weighted fair order by tokens (:mod:`llmqueue.cluster.fairness`), tenants
+    not named weighing 1, instead of first come first served."""
 
     rate_limits: Annotated[dict[str, RateLimit], _none_is(dict)] = Field(default_factory=dict)
+    fair_share: Annotated[dict[str, Positive], _none_is(dict)] = Field(default_factory=dict)
     max_queue_depth: Positive | None = None
     max_queue_age_s: Positive | None = None
     shed: Annotated[list[Shed], _none_is(list)] = Field(default_factory=list)
