@@ -68,7 +68,9 @@ class StepExplanation:
         return d
 
     def text(self) -> str:
-        """The explanation as readable lines."""
+        """The explanation as readable lines: prefill chunks one a line, decodes as one list."""
+        import textwrap
+
         p, d, c = self.composition
         lines = [f"engine step {self.step}: {self.start_s:.6f} s to {self.end_s:.6f} s, {len(self.scheduled)} "
                  f"scheduled ({sum(s.num_new_tokens for s in self.scheduled)} tokens), {len(self.preempted)} preempted",
@@ -77,11 +79,15 @@ class StepExplanation:
                  f"  waiting: {self.num_waiting_before} before, {self.num_waiting_after} after; "
                  f"running: {self.num_running_before} before, {self.num_running_after} after"]
         for s in self.scheduled:
-            what = ("decode" if s.decode else "prefill") + f" {s.num_new_tokens}"
-            lines.append(f"  scheduled: request {s.request_id} (seq {s.seq}) {what} "
-                         f"[{s.num_computed_tokens} of {s.num_tokens} tokens computed before]")
+            if not s.decode:
+                lines.append(f"  prefill: request {s.request_id} (seq {s.seq}) {s.num_new_tokens} tokens "
+                             f"[{s.num_computed_tokens} of {s.num_tokens} computed before]")
+        decodes = [str(s.request_id) for s in self.scheduled if s.decode]
+        if decodes:
+            lines += textwrap.wrap(f"decode, one token each ({len(decodes)}): requests " + ", ".join(decodes),
+                                   width=110, initial_indent="  ", subsequent_indent="    ")
         for v in self.preempted:
-            lines.append(f"  preempted: request {v.request_id} (seq {v.seq}), preemptions so far {v.num_preemptions}")
+            lines.append(f"  preempted: request {v.request_id} (seq {v.seq}), {v.num_preemptions} preemptions so far")
         return "\n".join(lines)
 
 
