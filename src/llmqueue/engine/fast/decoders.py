@@ -91,21 +91,21 @@ class DecoderPool:
 
     def next_finish_step(self) -> int:
         """The smallest finish step among the decoders (-1 when there are none)."""
-        f = self.finish_heap
-        fin = self.finish_step
-        while f and fin.get(f[0][2]) != f[0][0]:
-            _heappop(f)
-        return f[0][0] if f else -1
+        heap = self.finish_heap
+        finish_step = self.finish_step
+        while heap and finish_step.get(heap[0][2]) != heap[0][0]:
+            _heappop(heap)  # stale: the decoder left (or rejoined) since
+        return heap[0][0] if heap else -1
 
     def pop_finished(self) -> Request | None:
         """A decoder whose last token has come (its finish step reached), still in the pool; None
         when there is none. Finish-step order, ties by admission."""
-        f = self.finish_heap
-        fin = self.finish_step
+        heap = self.finish_heap
+        finish_step = self.finish_step
         steps = self.steps
-        while f and f[0][0] <= steps:
-            d_fin, _, r = _heappop(f)
-            if fin.get(r) == d_fin:
+        while heap and heap[0][0] <= steps:
+            step, _, r = _heappop(heap)
+            if finish_step.get(r) == step:
                 return r
         return None
 
