@@ -292,23 +292,21 @@ def _mg1_prediction(spec: SimSpec, lam, b) -> dict | None:
             "rho": r.rho, "mean_e2el_ms": r.mean_e2el_ms, "mean_queue_ms": r.mean_queue_ms}
 
 
-def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None,
-                   explain: tuple = ()) -> SimOutcome:
+def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
     """Generate, simulate, summarise; returns the records, the summary and the theory. ``margin``:
     also measure the run's distance to the preemption cliff (:mod:`llmqueue.plan.margin`: the
     same arrivals re-simulated with a slower engine and with more traffic); a run within
-    ``1 + margin`` of it is judged "metastable". ``explain``: engine step indices whose
-    scheduling decision is kept (``result.explained``, ``summary["explained"]``; one replica)."""
+    ``1 + margin`` of it is judged "metastable". The decisions of the engine steps
+    ``spec.options.explain`` asks for are kept (``result.explained``, ``summary["explained"]``; one replica)."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
     if margin is not None and (spec.fleet is not None or spec.replicas > 1):
         raise InputError("margin", "is measured on one replica", "drop --margin, or --replicas / the fleet")
-    if explain and (spec.fleet is not None or spec.replicas > 1):
+    if spec.options.explain and (spec.fleet is not None or spec.replicas > 1):
         raise InputError("explain", "explains the steps of one replica", "drop --explain, or --replicas / the fleet")
     requests = generate_requests(spec)
     opts = spec.options
-    opts.explain = tuple(explain)
     if spec.engine.policy == "srpt" and opts.predicted_output is None and spec.predictor_cv > 0:
         rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(13,)))
         s2 = math.log1p(spec.predictor_cv ** 2)

@@ -22,15 +22,10 @@ from llmqueue.cli.flags import given_flags, knob_options
               help="Also measure the distance to the preemption cliff: the same arrivals re-simulated with a "
                    "slower engine and with more traffic (bisection, about 15 more runs); a run a FRACTION (e.g. "
                    "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica.")
-@click.option("--explain", metavar="STEP[,STEP...]",
-              help="Print the scheduler's decision of these engine steps (counted from 0, as the steps records' "
-                   "step column): the requests scheduled with their new tokens, those preempted, the step's "
-                   "composition, the free KV blocks and the queue lengths before and after. One replica; the "
-                   "records are the same with and without it.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
-def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, explain, **flags):
+def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     """Simulate one serving replica step by step with vLLM v1's scheduling semantics.
 
     Prints vLLM bench serve's metrics (TTFT, TPOT, ITL, E2EL percentiles with confidence
@@ -49,15 +44,13 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, explain, *
     """
     import sys
 
-    from llmqueue.engine.explain import parse_steps
     from llmqueue.simulate import run_simulation, write_outcome
     from llmqueue.spec import spec_from_flags
 
-    steps = parse_steps(explain)
     spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
     if progress is None:
         progress = sys.stderr.isatty()
-    out = run_simulation(spec, progress=progress, margin=margin, explain=steps)
+    out = run_simulation(spec, progress=progress, margin=margin)
     if out_dir:
         write_outcome(out, out_dir)
     report = {**out.summary, "theory": out.theory}
@@ -65,8 +58,8 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, explain, *
         print_json(report)
         return
     print_report(out.summary, out.theory, out_dir)
-    if steps:
-        print_explained(out.result.explained, steps, out.result.num_steps)
+    if spec.options.explain:
+        print_explained(out.result.explained, spec.options.explain, out.result.num_steps)
 
 
 def _share(x) -> str:

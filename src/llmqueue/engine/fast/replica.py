@@ -472,7 +472,7 @@ class Replica:
         if not plan and n == 0:
             return t
         comp = s.composition
-        comp.reset(n, dec.kv_base_sum + n * dec.steps + n)  # dec.context_tokens(), inline
+        comp.reset(n, dec.context_tokens())
         for r, new in plan:
             if r.first_scheduled_time != r.first_scheduled_time:
                 r.first_scheduled_time = t

@@ -143,7 +143,7 @@ class Scheduler:
         n = len(dec.kv_base)
         kv = self.kv
         bs = kv.block_size
-        need_dec = dec.residues[(-dec.steps) % bs] if n else 0  # dec.blocks_needed_next_step(), inline
+        need_dec = dec.blocks_needed_next_step() if n else 0
         plan: list[tuple[Request, int]] = []
         budget = budget_total - n
         exact = budget < 0
