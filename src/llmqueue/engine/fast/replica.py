@@ -453,10 +453,17 @@ class Replica:
     def _depart(self, t_end: float) -> None:
         """The requests that produced their last token in the step(s) ending at ``t_end`` leave."""
         finished = self.scheduler.finished
-        if finished:
+        if self.deadline_marks:
             for r in finished:
                 self.finish(r, "ok", t_end)
-            finished.clear()
+        else:  # no deadline it could have missed: ok at t_end (finish(), inline)
+            on_finish = self.on_finish
+            for r in finished:
+                r.outcome = "ok"
+                r.finish_time = t_end
+                r.reason = None
+                on_finish(r)
+        finished.clear()
 
     # =============================================================================================
     # steps

@@ -459,6 +459,7 @@ class Scheduler:
         """Decoders whose last token came in the step(s) just ended finish."""
         dec = self.decoders
         kv = self.kv
+        plain = kv.pool is None  # no prefix cache: a decoder's blocks simply return to the free count
         running = self.running
         finished = self.finished
         while True:
@@ -468,7 +469,10 @@ class Scheduler:
             held = dec.drop(r)
             del running[r]
             r.status = FINISHED
-            kv.free(r, held)
+            if plain:
+                kv.num_free_blocks += held
+            else:
+                kv.free(r, held)
             finished.append(r)
 
     def _finish(self, r: Request) -> None:
