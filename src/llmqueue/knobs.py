@@ -181,11 +181,6 @@ KNOBS: tuple[Knob, ...] = (
          "duration, when the number in the system grew in each of the last five of fifty slices, by at least a "
          "tenth of their arrivals, past twice max_num_seqs. The summary says when it stopped.", group="run",
          scenario="spec"),
-    Knob("explain", str, None, "Print the scheduler's decision of these engine steps (counted from 0, as the "
-         "steps records' step column): the requests scheduled with their new tokens, those preempted, the step's "
-         "composition, the free KV blocks and the queue lengths before and after (a summary's \"explained\"). One "
-         "replica; the records are the same with and without it.", group="run", scenario="spec",
-         metavar="STEP[,STEP...]"),
     Knob("slo_ttft_ms", float, None, "SLO on TTFT: simulate counts goodput against it (a scenario's targets on "
          "TTFT are replaced); sweep and capacity judge the --percentile.", unit="ms", group="run",
          scenario="slos", ge=0),

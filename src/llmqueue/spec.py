@@ -99,7 +99,6 @@ def build_spec(**flags):
     unlimited. Step time: ``step_time``, else the roofline of ``model`` and ``gpu``.
     ``max_model_len`` None: the model's context length (vLLM's default), no limit without one.
     """
-    from llmqueue.engine.explain import parse_steps
     from llmqueue.engine.options import SimOptions
     from llmqueue.simulate import SimSpec
 
@@ -122,7 +121,7 @@ def build_spec(**flags):
                                                                         "workload")})
     slos = {m: f[f"slo_{m}"] for m in ("ttft_ms", "tpot_ms", "e2el_ms") if f[f"slo_{m}"] is not None} or None
     opts = SimOptions(seed=f["seed"], sample_dt=f["sample_dt"], hash_ids=hash_ids, early_stop=f["early_stop"],
-                      hash_block_tokens=f["prefix_block_tokens"], explain=parse_steps(f["explain"]))
+                      hash_block_tokens=f["prefix_block_tokens"])
     fleet = pd_fleet(f, engine, st, model)
     return SimSpec(engine=engine, step_time=st, workload=wl, requests=requests,
                    num_requests=None if requests is not None else f["num_requests"],
@@ -270,7 +269,7 @@ def _with_thresholds(slos: dict | None, classes, thresholds: dict) -> dict:
 
 def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
     """Knobs a scenario file does not hold, applied to its built spec (in place): ``preemption``,
-    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt``, ``explain``, ``router`` (every pool's, for a
+    ``srpt_predictor_cv``, ``prefix_block_tokens``, ``sample_dt``, ``router`` (every pool's, for a
     scenario's fleet), the KV link of a scenario's P/D pair and SLO thresholds."""
     if knobs.get("preemption") is not None:
         spec.engine = spec.engine.with_(preemption=knobs["preemption"])
@@ -282,10 +281,6 @@ def apply_spec_knobs(spec, knobs: dict, classes=()) -> None:
         spec.options.sample_dt = knobs["sample_dt"]
     if knobs.get("early_stop") is not None:
         spec.options.early_stop = knobs["early_stop"]
-    if knobs.get("explain") is not None:
-        from llmqueue.engine.explain import parse_steps
-
-        spec.options.explain = parse_steps(knobs["explain"])
     if knobs.get("router") is not None:
         spec.router = knobs["router"]
         if spec.fleet is not None:  # every pool of a scenario's fleet
