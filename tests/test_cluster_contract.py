@@ -101,7 +101,7 @@ def test_the_fleet_reads_replicas_only_through_the_contract(case):
 
 def test_load_is_the_same_numbers_on_both_replicas():
     """Mid-run, step by step on a shared clock, both replicas report the same load."""
-    from llmqueue.engine.replica import Replica
+    from llmqueue.engine.fast.replica import Replica
 
     reqs = Workload("poisson:40", prompt="uniform:50:600", output="uniform:5:60").generate(seed=1, n=200)
     fast, ref = Replica(KV_BOUND, STEP, seed=1), ReferenceReplica(KV_BOUND, STEP, seed=1)

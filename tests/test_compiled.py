@@ -104,7 +104,7 @@ def _fake_package(root: Path, hashes_match: bool) -> None:
         p.with_suffix(".cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     h = compiled.source_hashes(root)
     if not hashes_match:
-        h["llmqueue.engine.replica"] = "0" * 64
+        h["llmqueue.engine.fast.replica"] = "0" * 64
     (root / compiled.HASH_FILE).write_text(json.dumps(h))
 
 

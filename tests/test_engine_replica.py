@@ -9,7 +9,7 @@ import pytest
 from llmqueue.engine import EngineConfig, simulate
 from llmqueue.engine.options import SimOptions
 from llmqueue.engine.reference import ReferenceReplica
-from llmqueue.engine.replica import Replica
+from llmqueue.engine.fast.replica import Replica
 from llmqueue.engine.request import Request
 from llmqueue.engine.run import request_columns
 from llmqueue.engine.stream import RequestStream

@@ -1,6 +1,7 @@
 """The compiled build of the engine's hot modules, and the fall back to their source.
 
-The fast replica, its request and queue objects and the fleet's event loop are plain Python.
+The fast replica (``engine/fast/``), its request and queue objects, the step's composition and
+its pricing, and the fleet's event loop are plain Python.
 ``pip install`` compiles them with mypyc when it can (a C compiler and mypy at build time:
 setup.py), which runs the same source 1.3-3.9 times faster (docs/benchmarks.md); without a compiler the package
 installs and runs from source. Either way the records are the same (``tests/test_compiled.py``
@@ -30,7 +31,15 @@ COMPILED_MODULES = (
     "llmqueue.engine.prefix_cache",
     "llmqueue.engine.kv_cache_manager",
     "llmqueue.engine.limits",
-    "llmqueue.engine.replica",
+    "llmqueue.engine.output",
+    "llmqueue.engine.pricing",
+    "llmqueue.engine.fast.arrivals",
+    "llmqueue.engine.fast.decoders",
+    "llmqueue.engine.fast.ledger",
+    "llmqueue.engine.fast.recorder",
+    "llmqueue.engine.fast.scheduler",
+    "llmqueue.engine.fast.stretch",
+    "llmqueue.engine.fast.replica",
     "llmqueue.engine.run",
     "llmqueue.cluster.collect",
     "llmqueue.cluster.fleet",
@@ -43,7 +52,7 @@ _status: str | None = None  # decided on first use (:func:`status`)
 
 
 def source_path(module: str, root: Path | None = None) -> Path:
-    """The ``.py`` file of a compiled module (``llmqueue.engine.replica`` -> ``engine/replica.py``)
+    """The ``.py`` file of a compiled module (``llmqueue.engine.fast.replica`` -> ``engine/fast/replica.py``)
     under the package directory ``root`` (this package's by default)."""
     return (root or _ROOT).joinpath(*module.split(".")[1:]).with_suffix(".py")
 
@@ -113,5 +122,5 @@ def is_compiled() -> bool:
     this module names the engine's modules but imports none of them."""
     import importlib.util
 
-    spec = importlib.util.find_spec("llmqueue.engine.replica")
+    spec = importlib.util.find_spec("llmqueue.engine.fast.replica")
     return spec is not None and not str(spec.origin or "").endswith(".py")

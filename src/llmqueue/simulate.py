@@ -153,12 +153,16 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     one clock; a fleet's summary adds its per-pool accounts (``summary["fleet"]``). ``margin``:
     also measure the run's distance to the preemption cliff (:mod:`llmqueue.margin`: the
     same arrivals re-simulated with a slower engine and with more traffic; one replica only); a
-    run within ``1 + margin`` of it is judged "metastable"."""
+    run within ``1 + margin`` of it is judged "metastable". The decisions of the engine steps
+    ``spec.options.explain`` asks for are kept (``result.explained``, ``summary["explained"]``; one
+    replica)."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
     if margin is not None and (spec.fleet is not None or spec.replicas > 1):
         raise InputError("margin", "is measured on one replica", "drop --margin, or --replicas / the fleet")
+    if spec.options.explain and (spec.fleet is not None or spec.replicas > 1):
+        raise InputError("explain", "explains the steps of one replica", "drop --explain, or --replicas / the fleet")
     requests = generate_requests(spec)
     opts = spec.options
     from llmqueue.engine.policies import SRPT
@@ -228,6 +232,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
             summary["verdict"] = said
     if spec.notes:
         summary["notes"] = list(spec.notes)
+    if res.explained:
+        summary["explained"] = [e.to_dict() for e in res.explained]
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
 
 

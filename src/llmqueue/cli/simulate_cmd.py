@@ -8,6 +8,12 @@ from llmqueue.cli.common import OutputPath, command, json_option, print_json, pr
 from llmqueue.cli.flags import given_flags, knob_options
 
 
+def _explain_steps(ctx, param, value):
+    """``--explain``: a debugging output of this command, not a knob (sweeps and scenarios have no
+    use for it), kept beside the knob flags in the context."""
+    ctx.meta["explain"] = value
+
+
 @command("simulate")
 @click.option("--scenario", help="A scenario file or a shipped example name (see `llmqueue scenario list`); "
               "the flags given with it override its fields.")
@@ -22,6 +28,11 @@ from llmqueue.cli.flags import given_flags, knob_options
               help="Also measure the distance to the preemption cliff: the same arrivals re-simulated with a "
                    "slower engine and with more traffic (bisection, about 15 more runs); a run a FRACTION (e.g. "
                    "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica.")
+@click.option("--explain", metavar="STEP[,STEP...]", expose_value=False, callback=_explain_steps,
+              help="Print the scheduler's decision of these engine steps (counted from 0, as the steps records' "
+                   "step column): the requests scheduled with their new tokens, those preempted, the step's "
+                   "composition, the free KV blocks and the queue lengths before and after (the summary's "
+                   "\"explained\"). One replica; the records are the same with and without it.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
@@ -52,10 +63,13 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     """
     import sys
 
+    from llmqueue.engine.explain import parse_steps
     from llmqueue.simulate import run_simulation, write_outcome
     from llmqueue.spec import spec_from_flags
 
+    steps = parse_steps(ctx.meta.get("explain"))
     spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
+    spec.options.explain = steps
     if progress is None:
         progress = sys.stderr.isatty()
     out = run_simulation(spec, progress=progress, margin=margin)
@@ -66,6 +80,8 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
         print_json(report)
         return
     print_report(out.summary, out.theory, out_dir)
+    if spec.options.explain:
+        print_explained(out.result.explained, spec.options.explain, out.result.num_steps)
 
 
 def _share(x) -> str:
@@ -141,6 +157,17 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
             click.echo(f"- {n}")
     if out_dir:
         click.echo(f"\nrecords written to {out_dir}/ (requests, steps, timeseries .parquet; summary.json)")
+
+
+def print_explained(explained: list, steps: tuple, num_steps: int) -> None:
+    """The decisions of the steps ``--explain`` asked for (:class:`~llmqueue.engine.explain.StepExplanation`)."""
+    click.echo("\nExplained steps (the scheduler's decision as the step began)")
+    seen = {e.step for e in explained}
+    for e in explained:
+        click.echo(e.text())
+    for k in steps:
+        if k not in seen:
+            click.echo(f"engine step {k}: not taken (the run took {num_steps} steps)")
 
 
 def _ms_pair(row: dict, a: str, b: str) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 from llmqueue.cluster.events import KV, SAMPLE
 from llmqueue.cluster.pool import PROVISIONING
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
-from llmqueue.engine.replica import stack_columns
+from llmqueue.engine.fast.recorder import stack_columns
 from llmqueue.engine.run import SimResult, merge_by_seq, with_seq
 
 

@@ -53,7 +53,7 @@ from llmqueue.cluster.spec import DECODE, RETRY, FleetSpec, Pool
 from llmqueue.engine.admission import reject_reason
 from llmqueue.engine.limits import check_run_size
 from llmqueue.engine.options import SimOptions
-from llmqueue.engine.replica import Replica
+from llmqueue.engine.fast.replica import Replica
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.run import RECORD_BATCH, SimResult
 from llmqueue.engine.stream import RequestStream

@@ -2,7 +2,7 @@
 
 A replica is a server of the fleet's queueing network that keeps its own queue, KV cache and
 schedule (vLLM's engine core). Whoever drives it sees only this contract, so a simulated replica
-(:class:`~llmqueue.engine.replica.Replica`, the fast path), the executable specification
+(:class:`~llmqueue.engine.fast.replica.Replica`, the fast path), the executable specification
 (:class:`~llmqueue.engine.reference.ReferenceReplica`) and, later, a live engine behind HTTP are
 interchangeable behind the same fleet and the same policies:
 

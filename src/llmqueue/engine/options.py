@@ -29,6 +29,8 @@ class SimOptions:
     ``hash_block_tokens``: tokens per unit (Mooncake traces: 512).
     ``early_stop``: stop a run with a horizon once it is certainly overloaded (see
     :func:`llmqueue.engine.run.simulate`); the result's ``stopped_early_s`` says when.
+    ``explain``: engine step indices whose scheduling decision the result keeps
+    (``SimResult.explained``: :class:`~llmqueue.engine.explain.StepExplanation`; one replica).
     """
 
     horizon_s: float | None = None
@@ -42,3 +44,4 @@ class SimOptions:
     hash_ids: list | None = None
     hash_block_tokens: int = 512
     early_stop: bool = False
+    explain: tuple = ()

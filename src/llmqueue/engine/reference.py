@@ -1,9 +1,10 @@
 """``ReferenceReplica``: the executable specification of one serving replica, built from the
 engine's nouns (:class:`Request`, :class:`KVCacheManager`, :class:`RequestQueue`, the policies,
 :class:`Scheduler`). One engine step at a time, every request an object; written to be read,
-not to be fast. The fast replica (:mod:`llmqueue.engine.replica`) shares no scheduling code
-with it and must produce the same records; hand-worked traces in ``tests/test_engine_traces.py``
-pin this one to vLLM's scheduler.
+not to be fast. The fast replica (:mod:`llmqueue.engine.fast`) is built from the twins of these
+nouns, in the same names, and must produce the same records; hand-worked traces in
+``tests/test_engine_traces.py`` pin this one to vLLM's scheduler. Both price a step's
+:class:`~llmqueue.engine.output.Composition` with the same :class:`~llmqueue.engine.pricing.StepPricer`.
 
 A replica steps on a clock it can share with others: :meth:`submit` a request (any time before
 its arrival), :meth:`next_event_time`, :meth:`advance` up to a time, read-only :meth:`state`.
@@ -35,11 +36,8 @@ from llmqueue.engine.api import ReplicaLoad
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.limits import sample_index_before
+from llmqueue.engine.pricing import StepPricer
 from llmqueue.engine.scheduler import Scheduler
-from llmqueue.engine.step_model import drift_stream, noise_stream
-from llmqueue.engine.step_time import parse_step_time
-from llmqueue.errors import InputError
-
 
 
 class ReferenceReplica:
@@ -49,16 +47,16 @@ class ReferenceReplica:
     ``on_finish(request)``: called when a request leaves (its ``outcome`` set); ``on_first_token``
     and ``on_preempt``: as a request's first token comes and as it is preempted. ``on_step(row)`` and
     ``on_sample(row)``: the step records and time-series rows as they happen (``sample_dt`` 0: none).
+    ``explain``: engine step indices whose decision is kept in :attr:`explanations`
+    (:class:`~llmqueue.engine.explain.StepExplanation`).
     """
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None,
                  on_finish=None, on_first_token=None, on_preempt=None, on_step=None, on_sample=None,
-                 sample_dt: float = 0.0):
+                 sample_dt: float = 0.0, explain=()):
         self.config = config
-        self.model = parse_step_time(step_time)
-        self.noise = noise_stream(self.model, seed)
-        self.drift = drift_stream(self.model, seed)
+        self.pricer = StepPricer(step_time, seed)
         self.scheduler = Scheduler(config, hash_block_tokens=hash_block_tokens)
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
@@ -79,6 +77,8 @@ class ReferenceReplica:
         self._deadlines: list = []  # (time, kind, seq, request)
         self._deadline_of: dict = {}  # request -> {kind: time}
         self._pending = None        # a step scheduled but not yet ended: (output, start, end)
+        self.explain = frozenset(int(k) for k in explain)
+        self.explanations: list = []
 
     # -- the shared clock ------------------------------------------------------------------------
     def submit(self, request, at: float | None = None) -> None:
@@ -126,15 +126,15 @@ class ReferenceReplica:
 
     def step_chunks(self) -> list:
         """The step records so far as one column chunk (when no ``on_step`` was given)."""
-        from llmqueue.engine.replica import _columns
+        from llmqueue.engine.fast.recorder import row_columns
 
-        return [_columns(self._step_rows, STEP_FIELDS, ("start_s", "duration_s"))]
+        return [row_columns(self._step_rows, STEP_FIELDS, ("start_s", "duration_s"))]
 
     def timeseries_chunks(self) -> list:
         """The time-series rows so far as one column chunk (when no ``on_sample`` was given)."""
-        from llmqueue.engine.replica import _columns
+        from llmqueue.engine.fast.recorder import row_columns
 
-        return [_columns(self._sample_rows, TS_FIELDS, ("t_s",))]
+        return [row_columns(self._sample_rows, TS_FIELDS, ("t_s",))]
 
     def next_event_time(self) -> float:
         """When this replica next changes state: the end of the step in progress, else the next
@@ -266,31 +266,40 @@ class ReferenceReplica:
     def _begin_step(self, t: float):
         """Schedule a step starting at ``t``: ``(output, start, end)``, or None when nothing can run."""
         s = self.scheduler
+        before = (s.kv.num_free_blocks, len(s.waiting), len(s.running)) if self.steps_taken in self.explain else ()
         out = s.schedule()
-        preempted = self._preempted(out)
+        preempted = out.preempted
+        self._preempted(out)
         while not out.scheduled and out.preempted:
             # everything scheduled was preempted: the freed blocks let the next pass admit work
             out = s.schedule()
-            preempted += self._preempted(out)
+            self._preempted(out)
+            preempted = preempted + out.preempted
         if not out.scheduled:
             return None
+        out.preempted = preempted
         for r, _ in out.scheduled:
             if math.isnan(r.first_scheduled_time):
                 r.first_scheduled_time = t
-        dur = self._duration(out, t)
+        comp = out.composition
+        dur = self.pricer.price(comp, self.steps_taken, t)
         end = t + dur
         kv_tokens = s.kv.num_used_blocks * self.config.block_size
         self._sample_until(end, (len(s.waiting), len(s.running), kv_tokens))
-        self.on_step((self.steps_taken, t, dur, out.num_prefill_tokens, out.num_decode_seqs, len(s.running),
-                      len(s.waiting), kv_tokens, preempted, 1))
+        self.on_step((self.steps_taken, t, dur, comp.prefill_tokens, comp.decode_seqs, len(s.running),
+                      len(s.waiting), kv_tokens, len(preempted), 1))
+        if self.steps_taken in self.explain:
+            from llmqueue.engine.explain import StepExplanation
+
+            after = (s.kv.num_free_blocks, len(s.waiting), len(s.running))
+            self.explanations.append(StepExplanation.of(self.steps_taken, t, end, out, before, after))
         self.steps_taken += 1
         return out, t, end
 
-    def _preempted(self, out) -> int:
+    def _preempted(self, out) -> None:
         if self.on_preempt is not None:
             for v in out.preempted:
                 self.on_preempt(v)
-        return len(out.preempted)
 
     def _end_step(self, out, end: float) -> None:
         finished = self.scheduler.update_from_output(out, end)
@@ -300,16 +309,6 @@ class ReferenceReplica:
                     self.on_first_token(r)
         for r in finished:
             self._finish(r, "ok", end)
-
-    def _duration(self, out, t: float) -> float:
-        d = self.model.base(out.num_prefill_tokens, out.num_decode_seqs, out.context_tokens)
-        if self.noise is not None:
-            d *= self.noise.at(self.steps_taken)
-        if self.drift is not None:
-            d *= self.drift.at(t)
-        if not d > 0:
-            raise InputError("step_time", f"the step-time model gave a non-positive step ({d!r})")
-        return d
 
     def _sample_until(self, t_end: float, st: tuple | None = None) -> None:
         """Time-series rows for the sample times before ``t_end``, in the current state."""

@@ -35,6 +35,7 @@ class SimResult:
     stretch_arrivals: int = 0
     epoch_steps: int = 0
     reject_reasons: dict = field(default_factory=dict)
+    explained: list = field(default_factory=list)  # StepExplanation of the steps asked for (SimOptions.explain)
     capacity_tokens: int = 0
     stopped_early_s: float | None = None  # set when an early-stopping run stopped (its horizon then)
     pools: dict | None = None  # a fleet's pools series (llmqueue.records.schema.POOL_COLUMNS)
@@ -48,10 +49,10 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
 
     ``reference=True`` runs the reference replica built from the engine's nouns
     (:class:`~llmqueue.engine.reference.ReferenceReplica`; slow; for verification); otherwise the
-    fast :class:`~llmqueue.engine.replica.Replica`. Both are driven the same way: every request
+    fast :class:`~llmqueue.engine.fast.Replica`. Both are driven the same way: every request
     submitted, the client's retries submitted as attempts fail, run to the horizon.
     """
-    from llmqueue.engine.replica import Replica
+    from llmqueue.engine.fast.replica import Replica
 
     from llmqueue.engine.limits import check_run_size
     from llmqueue.engine.stream import RequestStream
@@ -68,7 +69,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     chunks = out.chunks  # record columns of finished requests (a batch at a time, and the epochs')
 
     common: dict[str, Any] = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
-                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=out, sample_dt=opt.sample_dt)
+                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=out, sample_dt=opt.sample_dt, explain=opt.explain)
     rep: Any
     if reference:
         from llmqueue.engine.reference import ReferenceReplica
@@ -105,15 +106,17 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
         else:
             req = request_columns(rows)
         if reference:
-            step_cols = _columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
-            ts_cols = _columns(samples, TS_FIELDS, ("t_s",))
+            from llmqueue.engine.fast.recorder import row_columns
+
+            step_cols = row_columns(steps, STEP_FIELDS, ("start_s", "duration_s"))
+            ts_cols = row_columns(samples, TS_FIELDS, ("t_s",))
         else:
             step_cols, ts_cols = rep.step_columns(), rep.timeseries_columns()
         return SimResult(requests=req, steps=step_cols, timeseries=ts_cols, horizon_s=_horizon(horizon, req),
                          wall_s=time.perf_counter() - t0, num_steps=rep.steps_taken,
                          stretches=getattr(rep, "stretches", 0),
                          stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
-                         reject_reasons={r.seq: r.reason for r in rows if r.reason},
+                         reject_reasons={r.seq: r.reason for r in rows if r.reason}, explained=rep.explanations,
                          capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
     finally:
         # the replica and its departures hold each other (a retry resubmits to the replica): let
@@ -257,8 +260,3 @@ def _dense(seqs: list, n: int) -> bool:
         seen[s] = True
     return bool(seen.all())
 
-
-def _columns(rows: list, names: tuple, float_names: tuple) -> dict:
-    from llmqueue.engine.replica import _columns as columns
-
-    return columns(rows, names, float_names)

@@ -22,33 +22,11 @@ finishes and frees its blocks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from llmqueue.engine.kv_cache_manager import KVCacheManager
+from llmqueue.engine.output import SchedulerOutput
 from llmqueue.engine.policies import victim_policy
 from llmqueue.engine.request import RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
-
-
-@dataclass
-class SchedulerOutput:
-    """One step's schedule (plain data).
-
-    ``scheduled``: ``(request, num_new_tokens)`` in schedule order; ``preempted``: requests sent
-    back to the waiting queue in this step; the composition the step-time model prices:
-    ``num_prefill_tokens`` (prompt or recomputed tokens), ``num_decode_seqs`` (one-token decodes)
-    and ``context_tokens`` (KV tokens the decodes attend over, their new token included).
-    """
-
-    scheduled: list = field(default_factory=list)
-    preempted: list = field(default_factory=list)
-    num_prefill_tokens: int = 0
-    num_decode_seqs: int = 0
-    context_tokens: int = 0
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return sum(n for _, n in self.scheduled)
 
 
 class Scheduler:
@@ -129,12 +107,7 @@ class Scheduler:
                 running.append(r)
                 scheduled.append((r, new))
                 budget -= new
-        for r, new in scheduled:
-            if new == 1 and r.is_decoding:
-                out.num_decode_seqs += 1
-                out.context_tokens += r.num_computed_tokens + 1
-            else:
-                out.num_prefill_tokens += new
+        out.count()  # its composition, as the step-time model prices it
         return out
 
     def _preempt(self, v) -> None:

@@ -16,12 +16,12 @@ so the whole check is O(block_size x K).
 
 Requests that finish inside an epoch never become :class:`Request` objects: their records are
 written as columns (``on_records``). Those still running at its end join the replica's implicit
-decoders.
+decoders (:class:`~llmqueue.engine.fast.decoders.DecoderPool`). An epoch reads the replica's nouns:
+its arrivals, its scheduler's decoders and block ledger, its pricer and its recorder.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -36,10 +36,11 @@ a step (under 250 MB at block size 16); a longer busy period is taken in several
 
 
 def epoch_eligible(rep) -> bool:
-    """Can ``rep`` (a :class:`~llmqueue.engine.replica.Replica`) use epochs at all?"""
-    cfg = rep.cfg
-    return (rep._stream is not None and rep._b0 > 0 and rep.noise is None and rep.drift is None
-            and rep.on_first_token is None
+    """Can ``rep`` (a :class:`~llmqueue.engine.fast.replica.Replica`) use epochs at all?"""
+    cfg = rep.config
+    pricer = rep.pricer
+    return (rep.arrivals.stream is not None and pricer.constant > 0 and pricer.noise is None and pricer.drift is None
+            and rep.scheduler.on_first_token is None
             and not rep.timeout_s and not rep.ttft_timeout_s and not cfg.max_waiting and not cfg.enable_prefix_caching
             and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s)
 
@@ -51,13 +52,14 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
     arrivals of the fed stream are considered. Returns ``(new time, arrivals taken, whether the
     epoch ran to the end of its chunk)``, or None when not even one step could be taken.
     """
-    if rep._arrivals or rep.deadlines:
+    if rep.arrivals.submitted or rep.deadlines:
         return None
-    b = rep._b0
-    cfg = rep.cfg
-    bs = rep.bs
-    stream = rep._stream
-    lo = rep.stream_position()
+    b = rep.pricer.constant
+    cfg = rep.config
+    dec = rep.scheduler.decoders
+    bs = dec.block_size
+    stream = rep.arrivals.stream
+    lo = rep.arrivals.position()
     hi = min(stream.n, lo + chunk)
     # --- candidate steps --------------------------------------------------------------------
     horizon_steps = math.inf if rep.horizon == math.inf else max(0, math.ceil((rep.horizon - t0) / b - 1e-12))
@@ -68,7 +70,7 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
         k_max = int(k_arr[-1])  # arrivals at later steps belong to the next epoch
     else:
         k_arr = np.empty(0, dtype=np.int64)
-        k_max = max(rep.dfin.values()) - rep.D if rep.dfin else 0
+        k_max = max(dec.finish_step.values()) - dec.steps if dec.finish_step else 0
     if horizon_steps < math.inf:
         k_max = min(k_max, int(horizon_steps))
     if k_max <= 0:
@@ -97,11 +99,11 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
     kr_ok, s_ok, o_ok = kr[ok], s[ok], o[ok]
     end_ok = kr_ok + o_ok - 1  # last step index (inclusive)
     # --- running decoders -------------------------------------------------------------------------
-    dec = list(rep.dbase)  # dbase and dfin share their insertion order
-    n0 = len(dec)
+    decoders = list(dec.kv_base)  # kv_base and finish_step share their insertion order
+    n0 = len(decoders)
     if n0:
-        c0 = np.fromiter(rep.dbase.values(), dtype=np.int64, count=n0) + rep.D
-        f0 = np.fromiter(rep.dfin.values(), dtype=np.int64, count=n0) - rep.D
+        c0 = np.fromiter(dec.kv_base.values(), dtype=np.int64, count=n0) + dec.steps
+        f0 = np.fromiter(dec.finish_step.values(), dtype=np.int64, count=n0) - dec.steps
         X0 = c0 + 1
     else:
         c0 = f0 = X0 = np.empty(0, dtype=np.int64)
@@ -138,18 +140,20 @@ def advance_epoch(rep, t0: float, chunk: int = 1024):
         blocks = lin
     blocks = np.rint(blocks).astype(np.int64)
     bad_step = (seqs > cfg.max_num_seqs) | (tokens > cfg.max_num_batched_tokens) | \
-        (blocks > rep.total_blocks) | (seqs == 0)
+        (blocks > rep.scheduler.kv.num_blocks) | (seqs == 0)
     if bad_step.any():
         viol.append(int(np.argmax(bad_step)))
+    if rep.explain_next - rep.steps_taken < K:
+        viol.append(rep.explain_next - rep.steps_taken)  # a step to explain is taken alone
     full = not viol and K == k_max
     if viol:
         K = min(K, min(viol))
     if K <= 0:
         return None
-    _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks)
+    _commit(rep, t0, b, K, decoders, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks)
     taken_until = lo + int(np.searchsorted(k_arr, K, side="left"))
     rep.arrived += taken_until - lo
-    rep._seek(taken_until)
+    rep.arrivals.seek(taken_until)
     return t0 + K * b, taken_until - lo, full
 
 
@@ -163,43 +167,43 @@ def _first_idle_step(start: np.ndarray, end: np.ndarray) -> int:
     return int(reach[gap[0]] if gap.size else reach[-1])
 
 
-def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks) -> None:
+def _commit(rep, t0, b, K, decoders, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, blocks) -> None:
     """Commit steps ``[0, K)`` of an epoch: step and time-series records, finished requests,
     and the still-running ones as implicit decoders."""
-    bs = rep.bs
+    sched = rep.scheduler
+    dec = sched.decoders
+    kv = sched.kv
+    rec = rep.recorder
+    bs = kv.block_size
     seqs, blocks, pre_tok, pre_cnt = seqs[:K], blocks[:K], pre_tok[:K], pre_cnt[:K]
-    rep.add_step_chunk({
+    rec.add_step_chunk({
         "step": rep.steps_taken + np.arange(K, dtype=np.int64), "start_s": t0 + b * np.arange(K),
         "duration_s": np.full(K, b), "prefill_tokens": pre_tok.astype(np.int64),
         "decode_seqs": (seqs - pre_cnt).astype(np.int64), "num_running": seqs.astype(np.int64),
         "num_waiting": np.zeros(K, dtype=np.int64), "kv_tokens": blocks * bs,
         "preempted": np.zeros(K, dtype=np.int64), "steps": np.ones(K, dtype=np.int64)})
     t_end = t0 + K * b
-    if rep.next_sample < t_end:
-        ts = np.asarray(rep._take_samples(t_end), dtype=np.float64)
+    if rec.next_sample < t_end:
+        ts = np.asarray(rec.take_samples(t_end, rep.horizon), dtype=np.float64)
         if len(ts):
             k_s = np.minimum(np.floor((ts - t0) / b + 1e-12).astype(np.int64), K - 1)
-            rep.add_sample_chunk(ts, np.zeros(len(ts), dtype=np.int64), seqs[k_s], blocks[k_s] * bs)
-    rep.D += K
+            rec.add_sample_chunk(ts, np.zeros(len(ts), dtype=np.int64), seqs[k_s], blocks[k_s] * bs)
+    D0 = dec.steps
+    dec.steps += K
     rep.steps_taken += K
     rep.stretches += 1
     rep.epoch_steps += K
-    D = rep.D
-    # decoders that were running before the epoch and finish inside it
+    # decoders that were running before the epoch and finish inside it (their last token in step f0)
     fin_j = np.nonzero(f0 <= K)[0]
     if len(fin_j):
-        dbase, obase, dfin, order, hist = rep.dbase, rep.obase, rep.dfin, rep.order, rep.hist
-        for j, tf in zip(fin_j.tolist(), (t0 + f0[fin_j] * b).tolist()):
-            r = dec[j]
-            db = dbase.pop(r)
-            del obase[r], dfin[r], order[r]
-            hist[db % bs] -= 1
-            rep.sum_dbase -= db
-            r.num_output_tokens = r.max_tokens
-            r.num_computed_tokens = db + D
+        running = sched.running
+        for j, f, tf in zip(fin_j.tolist(), f0[fin_j].tolist(), (t0 + f0[fin_j] * b).tolist()):
+            r = decoders[j]
+            dec.drop(r, D0 + f)
+            del running[r]
             r.status = RequestStatus.FINISHED
-            rep._end(r, "ok", tf)
-        rep.late.clear()
+            rep.finish(r, "ok", tf)
+        dec.behind_prefill.clear()
     # requests admitted in the epoch: records for those done, decoders for the rest
     adm = np.nonzero(ok & (kr < K))[0]
     if len(adm):
@@ -209,7 +213,7 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
         e = k0 + oa - 1
         done = e < K
         if done.any():
-            stream = rep._stream
+            stream = rep.arrivals.stream
             d = ids[done]
             arrival = stream.arrival_s[d]
             rep.on_records(request_record_columns(
@@ -222,40 +226,25 @@ def _commit(rep, t0, b, K, dec, f0, idx, kr, s, o, ok, seqs, pre_tok, pre_cnt, b
         if live.any():
             produced = K - k0[live]
             comp = sa[live] + produced - 1
-            db = comp - D
-            ob = produced - D
-            fin = oa[live] - ob
-            make = rep._stream.make
-            order, dbase, obase, dfin, heap = rep.order, rep.dbase, rep.obase, rep.dfin, rep.fin
-            key = rep.waiting.policy.key
+            make = rep.arrivals.stream.make
+            key = sched.waiting.policy.key
             admitted = []
-            for i, k, c, p, dbi, obi, fi in zip(ids[live].tolist(), k0[live].tolist(), comp.tolist(),
-                                                produced.tolist(), db.tolist(), ob.tolist(), fin.tolist()):
+            for i, k, c, p in zip(ids[live].tolist(), k0[live].tolist(), comp.tolist(), produced.tolist()):
                 r = make(i)
-                admitted.append((k, key(r), r, c, p, dbi, obi, fi))  # the queue's key as it was admitted
+                admitted.append((k, key(r), r, c, p))  # the queue's key as it was admitted
             # the running order is the admission order: by step, and within a step by the waiting
             # queue's order (the policy's key), which decides the preemption victims later
             admitted.sort(key=lambda x: x[:2])
-            for k, _, r, c, p, dbi, obi, fi in admitted:
+            running = sched.running
+            for k, _, r, c, p in admitted:
                 r.first_scheduled_time = t0 + k * b
                 r.first_token_time = t0 + (k + 1) * b
                 r.num_output_tokens = p
                 r.num_computed_tokens = c
                 r.num_cached_tokens = 0
                 r.status = RequestStatus.RUNNING
-                rep.seq += 1
-                order[r] = rep.seq
-                dbase[r] = dbi
-                obase[r] = obi
-                dfin[r] = fi
-                heap.append((fi, rep.seq, r))
-            heapq.heapify(heap)
-            h = np.bincount(db % bs, minlength=bs)
-            rep.hist = [x + int(y) for x, y in zip(rep.hist, h)]
-            rep.sum_dbase += int(db.sum())
+                sched.num_admitted += 1
+                running[r] = sched.num_admitted
+                dec.add(r, sched.num_admitted)
     # free blocks: recount what the running decoders hold
-    if rep.dbase:
-        dbv = np.fromiter(rep.dbase.values(), dtype=np.int64, count=len(rep.dbase))
-        rep.free = rep.total_blocks - int((-(-(dbv + D) // bs)).sum())
-    else:
-        rep.free = rep.total_blocks
+    kv.num_free_blocks = kv.num_blocks - dec.held_blocks()
