@@ -60,7 +60,7 @@ class SimSpec:
 
 
 def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float | None = None,
-                       num_requests: int | None = None, router: str = "random") -> SimSpec:
+                       num_requests: int | None = None, router: str = BY_NAME["router"].default) -> SimSpec:
     """A :class:`SimSpec` from a validated :class:`llmqueue.scenario.Scenario`.
 
     With ``deployment.replicas > 1`` the whole stream is served by that many replicas on one
@@ -79,7 +79,9 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     d = scenario.deployment
     notes = list(scenario.notes)
     if d.replicas > 1:
-        behind = "a uniform random router" if router == "random" else f"the {router} router"
+        from llmqueue.cluster.routers import Random
+
+        behind = "a uniform random router" if router == Random.name else f"the {router} router"
         notes.append(f"{d.replicas} replicas on one clock behind {behind} (each request "
                      "routed as it arrives; retries routed afresh)")
     engine, step_time = scenario.engine()

@@ -313,7 +313,7 @@ def scenario_spec(*, scenario: str, rate: float | None = None, sets=(), **overri
     from llmqueue.simulate import spec_from_scenario
 
     o = scenario_with(scenario, rate=rate, sets=sets, **overrides)
-    spec = spec_from_scenario(o.scenario, router=o.spec_knobs.get("router") or "random")
+    spec = spec_from_scenario(o.scenario, router=o.spec_knobs.get("router") or BY_NAME["router"].default)
     apply_spec_knobs(spec, o.spec_knobs, classes=[c.name for c in o.scenario.mix.classes])
     spec.notes = [*spec.notes, *o.notes]
     return spec

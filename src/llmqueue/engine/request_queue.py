@@ -14,7 +14,7 @@ import heapq
 from collections import deque
 from typing import Final
 
-from llmqueue.engine.policies import ordering_policy
+from llmqueue.engine.policies import FCFS, ordering_policy
 from llmqueue.engine.request import Request, RequestStatus
 
 FINISHED: Final = RequestStatus.FINISHED
@@ -23,7 +23,7 @@ FINISHED: Final = RequestStatus.FINISHED
 class RequestQueue:
     """Waiting requests in the order of ``policy`` (a name or a policy object)."""
 
-    def __init__(self, policy="fcfs"):
+    def __init__(self, policy=FCFS.name):
         self.policy = ordering_policy(policy)
         self._fifo: deque[Request] | None = deque() if self.policy.fifo else None
         self._heap: list = []

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmqueue.engine.step_model import constant_step
+from llmqueue.knobs import load_registry
 from llmqueue.engine.step_time import parse_step_time
 from llmqueue.theory.classic import mmc
 from llmqueue.theory.replica import one_at_a_time, replica_capacity, saturated_capacity
@@ -107,7 +108,8 @@ def mmc_prediction(spec, lam, b) -> dict | None:
     run is not that queue."""
     cfg = spec.engine
     wl = spec.workload
-    if (spec.router != "central" or cfg.max_num_seqs != 1 or wl is None or lam is None
+    if (not getattr(load_registry("llmqueue.cluster.routers:ROUTERS").get(spec.router), "central", False)
+            or cfg.max_num_seqs != 1 or wl is None or lam is None
             or getattr(spec.step_time, "noise", "none") != "exp" or not isinstance(getattr(wl, "arrival", None), Poisson)):
         return None
     p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)

@@ -28,7 +28,7 @@ from typing import Any, Final
 from llmqueue.engine.fast.decoders import DecoderPool
 from llmqueue.engine.fast.ledger import BlockLedger
 from llmqueue.engine.output import Composition, SchedulerOutput
-from llmqueue.engine.policies import victim_policy
+from llmqueue.engine.policies import PreemptNewest, victim_policy
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.request_queue import RequestQueue
 
@@ -56,7 +56,7 @@ class Scheduler:
         self.max_num_seqs: int = int(config.max_num_seqs)
         self.enable_chunked_prefill: bool = bool(config.enable_chunked_prefill)
         self.long_prefill_token_threshold: int = int(config.long_prefill_token_threshold)
-        self.preempt_newest: bool = config.preemption == "newest"
+        self.preempt_newest: bool = config.preemption == PreemptNewest.name
         self.kv = BlockLedger(config.num_kv_blocks, config.block_size, enable_caching=config.enable_prefix_caching,
                               hash_block_tokens=hash_block_tokens, reserve_full_isl=config.scheduler_reserve_full_isl,
                               max_model_len=config.max_model_len)
