@@ -77,7 +77,7 @@ _NO_QUEUE = _NoQueue()
 
 def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, router=Random.name,
                    seed: int | None = None, horizon_s: float | None = None, sample_dt: float | None = None,
-                   options: SimOptions | None = None, reference: bool = False) -> SimResult:
+                   options: SimOptions | None = None, reference: bool = False, decisions=None) -> SimResult:
     """Simulate a fleet serving ``requests``; returns the records of all its replicas.
 
     ``config`` is a :class:`~llmqueue.cluster.spec.FleetSpec` (then ``step_time`` may hold the
@@ -87,7 +87,9 @@ def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, 
     ``seed`` / ``horizon_s`` / ``sample_dt`` given here take precedence over theirs. ``reference=True``
     runs the reference replica (:class:`~llmqueue.engine.reference.ReferenceReplica`, the executable
     specification; slow) in every slot: the fleet drives both through the same contract
-    (:mod:`llmqueue.engine.api`), so their records must be equal."""
+    (:mod:`llmqueue.engine.api`), so their records must be equal. ``decisions``: a
+    :class:`~llmqueue.cluster.decisions.DecisionLog` that records every routing and admission
+    decision with the view it saw."""
     if isinstance(config, FleetSpec):
         spec, requests = config, (requests if requests is not None else step_time)
         columns = True
@@ -104,12 +106,12 @@ def simulate_fleet(config, step_time=None, requests=None, *, replicas: int = 1, 
     return _Fleet(spec, opt, seed=opt.seed if seed is None else seed,
                   horizon_s=opt.horizon_s if horizon_s is None else horizon_s,
                   sample_dt=opt.sample_dt if sample_dt is None else sample_dt, columns=columns,
-                  reference=reference).run(requests)
+                  reference=reference, decisions=decisions).run(requests)
 
 
 class _Fleet(FleetRecords):
     def __init__(self, spec: FleetSpec, opt: SimOptions, *, seed: int, horizon_s, sample_dt: float, columns: bool,
-                 reference: bool = False, replica_cls: Any = None):
+                 reference: bool = False, replica_cls: Any = None, decisions: Any = None):
         self.spec, self.opt, self.seed = spec, opt, seed
         self.replica_cls: Any = replica_cls or Replica  # any class keeping the contract (llmqueue.engine.api)
         if reference:
@@ -147,6 +149,11 @@ class _Fleet(FleetRecords):
                 pool = self.by_name[a.pool]
                 pool.watch = ArrivalWatch(pool.spec)
         self.gateway = GatewayRuntime(spec.gateway) if spec.gateway is not None else None
+        if decisions is not None:  # every decision written down with the numbers it read
+            for pool in self.pools:
+                pool.router = decisions.router(pool.name, pool.router, None)
+            if self.gateway is not None:
+                self.gateway = decisions.gateway(self.gateway)
         d = spec.disaggregation
         self.prefill = self.by_name[d.prefill] if d else None
         self.decode = self.by_name[d.decode] if d else None

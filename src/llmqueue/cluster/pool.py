@@ -22,6 +22,11 @@ from llmqueue.cluster.view import PoolView
 UP, PROVISIONING, DRAINING, DOWN, GONE = "up", "provisioning", "draining", "down", "gone"
 
 
+def pool_router(spec, k: int, seed: int):
+    """A new router for pool ``spec`` (index ``k`` in the fleet), seeded as the fleet seeds it."""
+    return make_router(spec.router, seed + 7919 * k if k else seed)
+
+
 class PoolRuntime:
     """The replicas of :class:`~llmqueue.cluster.spec.Pool` ``spec`` (index ``k`` in the fleet)."""
 
@@ -51,7 +56,7 @@ class PoolRuntime:
         self.fair: Any = FairQueue(fair_share) if fair_share else None
         self.held: Any = self.fair if fair_share else deque()
         self.no_token: dict = {}           # request -> arrival time, for requests without a first token yet
-        self.router = make_router(spec.router, seed + 7919 * k if k else seed)
+        self.router = pool_router(spec, k, seed)
         self.central = getattr(self.router, "central", False)
         c = self.config
         self.view = PoolView(self.name, self.outstanding, self.routable, load=self.load,
