@@ -23,7 +23,7 @@ from llmqueue.engine.step_time import parse_step_time
 from llmqueue.serve.launch import EmulatorProcess
 from llmqueue.workload import Workload
 
-STEP = "linear:c0=0.02:prefill=0.00002:decode=0.0003"
+STEP = "linear:c0=0.04:prefill=0.00004:decode=0.0006"
 SEQS, M = 16, 65536
 
 
@@ -51,7 +51,7 @@ def test_bench_against_the_emulator_matches_simulate_on_the_same_arrivals(load):
     step = parse_step_time(STEP)
     shape = dict(prompt="uniform:32:256", output="uniform:8:40")
     mu = _capacity(cfg, step, Workload("poisson:1000", **shape))
-    reqs = Workload(f"poisson:{load * mu:.4f}", **shape).generate(11, n=250)
+    reqs = Workload(f"poisson:{load * mu:.4f}", **shape).generate(11, n=200)
     with EmulatorProcess("--step-time", STEP, "--capacity-tokens", str(M), "--max-num-seqs", str(SEQS),
                          "--max-num-batched-tokens", "2048") as emu:
         res = run_bench(emu.url, "llmqueue-emulated", reqs, seed=1)

@@ -167,7 +167,7 @@ class EmulatedEngine:
         if f is not None and f.reject():
             e = overloaded(f.reject_status)
             return ex.respond(e.status, e.body())
-        now = self.now()
+        now = ex.t_arrival - self.t0  # when the request was whole (the parse is the server's)
         k = self.requests
         r = Request(request_id=k, arrival_time=now, num_prompt_tokens=req.prompt_tokens, max_tokens=req.max_tokens,
                     seq=k)

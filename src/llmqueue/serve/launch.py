@@ -69,6 +69,10 @@ def serve_forever(specs, *, host: str = "127.0.0.1", iteration_details: bool = F
 
     async def main():
         engines = await start_engines(specs, host=host, iteration_details=iteration_details)
+        import gc
+
+        gc.collect()
+        gc.freeze()  # what exists now is never scanned again: shorter collector pauses while serving
         for i, e in enumerate(engines):
             if on_ready is not None:
                 on_ready(i, e.url)
