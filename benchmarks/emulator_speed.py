@@ -2,9 +2,9 @@
 and its token emission lateness (wall time a token is written minus the scheduled end of the step
 that made it, from each replica's ``/emulator/stats``).
 
-Each replica runs 64 sequences at a time in steady state: a constant 32 ms step, requests of 16
-prompt and 64 output tokens arriving as a Poisson stream at 30 req/s per replica (Little: about
-64 running), so each replica writes about 2,000 tokens a second, 64 at each step's end. The load
+Each replica runs about 62 sequences at a time in steady state: a constant 30 ms step, requests of 16
+prompt and 64 output tokens arriving as a Poisson stream at 32 req/s per replica (Little: about
+62 running), so each replica writes 2,048 tokens a second, about 62 at each step's end. The load
 generator is one process on the same machine (raw asyncio sockets, keep-alive, streamed
 requests read to their end).
 
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from http_servers import _request  # noqa: E402  (one HTTP/1.1 exchange on a raw connection)
 
-STEP, SEQS, OUT, RATE = 0.032, 64, 64, 30.0
+STEP, SEQS, OUT, RATE = 0.030, 64, 64, 32.0
 
 
 async def load(ports: list, seconds: float, rate: float) -> int:
@@ -82,7 +82,8 @@ def main() -> int:
         tokens = sum(s["tokens"] for s in stats)
         p50 = max(s["lateness_ms"]["p50"] for s in stats)
         p99 = max(s["lateness_ms"]["p99"] for s in stats)
-        print(f"{n} replica(s): {done} requests, {tokens} tokens in {wall:.1f} s = {tokens / wall:,.0f} tokens/s; "
+        print(f"{n} replica(s): offered {n * a.rate * OUT:,.0f} tokens/s; {done} requests, {tokens} tokens in "
+              f"{wall:.1f} s (arrivals for {a.seconds:g} s, then the drain); "
               f"lateness p50 {p50:.3f} ms, p99 {p99:.3f} ms (worst replica)", flush=True)
     return 0
 

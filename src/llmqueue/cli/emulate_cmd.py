@@ -13,7 +13,7 @@ ENGINE_KNOBS = ("model", "gpu", "tensor_parallel_size", "max_num_seqs", "max_num
                 "gpu_memory_utilization", "enable_chunked_prefill", "long_prefill_token_threshold", "max_model_len",
                 "enable_prefix_caching", "policy", "preemption", "kv_cache_dtype", "dtype", "max_waiting",
                 "max_queue_time", "step_time", "capacity_tokens", "seed")
-READY = "llmqueue emulate: replica {i} serving {model} at {url}"
+READY = "llmqueue emulate: replica {i} of {n} serving {model} at {url}"
 
 
 @command("emulate")
@@ -96,4 +96,4 @@ def emulate(ctx, host, port, replicas, names, scenario, pool, sets, iteration_de
                         gpu_memory_utilization=knobs.get("gpu_memory_utilization") or 0.9)
              for i in range(n)]
     serve_forever(specs, host=host, iteration_details=iteration_details,
-                  on_ready=lambda i, url: click.echo(READY.format(i=i, model=served[0], url=url)))
+                  on_ready=lambda i, url: click.echo(READY.format(i=i, n=n, model=served[0], url=url)))

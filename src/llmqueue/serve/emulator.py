@@ -32,6 +32,9 @@ from llmqueue.serve.http import HttpServer
 from llmqueue.serve.openai import Answer, ApiError, models_body, overloaded, parse_request
 
 STATS_PATH = "/emulator/stats"
+SPIN_S = 0.002
+"""A timer that fires this close before its due time waits out the rest on the clock (uvloop's timers
+have a millisecond's resolution and fire up to a tick early), not on another timer (a tick late)."""
 _NOT_FOUND = b'{"detail":"Not Found"}'
 _NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
 _ROUTES = {"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
@@ -264,9 +267,11 @@ class EmulatedEngine:
             self._timer = asyncio.get_running_loop().call_later(max(t - self.now(), 0.0), self._wake)
 
     def _wake(self) -> None:
-        self._timer = None
-        self._timer_at = math.inf
+        due, self._timer, self._timer_at = self._timer_at, None, math.inf
         now = self.now()
+        if 0 < due - now < SPIN_S:  # the loop's timers tick in milliseconds and may fire early: wait out the rest
+            while now < due:
+                now = self.now()
         self.replica.step_at(now)
         row = self._open_row
         if row is not None and row[1] + row[2] <= now:

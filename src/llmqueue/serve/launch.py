@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -116,23 +117,28 @@ class EmulatorProcess:
         if "--port" not in self.args:
             argv += ["--port", "0"]
         self._err = open(self.log_path, "w") if self.log_path else tempfile.TemporaryFile(mode="w+t")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, text=True, start_new_session=True)
-        want = None
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, bufsize=0,
+                                     start_new_session=True)
+        want = math.inf  # until the first ready line says how many
+        fd = self.proc.stdout.fileno()
         sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        sel.register(fd, selectors.EVENT_READ)
         deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if sel.select(timeout=0.1):
-                line = self.proc.stdout.readline()
-                if not line:
-                    break
-                if line.startswith(READY_MARK):
-                    self.urls.append(line.rsplit(" at ", 1)[1].strip())
-                    want = want or _replicas(self.args)
-                    if len(self.urls) >= want:
-                        break
+        buf = b""
+        while time.monotonic() < deadline and self.proc.poll() is None and len(self.urls) < want:
+            if not sel.select(timeout=0.1):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            *lines, buf = (buf + chunk).split(b"\n")
+            for line in lines:
+                text = line.decode("utf-8", "replace")
+                if text.startswith(READY_MARK):  # "replica I of N serving MODEL at URL"
+                    self.urls.append(text.rsplit(" at ", 1)[1].strip())
+                    want = int(text[len(READY_MARK):].split()[2])
         sel.close()
-        if want is None or len(self.urls) < want:
+        if len(self.urls) < want:
             self.stop()
             raise RuntimeError(f"llmqueue emulate did not start: {self.stderr_text()[-2000:]}")
         return self
@@ -166,11 +172,3 @@ class EmulatorProcess:
         self.stop()
         return False
 
-
-def _replicas(args: list) -> int:
-    if "--replicas" in args:
-        return int(args[args.index("--replicas") + 1])
-    for a in args:
-        if a.startswith("--replicas="):
-            return int(a.split("=", 1)[1])
-    return 1 if "--scenario" not in args else math.inf  # a scenario's count: every ready line until the timeout
