@@ -96,6 +96,16 @@ def _snapshot(d: Path) -> dict:
 
 # (id, command line, fragment the one line must hold: the flag or field it names)
 CASES: list[tuple[str, str, str]] = [
+    # --- the emulator: refused before it listens ---------------------------------------------------
+    ("emulate-no-step-time", "emulate", "--step-time"),
+    ("emulate-step-time-bad", "emulate --step-time nope", "--step-time"),
+    ("emulate-replicas-zero", "emulate --step-time 0.02 --replicas 0", "--replicas"),
+    ("emulate-port-range", "emulate --step-time 0.02 --port 70000", "--port"),
+    ("emulate-slow-factor-text", "emulate --step-time 0.02 --slow-factor x", "--slow-factor"),
+    ("emulate-slow-factor-window", "emulate --step-time 0.02 --slow-factor 2@5:1", "--slow-factor"),
+    ("emulate-reject-fraction", "emulate --step-time 0.02 --reject-fraction 2", "--reject-fraction"),
+    ("emulate-host-foreign", "emulate --step-time 0.02 --host 192.0.2.1 --port 0", "--host"),
+    ("emulate-scenario-missing", "emulate --scenario no-such-scenario", "--scenario"),
     # --- output paths that cannot be written (checked before the work) ---------------------------
     ("simulate-replicas-huge", f"{SIM} --replicas 5000", "--replicas"),
     ("simulate-out-proc", f"{SIM} --out /proc/llmq-x", "--out"),

@@ -122,7 +122,7 @@ LAYERS = (
     ("simulate",),
     ("spec",),
     ("bench",),
-    ("plan", "report"),
+    ("plan", "report", "serve"),  # serve: the live layer (emulator, gateway), above the fleet and the bench
     ("cli",),
 )
 

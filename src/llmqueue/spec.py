@@ -91,6 +91,18 @@ def _step_time(f: dict, model):
     return parse_step_time(st, field="step_time")
 
 
+def engine_from_knobs(f: dict):
+    """One replica from checked knobs ``f`` (every flag knob present, as :func:`build_spec` holds
+    them): ``(EngineConfig, step-time model, unlimited, model)``; ``unlimited``: no KV capacity was
+    given or derived; ``model``: the catalog's ``ModelSpec`` of ``--model`` or None.
+    ``max_model_len`` None is the model's context length (vLLM's default), no limit without one."""
+    M, unlimited, model = _capacity(f)
+    eng = {k: f[k] for k in (*_ENGINE, "chunk", "max_num_batched_tokens")}
+    if eng["max_model_len"] is None and model is not None:
+        eng["max_model_len"] = model.max_model_len
+    return engine_config(M, **eng), _step_time(f, model), unlimited, model
+
+
 def build_spec(**flags):
     """A :class:`~llmqueue.simulate.SimSpec` from knobs under their flag names (see
     :data:`llmqueue.knobs.KNOBS`; those left out take their defaults).
@@ -104,12 +116,7 @@ def build_spec(**flags):
 
     f = flag_defaults(**flags)
     f = {k: check(k, v) for k, v in f.items()}
-    M, unlimited, model = _capacity(f)
-    eng = {k: f[k] for k in (*_ENGINE, "chunk", "max_num_batched_tokens")}
-    if eng["max_model_len"] is None and model is not None:
-        eng["max_model_len"] = model.max_model_len
-    engine = engine_config(M, **eng)
-    st = _step_time(f, model)
+    engine, st, unlimited, model = engine_from_knobs(f)
     if f["rate"] is not None:
         f["arrival"] = rate_arrival(f["rate"], f["arrival"], f["workload"], f["trace"])
     if f["workload"] is not None and f["duration"] is None and f["num_requests"] is None:
@@ -329,3 +336,32 @@ def spec_from_flags(flags: dict, *, scenario: str | None = None, given=None, set
         return build_spec(**flags)
     names = flags if given is None else given
     return scenario_spec(scenario=scenario, sets=tuple(sets or ()), **{k: flags[k] for k in names})
+
+
+def scenario_engine(scenario: str, *, pool: str | None = None, sets=(), **overrides) -> dict:
+    """One pool's engine from a scenario (the knobs given overriding its fields), for a server
+    that runs it (``llmqueue emulate``): ``{"engine", "step_time", "replicas", "seed", "model",
+    "pool"}``. ``pool``: a pool of ``deployment.pools`` by name (default: the first); a
+    deployment without pools is its one engine. ``model``: the deployment's model name or None."""
+    from llmqueue.scenario.override import scenario_with
+
+    o = scenario_with(scenario, sets=tuple(sets or ()), **overrides)
+    sc = o.scenario
+    d = sc.deployment
+    if d.pools:
+        names = [p.name for p in d.pools]
+        if pool is None:
+            pool = names[0]
+        if pool not in names:
+            raise InputError("pool", f"no pool {pool!r} in the scenario", f"its pools: {', '.join(names)}")
+        i = names.index(pool)
+        dep, replicas = d.pool_deployments[i], d.pools[i].replicas
+    elif pool is not None:
+        raise InputError("pool", "the scenario has no deployment.pools", "drop --pool")
+    else:
+        dep, replicas = d, d.replicas
+    engine, step_time = sc.engine(dep)
+    if o.spec_knobs.get("preemption") is not None:
+        engine = engine.with_(preemption=o.spec_knobs["preemption"])
+    return {"engine": engine, "step_time": step_time, "replicas": replicas, "seed": sc.run.seed,
+            "model": getattr(dep, "model", None), "pool": pool}

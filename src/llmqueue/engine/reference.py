@@ -8,7 +8,9 @@ nouns, in the same names, and must produce the same records; hand-worked traces 
 
 A replica steps on a clock it can share with others: :meth:`submit` a request (any time before
 its arrival), :meth:`next_event_time`, :meth:`advance` up to a time, read-only :meth:`state`.
-Finished requests (ok, rejected, timed out) go to ``on_finish`` as they leave.
+Finished requests (ok, rejected, timed out, cancelled) go to ``on_finish`` as they leave;
+``on_token`` sees every token at the end of the step that made it (a server streams it then).
+:meth:`abort` takes a request out at the next step boundary (a client that went away).
 
 Event semantics:
 
@@ -23,6 +25,10 @@ Event semantics:
   last token came after a deadline (inside the step) timed out at the deadline.
 - A step's duration is the step-time model's price of its composition, times the noise factor
   of the step's global index and the drift factor of the window holding its start.
+- An aborted request (:meth:`abort`, a client that disconnected) leaves at the first step
+  boundary at or after the abort, as vLLM frees an aborted request's KV before its next
+  schedule: a step in progress still computes its tokens; ``outcome = cancelled``,
+  ``finish_time`` that boundary (the abort's own time when the replica was idle).
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ class ReferenceReplica:
 
     ``timeout_s`` / ``ttft_timeout_s``: per class, the client's deadlines (seconds from arrival).
     ``on_finish(request)``: called when a request leaves (its ``outcome`` set); ``on_first_token``
-    and ``on_preempt``: as a request's first token comes and as it is preempted. ``on_step(row)`` and
+    and ``on_preempt``: as a request's first token comes and as it is preempted; ``on_token(request,
+    t_end)``: every token a step produces, at the step's end ``t_end``, in schedule order (before
+    ``on_finish`` of the requests the step finished). ``on_step(row)`` and
     ``on_sample(row)``: the step records and time-series rows as they happen (``sample_dt`` 0: none).
     ``explain``: engine step indices whose decision is kept in :attr:`explanations`
     (:class:`~llmqueue.engine.explain.StepExplanation`).
@@ -54,7 +62,7 @@ class ReferenceReplica:
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
                  timeout_s: dict | None = None, ttft_timeout_s: dict | None = None,
                  on_finish=None, on_first_token=None, on_preempt=None, on_step=None, on_sample=None,
-                 sample_dt: float = 0.0, explain=()):
+                 sample_dt: float = 0.0, explain=(), on_token=None):
         self.config = config
         self.pricer = StepPricer(step_time, seed)
         self.scheduler = Scheduler(config, hash_block_tokens=hash_block_tokens)
@@ -63,6 +71,7 @@ class ReferenceReplica:
         self.on_finish = on_finish or (lambda r: None)
         self.on_first_token = on_first_token
         self.on_preempt = on_preempt
+        self.on_token = on_token
         self._step_rows: list = []    # the records kept here when no callback takes them
         self._sample_rows: list = []
         self.on_step = on_step or self._step_rows.append
@@ -79,6 +88,7 @@ class ReferenceReplica:
         self._pending = None        # a step scheduled but not yet ended: (output, start, end)
         self.explain = frozenset(int(k) for k in explain)
         self.explanations: list = []
+        self._aborts: list = []     # (request, time asked): applied at the next step boundary
 
     # -- the shared clock ------------------------------------------------------------------------
     def submit(self, request, at: float | None = None) -> None:
@@ -119,9 +129,16 @@ class ReferenceReplica:
         self._arrivals.clear()
         return held
 
+    def abort(self, request, at: float | None = None) -> None:
+        """Take ``request`` out at the first step boundary at or after ``at`` (default: the
+        latest time advanced to): a client that disconnected. It leaves ``cancelled`` and its KV
+        blocks are freed; a request already finished is left alone. An idle replica takes it out
+        at ``at`` itself (an external event, in :meth:`next_event_time`)."""
+        self._aborts.append((request, self.clock if at is None else at))
+
     def close(self) -> None:
         """Drop the driver's callbacks and the step in progress."""
-        self.on_finish = self.on_first_token = self.on_preempt = None
+        self.on_finish = self.on_first_token = self.on_preempt = self.on_token = None
         self._pending = None
 
     def step_chunks(self) -> list:
@@ -163,6 +180,8 @@ class ReferenceReplica:
                 return
             self._take_arrivals(t)
             self._expire(t)
+            if self._aborts:
+                self._apply_aborts(t)
             step = self._begin_step(t) if self.scheduler.has_work() else None
             if step is not None:
                 self._pending = step
@@ -183,6 +202,8 @@ class ReferenceReplica:
         while t < horizon:
             self._take_arrivals(t)
             self._expire(t)
+            if self._aborts:
+                self._apply_aborts(t)
             step = self._begin_step(t) if self.scheduler.has_work() else None
             if step is not None:
                 self._end_step(step[0], step[2])
@@ -217,6 +238,8 @@ class ReferenceReplica:
     # -- arrivals and deadlines ------------------------------------------------------------------
     def _next_external(self) -> float:
         t = self._arrivals[0][0] if self._arrivals else math.inf
+        if self._aborts:
+            t = min(t, min(at for _, at in self._aborts))
         d = self._deadlines
         while d and d[0][3].is_finished:
             heapq.heappop(d)
@@ -254,6 +277,23 @@ class ReferenceReplica:
                 continue
             self.scheduler.abort(r)
             self._finish(r, "timeout", when)
+
+    def _apply_aborts(self, t: float) -> None:
+        """The aborts asked by ``t`` (a step boundary): each request leaves ``cancelled``."""
+        due = [(r, at) for r, at in self._aborts if at <= t]
+        self._aborts = [(r, at) for r, at in self._aborts if at > t]
+        for r, at in due:
+            if r.is_finished:
+                continue
+            unseen = [e for e in self._arrivals if e[3] is r]
+            if unseen:  # handed over, not yet arrived
+                self._arrivals.remove(unseen[0])
+                heapq.heapify(self._arrivals)
+                r.status = RequestStatus.FINISHED
+            else:
+                self.scheduler.abort(r)
+            self._deadline_of.pop(r, None)
+            self._finish(r, "cancelled", t)
 
     def _finish(self, r, outcome: str, t: float, reason: str | None = None) -> None:
         outcome, t = late_outcome(self._deadline_of.pop(r, None), r, outcome, t)
@@ -302,7 +342,11 @@ class ReferenceReplica:
                 self.on_preempt(v)
 
     def _end_step(self, out, end: float) -> None:
+        emitted = ([r for r, new in out.scheduled if r.num_computed_tokens + new == r.num_tokens]
+                   if self.on_token is not None else ())
         finished = self.scheduler.update_from_output(out, end)
+        for r in emitted:
+            self.on_token(r, end)
         if self.on_first_token is not None:
             for r, _ in out.scheduled:
                 if r.first_token_time == end and r.num_output_tokens == 1:
