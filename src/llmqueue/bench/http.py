@@ -439,7 +439,7 @@ class Pool:
             else:
                 authority = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
                 self.tunnel = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n".encode()
-        self.head = f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\n{extra}Content-Length: ".encode()
+        self.head = f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\n{extra}".encode()
         self.idle: list[Conn] = []
         self.addr = None
         self.opened = 0
@@ -478,9 +478,10 @@ class Pool:
         c, _ = await self.acquire()
         self.idle.append(c)
 
-    async def send(self, resp: Response, body: bytes) -> None:
-        """Post ``body`` and wait for the whole response (fed to ``resp`` as it arrives)."""
-        msg = self.head + str(len(body)).encode() + b"\r\n\r\n" + body
+    async def send(self, resp: Response, body: bytes, headers: bytes = b"") -> None:
+        """Post ``body`` and wait for the whole response (fed to ``resp`` as it arrives);
+        ``headers``: more header lines for this request only (``b"Name: value\r\n"`` each)."""
+        msg = self.head + headers + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         for tries in (0, 1):
             c, reused = await self.acquire()
             resp.conn = c

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("llmqueue.cli.bench_cmd", "bench", "Open-loop benchmark of an OpenAI-compatible server: records, summary, client checks."),
     "import": ("llmqueue.cli.import_cmd", "import_", "Another client's per-request measurements (vLLM bench serve, JSONL, CSV) as a run directory."),
     "emulate": ("llmqueue.cli.emulate_cmd", "emulate", "Serve the simulator's replica on the wall clock behind vLLM's API and /metrics (an engine emulator)."),
+    "gateway": ("llmqueue.cli.gateway_cmd", "gateway", "Run a scenario's control plane (lanes, admission, shedding, routing, fallback) in front of real engines."),
     "profile": ("llmqueue.cli.profile_cmd", "profile", "Measure a server's step-time surface (decode ladders, prefill probes) as a step-time model."),
     "calibrate": ("llmqueue.cli.calibrate_cmd", "calibrate", "Measure M, b-bar and a step-time model from a run directory."),
     "validate": ("llmqueue.cli.calibrate_cmd", "validate", "Theory and simulation with calibrated inputs against a measured run."),

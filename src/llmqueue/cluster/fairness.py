@@ -94,6 +94,18 @@ class FairQueue:
         self._head = None
         return r
 
+    def remove(self, request) -> None:
+        """Take a queued request out (its client went away); ValueError if it is not queued."""
+        k = self.tenant_of(request)
+        q = self.queues.get(k)
+        if q is None:
+            raise ValueError("not queued")
+        q.remove(request)
+        if not q:
+            del self.queues[k]
+            del self.order[k]
+        self._head = None
+
     def charge(self, tenant, tokens: float) -> None:
         """``tokens`` served to ``tenant`` (a dispatched prompt, or an ended request's output)."""
         self.counters[tenant] = self.counters.get(tenant, 0.0) + tokens / self.weight(tenant)

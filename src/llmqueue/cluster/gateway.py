@@ -13,31 +13,62 @@ from llmqueue.cluster.autoscaler import METRICS
 
 
 class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` held; an admission takes one."""
+    """``rate`` tokens a second, at most ``burst`` held; an admission takes ``cost`` (1 a request,
+    or its tokens for a token limit). A (sigma, rho) regulator: at most ``burst + rate t`` admitted
+    in any window of length t."""
 
     __slots__ = ("rate", "burst", "tokens", "t")
 
     def __init__(self, rate: float, burst: float):
         self.rate, self.burst, self.tokens, self.t = rate, burst, burst, 0.0
 
-    def take(self, t: float) -> bool:
+    def take(self, t: float, cost: float = 1.0) -> bool:
         tok = min(self.burst, self.tokens + (t - self.t) * self.rate)
         self.t = t
-        if tok >= 1.0:
-            self.tokens = tok - 1.0
+        if tok >= cost:
+            self.tokens = tok - cost
             return True
         self.tokens = tok
         return False
 
+    def wait(self, cost: float = 1.0) -> float:
+        """Seconds until ``cost`` would be admitted, from the last :meth:`take`: what a refused
+        client is told to wait (``Retry-After``). A cost above the burst never fits: the time to
+        refill the whole burst."""
+        return max(min(cost, self.burst) - self.tokens, 0.0) / self.rate
+
+
+def request_cost(r) -> float:
+    """The tokens a request may cost: its prompt and the most it may generate (a token limit
+    charges it at admission, before the answer says what it used)."""
+    return float(r.num_prompt_tokens + r.max_tokens)
+
 
 class GatewayRuntime:
-    """Applies a :class:`~llmqueue.cluster.spec.Gateway` at each arrival."""
+    """Applies a :class:`~llmqueue.cluster.spec.Gateway` at each arrival. ``tenant_of(request)``:
+    the tenant a per-tenant limit counts it against (its class by default: the simulator's
+    workloads name tenants by class; the live gateway reads the client's key or ``X-Tenant``).
+    ``retry_after_s``: after a rate limit's refusal, how long until its bucket would admit the
+    request (the live gateway's ``Retry-After``)."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, tenant_of=None):
         self.spec = spec
         self.buckets = {k: TokenBucket(rl.rate, rl.burst) for k, rl in spec.rate_limits.items()}
+        self.tenant_of = tenant_of or (lambda r: r.class_name)
+        self.tenant_buckets: dict = {}  # tenant -> (request bucket or None, token bucket or None)
         self.fallback = {fb.pool: fb for fb in spec.fallbacks}
         self.fallbacks_taken = 0
+        self.retry_after_s = 0.0
+
+    def _tenant(self, tenant):
+        b = self.tenant_buckets.get(tenant)
+        if b is None:
+            lim = self.spec.tenant_limits.get(tenant) or self.spec.tenant_limits.get("*")
+            b = (None, None) if lim is None else (
+                TokenBucket(lim.rate, lim.burst) if lim.rate is not None else None,
+                TokenBucket(lim.tokens_per_s, lim.token_burst) if lim.tokens_per_s is not None else None)
+            self.tenant_buckets[tenant] = b
+        return b
 
     def decide(self, r, view, views: dict, t: float):
         """``(view, None)`` to serve ``r`` in the pool of ``view``, or ``(view, reason)`` to reject it.
@@ -48,7 +79,20 @@ class GatewayRuntime:
         for key in (r.class_name, "*"):
             b = self.buckets.get(key)
             if b is not None and not b.take(t):
+                self.retry_after_s = b.wait()
                 return view, f"rate limited ({key})"
+        if s.tenant_limits:
+            tenant = self.tenant_of(r)
+            reqs, toks = self._tenant(tenant)
+            if reqs is not None and not reqs.take(t):
+                self.retry_after_s = reqs.wait()
+                return view, f"rate limited (tenant {tenant})"
+            cost = request_cost(r)
+            if toks is not None and not toks.take(t, cost):
+                if reqs is not None:
+                    reqs.tokens += 1.0  # the request was not admitted: its request token back
+                self.retry_after_s = toks.wait(cost)
+                return view, f"token limited (tenant {tenant})"
         fb = self.fallback.get(view.name)
         if fb is not None and view.queue_age(t) > fb.queue_age_s:
             self.fallbacks_taken += 1

@@ -218,17 +218,30 @@ class Fallback(_Part):
     queue_age_s: NonNegative
 
 
+class TenantLimit(_Part):
+    """One tenant's limits: ``rate`` requests a second (``burst`` at once) and ``tokens_per_s``
+    tokens a second (``token_burst`` at once; a request costs its prompt plus its ``max_tokens``);
+    either may be absent."""
+
+    rate: Positive | None = None
+    burst: Annotated[Float, _at_least(1.0)] = 1.0
+    tokens_per_s: Positive | None = None
+    token_burst: Annotated[Float, _at_least(1.0)] = 1.0
+
+
 class Gateway(_Part):
     """Control before the accelerator, applied at each arrival in this order: rate limits (per
     class, ``"*"``: all traffic), admission (``max_queue_depth``: waiting requests per serving
     replica of the pool; ``max_queue_age_s``: age of the pool's oldest request without a first
     token), tier shedding, fallback. Queue age is what a gateway can see: time since arrival of
-    the oldest request the pool holds that has no first token yet. ``fair_share``: tenant (a
-    class) -> weight; when set, a pool's gateway queue (the central router's, or while no replica
+    the oldest request the pool holds that has no first token yet. ``tenant_limits``: tenant
+    (``"*"``: each tenant not named) -> its request and token rates (:class:`TenantLimit`, checked
+    after the class limits); the simulator's tenants are its classes. ``fair_share``: tenant -> weight; when set, a pool's gateway queue (the central router's, or while no replica
     serves) is served in weighted fair order by tokens (:mod:`llmqueue.cluster.fairness`), tenants
     not named weighing 1, instead of first come first served."""
 
     rate_limits: Annotated[dict[str, RateLimit], _none_is(dict)] = Field(default_factory=dict)
+    tenant_limits: Annotated[dict[str, TenantLimit], _none_is(dict)] = Field(default_factory=dict)
     fair_share: Annotated[dict[str, Positive], _none_is(dict)] = Field(default_factory=dict)
     max_queue_depth: Positive | None = None
     max_queue_age_s: Positive | None = None

@@ -140,7 +140,11 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._fail(400, "upgrades are not supported")
         except httptools.HttpParserError as e:
-            self._fail(400, f"malformed HTTP request ({e})")
+            inner = e.__context__ or e.__cause__  # a limit raised inside a parser callback
+            if isinstance(inner, _TooLarge):
+                self._fail(inner.status, inner.message)
+            else:
+                self._fail(400, f"malformed HTTP request ({e})")
         except _TooLarge as e:
             self._fail(e.status, e.message)
 

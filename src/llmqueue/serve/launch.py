@@ -113,9 +113,7 @@ class EmulatorProcess:
         import selectors
         import tempfile
 
-        argv = [sys.executable, "-m", "llmqueue.cli.main", "emulate", *self.args]
-        if "--port" not in self.args:
-            argv += ["--port", "0"]
+        argv = [sys.executable, "-m", "llmqueue.cli.main", *self._command()]
         self._err = open(self.log_path, "w") if self.log_path else tempfile.TemporaryFile(mode="w+t")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, bufsize=0,
                                      start_new_session=True)
@@ -133,15 +131,26 @@ class EmulatorProcess:
                 break
             *lines, buf = (buf + chunk).split(b"\n")
             for line in lines:
-                text = line.decode("utf-8", "replace")
-                if text.startswith(READY_MARK):  # "replica I of N serving MODEL at URL"
-                    self.urls.append(text.rsplit(" at ", 1)[1].strip())
-                    want = int(text[len(READY_MARK):].split()[2])
+                got = self._ready(line.decode("utf-8", "replace"))
+                if got is not None:
+                    self.urls.append(got[0])
+                    want = got[1]
         sel.close()
         if len(self.urls) < want:
             self.stop()
-            raise RuntimeError(f"llmqueue emulate did not start: {self.stderr_text()[-2000:]}")
+            raise RuntimeError(f"llmqueue {self._command()[0]} did not start: {self.stderr_text()[-2000:]}")
         return self
+
+    def _command(self) -> list:
+        """The command line after ``llmqueue``."""
+        return ["emulate", *self.args, *(() if "--port" in self.args else ("--port", "0"))]
+
+    @staticmethod
+    def _ready(text: str):
+        """``(url, how many to wait for)`` of a ready line, else None."""
+        if text.startswith(READY_MARK):  # "replica I of N serving MODEL at URL"
+            return text.rsplit(" at ", 1)[1].strip(), int(text[len(READY_MARK):].split()[2])
+        return None
 
     def stderr_text(self) -> str:
         f = self._err
@@ -172,3 +181,18 @@ class EmulatorProcess:
         self.stop()
         return False
 
+
+
+class GatewayProcess(EmulatorProcess):
+    """``llmqueue gateway ARGS --listen 127.0.0.1:0`` in a subprocess; ``url``: where it listens;
+    ``stop()`` sends SIGTERM (it drains, then exits 130)."""
+
+    def _command(self) -> list:
+        return ["gateway", *self.args, *(() if "--listen" in self.args else ("--listen", "127.0.0.1:0"))]
+
+    @staticmethod
+    def _ready(text: str):
+        mark = "llmqueue gateway: listening on "
+        if text.startswith(mark):
+            return text[len(mark):].split()[0], 1
+        return None

@@ -1,0 +1,73 @@
+"""A gateway run's files: each request's record in the project's one schema, and its decisions.
+
+``requests.parquet`` is written through a journal (:mod:`llmqueue.records.journal`) a batch every
+second, so a gateway killed outright loses at most the last second; ``close()`` turns it into the
+Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as they read a bench
+run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
+carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``, ``tenant``,
+``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``.
+``decisions.jsonl`` holds every routing and admission decision with the numbers it read
+(:mod:`llmqueue.cluster.decisions`), one JSON object a line, flushed with the records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from llmqueue.records.columns import request_record_columns
+
+_EXTRA = ("pool", "lane", "model", "tenant", "reason")
+
+
+class GatewayRecords:
+    """The run folder ``out_dir`` (see the module docstring)."""
+
+    def __init__(self, out_dir, t0_epoch: float):
+        from llmqueue.errors import InputError
+        from llmqueue.records import RunWriter
+
+        self.dir = Path(out_dir)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "run.json").write_text(json.dumps({"kind": "gateway", "t0_epoch": t0_epoch}) + "\n")
+            self.writer = RunWriter(self.dir, journal=True, optional={"requests": list(_EXTRA)})
+            self.writer.writer("requests")
+            self.decisions = open(self.dir / "decisions.jsonl", "w", encoding="utf-8")
+        except OSError as e:
+            raise InputError("out", f"cannot write to {self.dir} ({e.strerror or e})",
+                             "choose another --out") from None
+        self.rows: list = []
+        self.count = 0
+
+    def add(self, q, replica: int, model: str) -> None:
+        r = q.r
+        self.rows.append((r.request_id, q.cls, q.t_arrival, q.t_dispatch, q.first, q.finish, r.num_prompt_tokens,
+                          q.out_tokens, q.status, replica, q.attempt, q.pool, q.lane, model, q.tenant, q.reason))
+
+    def decision(self, rec: dict) -> None:
+        self.decisions.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        """Write the records gathered since the last flush (a batch of the journal)."""
+        self.decisions.flush()
+        if not self.rows:
+            return
+        rows, self.rows = self.rows, []
+        cols = list(zip(*rows))
+        n = len(rows)
+        arrival = np.asarray(cols[2], dtype=np.float64)
+        disp = np.asarray(cols[3], dtype=np.float64)
+        self.writer.write("requests", request_record_columns(
+            n, request_id=cols[0], class_=cols[1], arrival_s=arrival,
+            dispatched_s=np.where(np.isnan(disp), arrival, disp),  # refused at the gateway: never sent on
+            first_token_s=cols[4], finish_s=cols[5], prompt_tokens=cols[6], output_tokens=cols[7], status=cols[8],
+            replica=cols[9], attempt=cols[10], **dict(zip(_EXTRA, cols[11:]))))
+        self.count += n
+
+    def close(self) -> None:
+        self.flush()
+        self.decisions.close()
+        self.writer.close(complete=True)

@@ -1,0 +1,113 @@
+"""``Relay``: an engine's answer passed to the client as it arrives, timed on the gateway's clock.
+
+A streamed answer (server-sent events) is written to the client chunk by chunk as the engine
+sends it; each event that carries a token (not the chat role's opening chunk, the usage event or
+``[DONE]``) is timed: the first is the request's first token (TTFT from its arrival at the
+gateway), the gaps between them its inter-token latencies. The output token count is the usage
+the engine reports (``completion_tokens``), else the token events counted. A whole answer (and
+any error answer) is kept, up to :data:`MAX_WHOLE_BYTES`, and sent when it ends, with the
+engine's status. Nothing of the client's request or of the engine's headers is passed on but the
+body and the status.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llmqueue.bench.http import Response
+
+MAX_WHOLE_BYTES = 64 * 1024 * 1024
+_USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+
+
+class Relay(Response):
+    """Passes one upstream answer to the client exchange ``ex`` (see the module docstring);
+    ``stream``: the client asked for server-sent events; ``clock()``: the gateway's time."""
+
+    __slots__ = ("ex", "stream", "clock", "started", "first", "last", "events", "usage_tokens", "gaps", "carry",
+                 "whole", "too_large", "on_first")
+
+    def __init__(self, ex, stream: bool, clock, on_first=None):
+        super().__init__()
+        self.ex = ex
+        self.stream = stream
+        self.clock = clock
+        self.started = False        # bytes of the answer reached the client
+        self.first = float("nan")   # the first token event's time
+        self.last = float("nan")
+        self.events = 0             # token events seen
+        self.usage_tokens = None    # completion_tokens from the engine's usage, when it reports it
+        self.gaps: list = []
+        self.carry = b""
+        self.whole: list = []
+        self.too_large = False
+        self.on_first = on_first    # called once, at the first token
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.events
+
+    def payload(self, data: bytes) -> None:
+        if self.stream and self.http_status == 200:
+            if not self.started:
+                self.started = True
+                self.ex.start_stream(200)
+            self.ex.write(data)
+            self._scan(data)
+            return
+        n = sum(map(len, self.whole)) + len(data)
+        if n > MAX_WHOLE_BYTES:
+            self.too_large = True
+            return
+        self.whole.append(data)
+
+    def _scan(self, data: bytes) -> None:
+        """Time the token events in ``data`` (events end with a blank line; one may span chunks)."""
+        buf = self.carry + data if self.carry else data
+        parts = buf.split(b"\n\n")
+        self.carry = parts.pop()
+        if len(self.carry) > 1 << 20:  # an event nobody ends: stop timing it, keep relaying
+            self.carry = b""
+        t = None
+        for ev in parts:
+            if b'"choices":[]' in ev or b"[DONE]" in ev or not ev.strip():
+                m = _USAGE.search(ev)
+                if m:
+                    self.usage_tokens = int(m.group(1))
+                continue
+            if b'"role":"assistant"' in ev and b'"content":""' in ev:
+                continue  # the chat stream's opening chunk: no token yet
+            m = _USAGE.search(ev)  # continuous usage stats ride on token events
+            if m:
+                self.usage_tokens = int(m.group(1))
+            t = self.clock() if t is None else t
+            if self.events == 0:
+                self.first = t
+                if self.on_first is not None:
+                    self.on_first()
+            else:
+                self.gaps.append(t - self.last)
+            self.last = t
+            self.events += 1
+
+    def finish(self) -> None:
+        if not self.stream or self.http_status != 200:
+            body = b"".join(self.whole)
+            if self.http_status == 200:
+                self.first = self.last = self.clock()  # a whole answer's first token is its end
+                if self.on_first is not None:
+                    self.on_first()
+                m = _USAGE.search(body)
+                if m:
+                    self.usage_tokens = int(m.group(1))
+        super().finish()
+
+    def send_whole(self) -> None:
+        """Answer the client with the kept body and the engine's status (after :meth:`finish`)."""
+        if self.too_large:
+            from llmqueue.serve.openai import ApiError
+
+            e = ApiError(502, "the engine's answer exceeded the gateway's limit", "BadGatewayError")
+            self.ex.respond(e.status, e.body())
+            return
+        self.ex.respond(self.http_status or 502, b"".join(self.whole))
