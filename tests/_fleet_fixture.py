@@ -93,7 +93,9 @@ def request_columns(*, optional: bool = True) -> dict:
         out.update({"pool": p, "lane": np.where(p == "main", "default", "overflow"),
                     "model": np.where(p == "main", "big", "small"),
                     "prefill_replica": np.where(p == "main", 0, -1),
-                    "kv_transfer_s": np.where(p == "main", 0.01, np.nan)})
+                    "kv_transfer_s": np.where(p == "main", 0.01, np.nan),
+                    "tenant": np.where(col("request_id") % 2 == 0, "acme", "globex"),
+                    "reason": np.where(col("status") == "timeout", "timeout", "")})
     return out
 
 

@@ -76,6 +76,27 @@ def test_relays_records_and_replays_its_decisions(tmp_path):
     assert replay(decisions, routers=routers, gateway=rules) == [d["out"] for d in decisions]
 
 
+def test_bench_class_header_sets_each_requests_class_at_the_gateway(tmp_path):
+    """``bench --class-header`` sends each request's class as X-Request-Class: the gateway's records
+    carry the bench's classes, request by request (the same geometry could not tell them apart)."""
+    from llmqueue.bench.client import run_bench
+    from llmqueue.workload import Workload
+    from llmqueue.workload.generate import RequestArrays
+
+    sc = _scenario(tmp_path)
+    out = tmp_path / "run"
+    parts = [Workload("poisson:20", prompt="fixed:10", output="fixed:2", class_name=c).generate(seed=k, n=12)
+             for k, c in enumerate(("chat", "batch"))]
+    reqs = RequestArrays.merge(*parts)
+    with EmulatorProcess("--replicas", "2", "--step-time", STEP, "--capacity-tokens", "65536") as emu:
+        with GatewayProcess("--scenario", sc, "--backend", "p=" + ",".join(emu.urls), "--out", str(out)) as gw:
+            res = run_bench(gw.url, "llmqueue-emulated", reqs, seed=1, class_header=True)
+    sent = res.records.to_dict()
+    rec = read_records(out).to_dict()
+    assert len(rec["class"]) == 24 and (rec["status"] == "ok").all()
+    assert sorted(rec["class"]) == sorted(sent["class"]) and set(rec["class"]) == {"chat", "batch"}
+
+
 def test_a_rate_limit_is_429_with_retry_after_and_admits_at_most_burst_plus_rate_t(tmp_path):
     sc = _scenario(tmp_path, gateway={"rate_limits": {"*": {"rate": 5, "burst": 3}}})
     out = tmp_path / "run"

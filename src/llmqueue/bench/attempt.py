@@ -92,7 +92,8 @@ class Attempt(Response):
         self.done_t = math.nan
 
     # -- sending -------------------------------------------------------------------------------
-    async def run(self, pool, body: bytes, sem, deadline: float, ttft_deadline: float) -> tuple[str, str | None]:
+    async def run(self, pool, body: bytes, sem, deadline: float, ttft_deadline: float,
+                  headers: bytes = b"") -> tuple[str, str | None]:
         """Send ``body`` through ``pool`` (after a slot of ``sem``, a concurrency cap, when
         given) and read the answer, within the deadlines (absolute, s from ``t0``; ``inf``:
         none). Returns ``(status, reason)``; a cancel that is not its own deadline's is raised
@@ -116,7 +117,7 @@ class Attempt(Response):
                 await sem.acquire()
                 acquired = True
             self.disp = _pc() - t0
-            await pool.send(self, body)
+            await pool.send(self, body, headers)
             status, err = self.outcome()
         except Expired:
             status = "timeout"

@@ -101,6 +101,8 @@ OPTIONS: tuple[Knob, ...] = (
          envvar="OPENAI_API_KEY"),
     Knob("headers", object, None, "A header for every request (repeatable); sent only to --url's origin.",
          group=_B, flag_as="--header", metavar="'NAME: VALUE'", multiple=True),
+    Knob("class_header", bool, False, "Send each request's class as X-Request-Class (what `llmqueue gateway` "
+         "classifies by).", group=_B, switch=True),
     Knob("proxy", str, None, "Send the requests through this http:// proxy (an https server through a CONNECT "
          "tunnel) [default: none; proxy variables are ignored].", group=_B),
     Knob("trust_env", bool, False, "Use the proxy that http_proxy / https_proxy / all_proxy name (no_proxy "

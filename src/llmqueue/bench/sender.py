@@ -71,6 +71,9 @@ class Sender:
         classes = tuple(requests.classes)
         self.classes = classes
         self.cls_idx = requests.class_index.tolist()
+        # X-Request-Class per class (--class-header), the class names checked as header values
+        self.cls_headers = [(b"X-Request-Class: " + c.encode("latin-1") + b"\r\n")
+                            if opts.class_header and c.isprintable() and c.isascii() else b"" for c in classes]
         self.ids = requests.request_id.tolist()
         self.arrivals = np.asarray(requests.arrival_s, dtype=np.float64).tolist()
         self.timeouts = per_class(opts.timeout_s, classes)
@@ -217,7 +220,7 @@ class Sender:
         ex = Attempt(t0, self.prompts.s[i])
         try:
             status, err = await ex.run(self.pool, body, self.sem, t_int + self.timeouts[k],
-                                       t_int + self.ttft_timeouts[k])
+                                       t_int + self.ttft_timeouts[k], self.cls_headers[k])
         except asyncio.CancelledError:
             if not self.cancel_inflight:
                 raise

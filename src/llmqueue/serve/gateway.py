@@ -53,7 +53,7 @@ class GatewayRequest:
 
     __slots__ = ("r", "cls", "tenant", "lane", "pool", "replica", "body", "path", "stream", "t_arrival",
                  "t_dispatch", "first", "finish", "out_tokens", "status", "reason", "attempt", "ex", "relay", "held",
-                 "gaps")
+                 "gaps", "model")
 
     def __init__(self, r, cls: str, tenant: str, lane: str, body: bytes, path: str, stream: bool, ex):
         self.r = r
@@ -71,6 +71,7 @@ class GatewayRequest:
         self.relay = None
         self.held: asyncio.Future | None = None
         self.gaps: tuple = ()
+        self.model: str | None = None   # the model the client asked for
 
 
 class Gateway:
@@ -89,7 +90,6 @@ class Gateway:
         from llmqueue.cluster.decisions import DecisionLog
         from llmqueue.cluster.gateway import GatewayRuntime
         from llmqueue.serve.gateway_metrics import GatewayMetrics
-        from llmqueue.serve.gateway_records import GatewayRecords
         from llmqueue.serve.live import LivePool
 
         _check(fleet, backends)
@@ -106,8 +106,9 @@ class Gateway:
                 pool.fair.tenant_of = self.tenant_of
         self.views = {name: p.view for name, p in self.pools.items()}
         self.classes = dict(classes or {})
-        self.records = GatewayRecords(out_dir, self.t0_epoch) if out_dir is not None else None
-        self.decisions = DecisionLog(sink=self.records.decision if self.records else None)
+        self.out_dir = out_dir
+        self.records = None   # a GatewayRecords, opened once the gateway listens (a refused start writes nothing)
+        self.decisions = DecisionLog(sink=self._decision if out_dir is not None else None)
         for pool in self.pools.values():
             pool.router = self.decisions.router(pool.name, pool.router, self.now)
         self.rules = (self.decisions.gateway(GatewayRuntime(g, tenant_of=self.tenant_of)) if g is not None else None)
@@ -120,6 +121,7 @@ class Gateway:
         self.scrape_interval_s = scrape_interval_s
         self.served_model = served_model or next((p.model for p in fleet.pools if p.model), "llmqueue")
         self.engine_models: list = []
+        self.pool_models: dict = {}   # pool -> the model names its engines serve
         self.server = HttpServer(self.handle, max_body_bytes=max_body_bytes)
         self.in_flight: set = set()
         self.waiting: dict = {}   # request -> its GatewayRequest, while held in a pool's gateway queue
@@ -129,6 +131,10 @@ class Gateway:
     def now(self) -> float:
         """The gateway's clock: seconds since it started (the records' time origin)."""
         return time.perf_counter() - self.t0
+
+    def _decision(self, rec: dict) -> None:
+        if self.records is not None:
+            self.records.decision(rec)
 
     def tenant_of(self, r) -> str:
         return self.tenants.get(r, r.class_name)
@@ -149,6 +155,10 @@ class Gateway:
                     b.upstream[path] = up
         await self._discover_models()
         await self.server.start(host, port, field="listen")
+        if self.out_dir is not None:
+            from llmqueue.serve.gateway_records import GatewayRecords
+
+            self.records = GatewayRecords(self.out_dir, self.t0_epoch)
         self._tasks = [asyncio.ensure_future(self._scrape_loop())]
         if self.records is not None:
             self._tasks.append(asyncio.ensure_future(self._flush_loop()))
@@ -209,12 +219,15 @@ class Gateway:
         names: list = []
         async with httpx.AsyncClient(timeout=2.0) as client:
             for pool in self.pools.values():
+                served: list = []
                 for b in pool.backends:
                     try:
                         doc = (await client.get(b.url + "/v1/models")).json()
-                        names += [m["id"] for m in doc.get("data", []) if isinstance(m, dict) and "id" in m]
+                        served += [m["id"] for m in doc.get("data", []) if isinstance(m, dict) and "id" in m]
                     except Exception:  # noqa: BLE001 - an engine not up yet: its names are not known
                         continue
+                self.pool_models[pool.name] = list(dict.fromkeys(served))
+                names += served
         self.engine_models = list(dict.fromkeys(names))
         if self.engine_models:
             self.served_model = self.engine_models[0]
@@ -225,7 +238,7 @@ class Gateway:
 
         t = self.now()
         try:
-            body, s, o, stream = self._parse(ex)
+            body, s, o, stream, model = self._parse(ex)
             cls = self._class(ex)
         except ApiError as e:
             self.metrics.requests.labels("", "", "rejected", "bad request").inc()
@@ -237,6 +250,7 @@ class Gateway:
         self.tenants[r] = tenant
         lane, pool_name = self.fleet.lane_of(cls, s)
         q = GatewayRequest(r, cls, tenant, lane, body, ex.path, stream, ex)
+        q.model = model
         pool = self.pools[pool_name]
         self.metrics.arrived(pool.name, t)
         try:
@@ -284,7 +298,7 @@ class Gateway:
         if isinstance(o, bool) or not isinstance(o, int) or o < 1:
             raise ApiError(400, f"max_tokens must be a positive integer (got {json.dumps(o)[:40]})",
                            "BadRequestError", "max_tokens")
-        return ex.body, max(s, 1), o, bool(doc.get("stream"))
+        return ex.body, max(s, 1), o, bool(doc.get("stream")), model
 
     def _class(self, ex) -> str:
         cls = ex.headers.get("x-request-class")
@@ -419,7 +433,7 @@ class Gateway:
 
         relay = q.relay = Relay(q.ex, q.stream, self.now, on_first=first_token)
         try:
-            await asyncio.wait_for(b.upstream[q.path].send(relay, q.body, self._headers(q, pool)),
+            await asyncio.wait_for(b.upstream[q.path].send(relay, self._body(q, pool), self._headers(q, pool)),
                                    self.upstream_timeout_s)
         except asyncio.TimeoutError:
             relay.abandon()
@@ -457,6 +471,21 @@ class Gateway:
         if st != 200:
             q.status, q.reason = ("rejected" if st in (400, 404, 413, 422, 429) else "error"), f"engine answered {st}"
         return "ok"
+
+    def _body(self, q: GatewayRequest, pool) -> bytes:
+        """The body for ``pool``'s engines: as sent, unless the model asked for is not one they serve
+        (a fallback to another pool, another model): then that pool's model."""
+        served = self.pool_models.get(pool.name)
+        if not served or q.model in served:
+            return q.body
+        doc = json.loads(q.body)
+        doc["model"] = served[0]
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def served_by(self, pool) -> str:
+        """The model a pool's engines serve (the records' ``model``)."""
+        served = self.pool_models.get(pool.name)
+        return served[0] if served else (pool.spec.model or self.served_model)
 
     def _headers(self, q: GatewayRequest, pool) -> bytes:
         """The client's ``Authorization``, only when asked for and the pool has no key of its own
@@ -528,7 +557,7 @@ class Gateway:
     def _record(self, q: GatewayRequest) -> None:
         if self.records is not None:
             pool = self.pools.get(q.pool)
-            model = (pool.spec.model or self.served_model) if pool is not None else ""
+            model = self.served_by(pool) if pool is not None else ""
             gid = (sum(len(p.backends) for p in list(self.pools.values())[:pool.k]) + q.replica
                    if pool is not None and q.replica >= 0 else -1)
             self.records.add(q, gid, model)

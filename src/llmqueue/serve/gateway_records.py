@@ -6,7 +6,8 @@ Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as th
 run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
 carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``, ``tenant``,
 ``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``.
-``decisions.jsonl`` holds every routing and admission decision with the numbers it read
+``workload.parquet`` holds the arrivals as asked (with their ``max_tokens``), for ``llmqueue
+simulate --trace``; ``summary.json`` the run summarised as a bench run is. ``decisions.jsonl`` holds every routing and admission decision with the numbers it read
 (:mod:`llmqueue.cluster.decisions`), one JSON object a line, flushed with the records.
 """
 
@@ -40,10 +41,12 @@ class GatewayRecords:
             raise InputError("out", f"cannot write to {self.dir} ({e.strerror or e})",
                              "choose another --out") from None
         self.rows: list = []
+        self.offered: list = []   # the arrivals as asked (max_tokens, not what was produced): workload.parquet
         self.count = 0
 
     def add(self, q, replica: int, model: str) -> None:
         r = q.r
+        self.offered.append((r.request_id, q.cls, q.t_arrival, r.num_prompt_tokens, r.max_tokens))
         self.rows.append((r.request_id, q.cls, q.t_arrival, q.t_dispatch, q.first, q.finish, r.num_prompt_tokens,
                           q.out_tokens, q.status, replica, q.attempt, q.pool, q.lane, model, q.tenant, q.reason))
 
@@ -68,6 +71,26 @@ class GatewayRecords:
         self.count += n
 
     def close(self) -> None:
+        """Finish the files: ``requests.parquet`` from its journal, ``workload.parquet`` (every
+        arrival with its prompt and the ``max_tokens`` it asked for: what ``llmqueue simulate
+        --trace`` replays) and ``summary.json`` (the run summarised as a bench run is)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         self.flush()
         self.decisions.close()
         self.writer.close(complete=True)
+        cols = list(zip(*self.offered)) or [[], [], [], [], []]
+        order = np.argsort(np.asarray(cols[2], dtype=np.float64), kind="stable")
+        wl = pa.table({"request_id": pa.array(np.asarray(cols[0], dtype=np.int64)[order]),
+                       "class": pa.array([str(cols[1][k]) for k in order], pa.string()),
+                       "arrival_s": pa.array(np.asarray(cols[2], dtype=np.float64)[order]),
+                       "prompt_tokens": pa.array(np.asarray(cols[3], dtype=np.int64)[order]),
+                       "output_tokens": pa.array(np.asarray(cols[4], dtype=np.int64)[order])})
+        pq.write_table(wl, self.dir / "workload.parquet")
+        if self.count:
+            from llmqueue.metrics import summarize
+            from llmqueue.records import read_records
+            from llmqueue.records.io import dump_summary
+
+            dump_summary(self.dir / "summary.json", summarize(read_records(self.dir)))
