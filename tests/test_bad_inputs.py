@@ -256,6 +256,10 @@ CASES: list[tuple[str, str, str]] = [
     ("fit-missing", "workload fit nope.csv", "nope.csv"),
     ("fit-directory", "workload fit adir", "adir"),
     # --- simulate: files inside specs ------------------------------------------------------------
+    ("simulate-scenario-trace-missing", "simulate --scenario chat --trace nope.csv --no-progress", "--trace"),
+    ("simulate-scenario-trace-bad", "simulate --scenario chat --trace bad.jsonl --no-progress", "--trace"),
+    ("simulate-scenario-trace-warmup", "simulate --scenario lanes --trace t.csv --duration 10 --no-progress",
+     "--duration"),
     ("simulate-trace-zero-lengths", f"simulate {M} --duration 20 --no-progress --trace zero.csv", "zero.csv"),
     ("simulate-trace-deep-json", f"simulate {M} --duration 20 --no-progress --trace deep.json", "deep.json"),
     ("simulate-trace-non-utf8", f"simulate {M} --duration 20 --no-progress --trace bad.jsonl", "bad.jsonl"),

@@ -305,3 +305,36 @@ def test_trace_replay(tmp_path):
         validate_scenario(copy.deepcopy(doc), base_dir=tmp_path).requests()
     doc["workload"]["trace"].update(mapping="time=t,prompt=in,output=out", time_scale=2, rate=3)
     assert _error(copy.deepcopy(doc), base_dir=tmp_path).startswith("workload.trace.rate: give time_scale or rate")
+
+
+def test_a_trace_on_the_command_line_replaces_the_scenarios_arrivals(tmp_path, monkeypatch):
+    """`--trace` with `--scenario`: a trace whose classes are the scenario's (a gateway run's
+    workload.parquet) is the workload request by request (class, arrival, lengths as recorded; the
+    classes' own length distributions unused), the run is the whole trace, and a warm-up as long
+    as the trace is dropped with a note. A trace without classes is split by the classes' shares."""
+    import numpy as np
+
+    from llmqueue.scenario.override import scenario_with
+    from llmqueue.workload.trace import Trace
+    from llmqueue.workload.traces import write_trace
+
+    rng = np.random.default_rng(0)
+    n = 200
+    t = np.sort(rng.uniform(0, 30, n))
+    t -= t[0]
+    cls = np.where(rng.random(n) < 0.3, "batch", "interactive")
+    s, o = rng.integers(1, 9000, n), rng.integers(1, 3000, n)
+    monkeypatch.chdir(tmp_path)
+    write_trace(Trace(t, s, o, class_name=cls), "gw.parquet")
+    run = scenario_with("lanes", trace="gw.parquet")
+    reqs = run.scenario.requests()
+    assert len(reqs) == n and list(reqs.class_name) == list(cls)
+    np.testing.assert_array_equal(reqs.prompt_tokens, s)
+    np.testing.assert_array_equal(reqs.output_tokens, o)
+    np.testing.assert_allclose(reqs.arrival_s, t)
+    assert run.scenario.run.warmup_s == 0 and any("warm-up 60 s" in x for x in run.notes)
+    write_trace(Trace(t, s, o), "plain.parquet")
+    split = scenario_with("lanes", trace="plain.parquet").scenario.requests()
+    assert len(split) == n and set(split.class_name) == {"batch", "interactive"}
+    np.testing.assert_allclose(split.arrival_s, t)
+    assert not np.array_equal(split.class_name, cls)

@@ -191,8 +191,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("prefix_block_tokens", int, 512, "Tokens per prefix hash id (Mooncake: 512; a multiple of the KV block "
          "size).", unit="tokens", scenario="spec", ge=1),
     # --- the workload -------------------------------------------------------------------------------
-    Knob("trace", str, None, "Replay a trace file (Azure CSV, Mooncake JSONL, canonical Parquet, ...).",
-         group="workload", metavar="FILE"),
+    Knob("trace", str, None, "Replay a trace file (Azure CSV, Mooncake JSONL, canonical Parquet, ...). With "
+         "--scenario it replaces the scenario's arrivals; a trace whose classes are the scenario's (a gateway run's "
+         "workload.parquet) is replayed request by request, each with its class and recorded lengths.",
+         group="workload", scenario="workload", metavar="FILE"),
     Knob("workload", str, None, "A workload fitted to a trace (the spec file of `llmqueue workload fit -o FILE`): "
          "its arrival process and lengths; --arrival replaces its arrival process; its span is the default "
          "--duration.", group="workload", metavar="FILE"),

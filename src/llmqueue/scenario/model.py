@@ -809,9 +809,30 @@ class Scenario(_Section):
         if self.workload.trace is None:
             return self.mix.generate(seed, n=n, duration=dur)
         tr = self.load_trace()
-        reqs = self.mix.replay(seed, tr.arrival_s, prompt_tokens=tr.prompt_tokens,
-                               output_tokens=tr.output_tokens, duration=dur)
+        if self._trace_is_the_workload(tr):
+            import numpy as np
+
+            from llmqueue.workload.generate import RequestArrays
+
+            keep = tr.arrival_s < dur if dur is not None else slice(None)
+            t = tr.arrival_s[keep]
+            reqs = RequestArrays(np.arange(t.size), t, tr.prompt_tokens[keep], tr.output_tokens[keep],
+                                 np.asarray(tr.class_name)[keep] if t.size else "default")
+        else:
+            reqs = self.mix.replay(seed, tr.arrival_s, prompt_tokens=tr.prompt_tokens,
+                                   output_tokens=tr.output_tokens, duration=dur)
         return _head(reqs, n) if n is not None else reqs
+
+    def _trace_is_the_workload(self, tr) -> bool:
+        """A trace whose every request names one of the scenario's classes (a gateway or bench run's
+        arrivals) is replayed as recorded: each request keeps its class and its lengths, and no class
+        draws arrivals of its own. Otherwise the classes split the trace's arrivals by share."""
+        import numpy as np
+
+        if tr.class_name is None or not len(tr):
+            return False
+        names = {c.name for c in self.mix.classes}
+        return set(np.unique(np.asarray(tr.class_name, dtype=str)).tolist()) <= names
 
     def engine(self, d=None):
         """``(EngineConfig, StepTimeModel)`` of one replica of deployment ``d`` (default: the

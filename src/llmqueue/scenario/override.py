@@ -164,6 +164,9 @@ def _from_cwd(name: str, value):
         from llmqueue.engine.step_time import with_base
 
         return with_base(value, cwd)
+    if name == "trace":
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else cwd / p)
     if name in LENGTH_KNOBS:
         from llmqueue.scenario.model import _with_base
 
@@ -212,6 +215,30 @@ def _apply_arrival(data: dict, value, notes: list) -> None:
     what = "replays a trace" if w.get("trace") is not None else "has classes with their own arrival processes"
     notes.append(f"--arrival {proc.spec}: the scenario {what}; its total rate was scaled to {proc.rate:g} req/s, "
                  "every process keeping its shape")
+
+
+def _apply_trace(data: dict, path: str, given: dict, notes: list) -> None:
+    """``--trace FILE``: the scenario's arrivals become the trace's (its arrival process removed);
+    without --duration or --num-requests the run is the whole trace (a warm-up not shorter than
+    the trace is dropped, with a note, as ``bench`` does)."""
+    from llmqueue.workload.traces import load_trace
+
+    w = _section(data, "workload")
+    w.pop("arrival", None)
+    w["trace"] = {"path": path}
+    if {"duration", "num_requests"} & set(given):
+        return
+    try:
+        tr = load_trace(path)
+    except InputError as e:
+        raise InputError("trace", e.problem, e.fix) from None
+    run = _section(data, "run")
+    run.pop("duration_s", None)
+    run["num_requests"] = max(len(tr), 1)
+    warm = given.get("warmup", run.get("warmup_s") or 0.0)
+    if isinstance(warm, (int, float)) and warm > 0 and warm >= tr.span_s:
+        run["warmup_s"] = 0.0
+        notes.append(f"warm-up {warm:g} s is not shorter than the trace ({tr.span_s:.3g} s): ignored")
 
 
 def _apply_lengths(data: dict, given: dict) -> None:
@@ -267,6 +294,8 @@ def apply_overrides(data: dict, overrides: dict) -> tuple[dict, list]:
             _section(data, section)[key] = _from_cwd(name, v)
     if {"duration", "num_requests", "warmup"} & set(given):
         _apply_run(data, given)
+    if "trace" in given:
+        _apply_trace(data, _from_cwd("trace", given["trace"]), given, notes)
     if "arrival" in given:
         _apply_arrival(data, given["arrival"], notes)
     if "rate" in given:  # every process rescaled by one factor, each keeping its shape
