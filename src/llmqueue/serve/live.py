@@ -10,7 +10,11 @@ replicas' own numbers (waiting, running, KV blocks free) come from each engine's
 publishes none is read from the gateway's bookkeeping (running = its outstanding up to
 ``max_num_seqs``, the rest waiting). A scrape is up to an interval old, so its counts are capped by
 what the gateway has handed the engine now (running at most the outstanding requests, waiting at
-most the rest): a request that ended since the scrape is not counted as queued. The pool's :class:`~llmqueue.cluster.view.PoolView` is built
+most the rest): a request that ended since the scrape is not counted as queued. Requests a scrape
+finds waiting while the engine has free sequence slots and KV (below ``FULL_KV``), and that the
+scrape before found none, arrived during the step the scrape caught: they are counted as running
+(they start at the next step), not as a queue that would stand for the interval; waiting seen on
+two scrapes in a row, or with the slots or the KV full, is a queue. The pool's :class:`~llmqueue.cluster.view.PoolView` is built
 over these numbers exactly as the simulator builds it, so the same router, admission and fallback
 objects decide here.
 """
@@ -25,10 +29,15 @@ from llmqueue.cluster.view import PoolView
 from llmqueue.engine.api import ReplicaLoad
 
 
+#: KV usage from which an engine's waiting requests are taken to wait for memory
+FULL_KV = 0.9
+
+
 class Backend:
     """One engine (``url``: its base URL) of a pool: the scraped load, and whether it serves.
 
-    ``scraped``: ``(num_waiting, num_running, kv_usage, t)`` from its last ``/metrics``, or None;
+    ``scraped``: ``(num_waiting, num_running, kv_usage, t, persistent)`` from its last ``/metrics``
+    (``persistent``: requests were waiting at the scrape before too), or None;
     ``kv_blocks_total``: from ``vllm:cache_config_info`` when published; ``failed_until``: a replica
     that failed mid-answer or refused connections is out of the routable set until a health probe
     answers (``inf`` until then)."""
@@ -59,7 +68,8 @@ class Backend:
             if cc.num_gpu_blocks:
                 self.kv_blocks_total = int(cc.num_gpu_blocks)
         kv = snap.first(ALIASES["kv_usage"], 0.0)
-        self.scraped = (int(w), int(r), float(kv) if kv == kv else 0.0, t)
+        seen_before = self.scraped is not None and self.scraped[0] > 0
+        self.scraped = (int(w), int(r), float(kv) if kv == kv else 0.0, t, seen_before and w > 0)
 
 
 class LivePool:
@@ -100,7 +110,9 @@ class LivePool:
             n = self.outstanding[i]
             run = min(n, self.max_num_seqs)
             return ReplicaLoad(n - run, run, total, total, n > 0, 0.0)
-        w, r, kv, t = s
+        w, r, kv, t, persistent = s
+        if w and not persistent and r + w <= self.max_num_seqs and kv < FULL_KV:
+            r, w = r + w, 0  # arrived during the step the scrape caught: they start at the next one
         n = self.outstanding[i]  # what the gateway has there now: a scrape up to an interval old never says more
         r = min(r, n)
         w = min(w, n - r)
