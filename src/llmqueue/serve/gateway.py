@@ -565,26 +565,28 @@ class Gateway:
     # -- background ---------------------------------------------------------------------------------
     async def _scrape_loop(self) -> None:
         """Every ``scrape_interval_s``: each engine's ``/metrics`` (its load) and, for a replica
-        taken out, its ``/health`` (back in when it answers 200)."""
+        taken out, its ``/health`` (back in when it answers 200); the engines are asked at once, so
+        one slow engine ages its own numbers only."""
         import httpx
 
-        async with httpx.AsyncClient(timeout=max(self.scrape_interval_s, 1.0)) as client:
+        async def one(client, pool, b) -> None:
+            try:
+                if b.failed_until > 0:
+                    h = await client.get(b.url + "/health")
+                    if h.status_code == 200:
+                        pool.recover(b.index)
+                        if pool.held:
+                            self._dispatch_held(pool)
+                    return
+                m = await client.get(b.url + "/metrics")
+                if m.status_code == 200:
+                    b.read_metrics(m.text, self.now())
+            except Exception:  # noqa: BLE001 - an engine that does not answer is read as before
+                pass
+
+        async with httpx.AsyncClient(timeout=max(self.scrape_interval_s, 1.0), trust_env=False) as client:
             while True:
-                for pool in self.pools.values():
-                    for b in pool.backends:
-                        try:
-                            if b.failed_until > 0:
-                                h = await client.get(b.url + "/health")
-                                if h.status_code == 200:
-                                    pool.recover(b.index)
-                                    if pool.held:
-                                        self._dispatch_held(pool)
-                                continue
-                            m = await client.get(b.url + "/metrics")
-                            if m.status_code == 200:
-                                b.read_metrics(m.text, self.now())
-                        except Exception:  # noqa: BLE001 - an engine that does not answer is read as before
-                            pass
+                await asyncio.gather(*(one(client, pool, b) for pool in self.pools.values() for b in pool.backends))
                 await asyncio.sleep(self.scrape_interval_s)
 
     async def _flush_loop(self) -> None:
