@@ -209,8 +209,9 @@ def test_every_alert_has_its_fields_and_the_leading_indicators_are_covered():
 
 @NEEDS_PROMTOOL
 def test_promtool_checks_the_rules_and_runs_their_unit_tests():
-    check = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    for what, path in (("rules", RULES), ("config", RULES.parent / "prometheus.yml")):
+        check = subprocess.run(["promtool", "check", what, str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
     unit = subprocess.run(["promtool", "test", "rules", str(RULE_TESTS)], capture_output=True, text=True)
     assert unit.returncode == 0 and "SUCCESS" in unit.stdout, unit.stdout + unit.stderr
 
