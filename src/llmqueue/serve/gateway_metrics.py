@@ -4,9 +4,15 @@ beside each measured figure.
 Measured (Prometheus names under ``llmqueue_gateway_``): requests by pool, class, outcome
 (``admitted``, ``rate_limited``, ``shed``, ``rejected``, ``failed``, ``cancelled``) and reason; the
 gateway queue's depth by class and the pool's whole queue (gateway plus engines); the wait before
-admission (arrival to dispatch, a histogram); cancellations; retries on another replica (retry
-amplification); each replica's outstanding requests and whether it serves; TTFT and time per
-output token (histograms, the gateway's clock).
+admission (arrival to dispatch, a histogram); the age of the oldest request by pool and class, in
+the gateway's queue and in the whole pool (no first token yet: the queue age the gateway's rules
+read), the leading indicator of a queue that grows; cancellations; retries on another replica
+(retry amplification); each replica's outstanding requests and whether it serves; TTFT and time
+per output token (histograms, the gateway's clock: the spread of the token gaps, p99 over p50, is
+the decode step's variance as a client sees it). The queues are read when scraped, nothing is
+added to a request's path. ``deploy/grafana/llmqueue-gateway.json`` draws these,
+``deploy/prometheus/llmqueue-gateway-alerts.yml`` alerts on the leading indicators
+(``docs/gateway-observability.md``).
 
 Predicted, per pool, from the last ``window_s`` seconds: the arrival rate ``lam`` (requests
 offered), the service rate of one sequence slot ``mu = 1 / E[S]`` (``S``: dispatch to end, the
@@ -162,6 +168,12 @@ class _Live:
         p = "llmqueue_gateway_"
         depth = GaugeMetricFamily(p + "queue_depth", "Requests waiting in the gateway's queue, by pool and class",
                                   labels=["pool", "class"])
+        held_age = GaugeMetricFamily(p + "queue_oldest_age_seconds", "Age of the oldest request waiting in the "
+                                     "gateway's queue, by pool and class (0: none waiting)", labels=["pool", "class"])
+        pool_age = GaugeMetricFamily(p + "pool_oldest_age_seconds", "Age of the oldest request of the pool with no "
+                                     "first token yet, by class: in the gateway's queue, an engine's queue or its "
+                                     "prefill (the queue age the gateway's rules read; 0: none)",
+                                     labels=["pool", "class"])
         pool_q = GaugeMetricFamily(p + "pool_waiting", "Requests waiting in the pool: the gateway's queue and the "
                                    "engines' (scraped)", labels=["pool"])
         out = GaugeMetricFamily(p + "replica_outstanding", "Requests handed to a replica and not ended",
@@ -181,12 +193,23 @@ class _Live:
                 "predicted_wait_seconds": "predicted_wait_s", "measured_wait_seconds": "measured_wait_s",
                 "predicted_shed_ratio": "predicted_shed_ratio", "measured_shed_ratio": "measured_shed_ratio",
                 "stable": "stable"}
+        now = self.m.clock()
         for name, pool in self.m.pools.items():
             by_class: dict = {}
+            held_first: dict = {}   # class -> the earliest arrival waiting in the gateway's queue
             for r in pool.held:
-                by_class[r.class_name] = by_class.get(r.class_name, 0) + 1
-            for cls in sorted(set(by_class) | set(pool.by_class)):
+                c, a = r.class_name, r.arrival_time
+                by_class[c] = by_class.get(c, 0) + 1
+                if a < held_first.get(c, math.inf):
+                    held_first[c] = a
+            pool_first: dict = {}   # class -> the earliest arrival with no first token
+            for r, a in pool.no_token.items():
+                if a < pool_first.get(r.class_name, math.inf):
+                    pool_first[r.class_name] = a
+            for cls in sorted(set(by_class) | set(pool.by_class) | set(pool_first)):
                 depth.add_metric([name, cls], by_class.get(cls, 0))
+                held_age.add_metric([name, cls], max(now - held_first.get(cls, now), 0.0))
+                pool_age.add_metric([name, cls], max(now - pool_first.get(cls, now), 0.0))
             pool_q.add_metric([name], pool.view.queue_depth())
             for i, n in enumerate(pool.outstanding):
                 out.add_metric([name, str(i)], n)
@@ -196,4 +219,4 @@ class _Live:
                 v = pred[keys[k]]
                 if v == v:  # NaN: not measured yet
                     fam.add_metric([name], v)
-        yield from (depth, pool_q, out, up, *fams.values())
+        yield from (depth, held_age, pool_age, pool_q, out, up, *fams.values())
