@@ -280,6 +280,26 @@ def test_validate_speed_band_covers_an_engine_that_ran_slower(tmp_path):
     assert "--speed-factor" in ran.err
 
 
+def test_speed_factor_run_is_measured_against_the_step_model_in_use(tmp_path):
+    """``--speed-factor run`` with another step model than the calibration's linear one (a profile,
+    or a given --step-time): the run's speed is measured against that model. Here the model in use
+    prices every step at twice the reference engine's time and the run's engine was 1.1 x the
+    reference: the factor is 0.55 (measured against the linear model it was 1.1, which doubled the
+    model's error: TPOT +100 %), and at that factor the simulation reproduces the run."""
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    ref = _sim(tmp_path, "ref", "linear:c0=0.01:prefill=2e-5:decode=3e-4", ["--arrival", "poisson:40"])
+    run = _sim(tmp_path, "slow", "linear:c0=0.011:prefill=2.2e-5:decode=3.3e-4", ["--arrival", "poisson:10"])
+    cal = calibrate(ref).to_dict()
+    twice = "linear:c0=0.02:prefill=4e-5:decode=6e-4"
+    diag = validate(run, cal, knobs={"step_time": twice}, speed_factor="run", speed_band=0.0)
+    assert diag["speed_factor"] == pytest.approx(0.55, rel=2e-3)
+    for r in diag["rows"]:
+        if r["measured"] and r["quantity"].endswith(("tpot_ms", "e2el_ms")):
+            assert r["rel_err_sim"] == pytest.approx(0.0, abs=5e-3), r
+
+
 def test_step_time_scaled_scales_every_term():
     from llmqueue.engine.step_time import parse_step_time
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmqueue.bench.calibrate import run_speed
+from llmqueue.bench.calibrate import profile_level, run_speed
 from llmqueue.bench.replay import (engine_config, measured_hashes, measured_stream, replaced, sent_stream, sent_view,
                                    server_errors, tiled_stream, without)
 from llmqueue.errors import InputError
@@ -79,8 +79,9 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     (``band``) and whether the measured value lies in it (``in_band``): near capacity a few percent
     of engine speed move the queue, and so the latency, by tens of percent. ``speed_factor``: run
     the step model that many times slower (a number), or ``"run"``: at the speed the engine
-    actually had in this run (its step log's busy cycles over the model's prediction for the same
-    steps; :func:`llmqueue.bench.calibrate.run_speed`). Not a prediction (it reads the run's
+    actually had in this run (its step log's busy cycles over the prediction of the step model in
+    use for the same steps: :func:`~llmqueue.bench.calibrate.run_speed` for the linear model,
+    :func:`~llmqueue.bench.calibrate.profile_level` for a profile or a given step time). Not a prediction (it reads the run's
     own steps): a diagnosis that tells a miss of the queueing model from an engine that ran at
     another speed than calibrated; the theory's ``b`` is scaled by the same factor. ``drift``: the engine's speed wandering within the run (CV of
     its speed over 10-s windows; default: the calibration's ``speed_sd``, measured on the
@@ -237,13 +238,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     applied = None
     if speed_factor is not None:
         if speed_factor == "run":
-            lin = calibration.get("linear")
-            if run.steps is None or not len(run.steps) or not lin:
-                raise InputError("speed_factor", f"'run' needs {run_dir}/steps.parquet and a linear step model in "
-                                 "the calibration", "give a number, or benchmark with the server's step log")
-            applied = run_speed(run.steps, lin)
-            if applied is None:
-                raise InputError("speed_factor", f"{run_dir} has too few busy steps to measure the engine's speed")
+            applied = _speed_against(run, run_dir, step, step_model, step_time, calibration, cfg.block_size)
         else:
             try:
                 applied = float(speed_factor)
@@ -367,3 +362,24 @@ def _latencies_with_frontend(records, front: float, warm: float, horizon: float)
     s = summarize(shifted, warmup_s=warm, horizon_s=horizon)
     keep = [k for k in s if any(x in k for x in ("ttft", "e2el", "tpot", "itl"))]
     return {k: s[k] for k in keep}
+
+
+def _speed_against(run, run_dir, step, step_model: str, step_time, calibration: dict, block_size: int) -> float:
+    """``--speed-factor run``: the engine's speed during the run against the step model in use (its
+    busy step cycles over that model's price of the same steps): the linear model's coefficients
+    for ``linear``, the model itself for a profile or a given ``--step-time`` (measured against
+    another model, the factor would carry that model's error into this one)."""
+    if run.steps is None or not len(run.steps):
+        raise InputError("speed_factor", f"'run' needs {run_dir}/steps.parquet",
+                         "give a number, or benchmark with the server's step log")
+    if step_time is None and step_model == "linear":
+        lin = calibration.get("linear")
+        if not lin:
+            raise InputError("speed_factor", "'run' needs the calibration's linear step model")
+        f = run_speed(run.steps, lin)
+    else:
+        f, _ = profile_level(run.steps, step, block_size=block_size)
+        f = None if f != f else f
+    if f is None:
+        raise InputError("speed_factor", f"{run_dir} has too few busy steps to measure the engine's speed")
+    return f
