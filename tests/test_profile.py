@@ -338,6 +338,26 @@ def test_calibrate_sets_the_profiles_level_from_a_run(tmp_path):
               "--profile")
 
 
+def test_calibrate_keeps_the_frontend_delay_the_profile_measured(tmp_path):
+    """A profile's prefill probes measured the server's delay outside the engine (TTFT less the
+    logged prefill step, on lone requests): calibrate --profile keeps it as the calibration's
+    frontend delay and names the profile as its source (it dropped it)."""
+    doc = _doc(CONCAVE)
+    doc["prefill"]["frontend_latency_s"] = 0.0125
+    prof = _write(tmp_path / "prof", doc)
+    run = tmp_path / "run"
+    assert run_cli("simulate", "--capacity-tokens", "20000", "--step-time", f"profile:{prof}:scale=1.1",
+                   "--prompt", "uniform:10:300", "--output", "uniform:10:200", "--arrival", "poisson:8",
+                   "--duration", "60", "--max-num-seqs", "32", "--out", str(run), "--no-progress", "--json").code == 0
+    d = run_cli("calibrate", str(run), "-o", str(tmp_path / "cal.yaml"), "--profile", str(prof), "--json").json()
+    assert d["frontend_latency_s"] == pytest.approx(0.0125)
+    assert d["frontend_source"].startswith("profile:")
+    no_front = _write(tmp_path / "prof2", _doc(CONCAVE))  # a profile without one: the run's own estimate stays
+    d2 = run_cli("calibrate", str(run), "-o", str(tmp_path / "c2.yaml"), "--profile", str(no_front), "--json").json()
+    assert d2["frontend_latency_s"] != pytest.approx(0.0125)
+    assert not (d2["frontend_source"] or "").startswith("profile:")
+
+
 def test_a_calibration_moved_with_its_profile_still_loads(tmp_path):
     """calibrate -o writes a profile that lies under the calibration file's folder relative to that
     folder, so a run directory that is moved or archived keeps working (fitted:FILE, validate's

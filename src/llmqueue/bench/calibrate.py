@@ -17,8 +17,9 @@ step time ``b`` and the joint (prompt, output) length distribution. From a run d
 - the workload: the measured (prompt, output) pairs;
 - the server's delay outside the engine (``frontend_latency_s``, HTTP and streaming, added by
   ``validate`` to every simulated token): from a probe run of isolated requests (``--probe``,
-  :func:`frontend_latency`), else from the run's own step log, per request TTFT less the
-  engine's time from its arrival (:mod:`llmqueue.bench.frontend_steps`: a low-load run serves);
+  :func:`frontend_latency`), else from ``--profile``'s lone prefill probes (their TTFT less the
+  logged prefill step), else from the run's own step log, per request TTFT less the engine's
+  time from its arrival (:mod:`llmqueue.bench.frontend_steps`: a low-load run serves);
 - the engine's speed drift: the spread (``speed_sd``) of the measured step cycles over the
   linear model's prediction for the same steps, in 10-s windows of the run. A real engine on a
   shared machine is not stationary; ``validate`` turns this into a band around each predicted
@@ -448,12 +449,29 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         prof_spec = f"profile:{profile_path(profile, 'profile').parent.resolve()}:scale={scale:.6g}"
         notes.append(f"step_time: the profile {profile} at this run's level (x{scale:.4g}, from {n} busy steps)")
         step_time = prof_spec
+        front, front_src = _profile_frontend(profile, front, front_src, notes)
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
                        b_estimators=est, itl_samples=int(len(x)), itl_cv=cv, linear=lin, step_time=step_time,
                        step_time_linear=step_linear, engine=engine, notes=tuple(notes),
                        frontend_latency_s=front, frontend_source=front_src,
                        speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0,
                        step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
+
+
+def _profile_frontend(profile, front, front_src, notes: list):
+    """The frontend delay a profile measured (its lone prefill probes' TTFT less their logged prefill
+    steps: the server's own delay outside the engine, measured on isolated requests) is taken over
+    one estimated from the run's step log; the other is kept in a note."""
+    from llmqueue.engine.profile_step import read_profile
+
+    pf = (read_profile(profile, field="profile").get("prefill") or {}).get("frontend_latency_s")
+    if pf is None or not math.isfinite(float(pf)):
+        return front, front_src
+    pf = max(float(pf), 0.0)
+    if front is not None:
+        notes.append(f"frontend delay: the profile's {1e3 * pf:.2f} ms (its lone prefill probes) over the run's "
+                     f"step log's {1e3 * front:.2f} ms")
+    return pf, f"profile: {profile} (lone prefill probes, TTFT less the logged prefill step)"
 
 
 PROFILE_KEYS = ("step_time", "step_time_profile")  # the keys that may name a profile folder
