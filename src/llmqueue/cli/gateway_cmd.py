@@ -83,11 +83,17 @@ def fleet_of(scenario: str, sets=()):
               metavar="SECONDS", help="An engine that has not finished an answer by then: 504 (or the stream cut).")
 @click.option("--scrape-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
               help="How often each engine's /metrics (and a failed one's /health) is read.")
+@click.option("--read-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
+              help="A client's request must be whole this long after its first byte (else 408).")
+@click.option("--idle-timeout", type=click.FloatRange(min=0.01), default=60.0, show_default=True, metavar="SECONDS",
+              help="Close a kept-alive client connection idle this long.")
+@click.option("--max-connections", type=click.IntRange(1, 1 << 20), default=16384, show_default=True,
+              help="Client connections held at once; one more gets 503 (each idle one costs about 4 KB).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, metavar="SECONDS",
               help="On Ctrl-C or SIGTERM: how long requests in flight may finish (then cut; exit 130).")
 @click.pass_context
 def gateway(ctx, scenario, sets, backends, listen, out_dir, seed, keys, forward_client_key, max_retries,
-            upstream_timeout, scrape_interval, drain_timeout):
+            upstream_timeout, scrape_interval, read_timeout, idle_timeout, max_connections, drain_timeout):
     """Run the scenario's control plane in front of real engines (vLLM, SGLang, TGI, llmqueue emulate).
 
     Each request is classified (X-Request-Class, else the lanes' prompt geometry; the tenant from
@@ -112,5 +118,7 @@ def gateway(ctx, scenario, sets, backends, listen, out_dir, seed, keys, forward_
                          upstream_keys=_keys(keys), forward_client_key=forward_client_key, max_retries=max_retries,
                          upstream_timeout_s=upstream_timeout, scrape_interval_s=scrape_interval,
                          drain_timeout_s=drain_timeout,
+                         limits={"head_timeout_s": read_timeout, "idle_timeout_s": idle_timeout,
+                                 "max_connections": max_connections},
                          on_ready=lambda url: click.echo(READY.format(url=url, pools=", ".join(pools), out=out_dir)))
     ctx.exit(code)

@@ -53,7 +53,7 @@ class GatewayRequest:
 
     __slots__ = ("r", "cls", "tenant", "lane", "pool", "replica", "body", "path", "stream", "t_arrival",
                  "t_dispatch", "first", "finish", "out_tokens", "status", "reason", "attempt", "ex", "relay", "held",
-                 "gaps", "model")
+                 "gaps", "model", "failure")
 
     def __init__(self, r, cls: str, tenant: str, lane: str, body: bytes, path: str, stream: bool, ex):
         self.r = r
@@ -66,6 +66,7 @@ class GatewayRequest:
         self.first = self.finish = math.nan
         self.out_tokens = 0
         self.status = "ok"
+        self.failure = ""   # why the last replica tried did not answer (a retry's reason)
         self.reason = ""
         self.attempt = 1
         self.relay = None
@@ -81,12 +82,14 @@ class Gateway:
     ``backends``: pool name -> engine base URLs (one per replica); ``classes``: class name ->
     priority (the scenario's); ``out_dir``: the run folder (None: no files); ``upstream_keys``: pool
     -> an API key sent only to that pool's engines; ``forward_client_key``: pass the client's
-    ``Authorization`` to the engines (off: client keys never leave the gateway)."""
+    ``Authorization`` to the engines (off: client keys never leave the gateway); ``limits``: the
+    client side's ``head_timeout_s``, ``idle_timeout_s`` and ``max_connections``
+    (:class:`~llmqueue.serve.http.HttpServer`)."""
 
     def __init__(self, fleet, backends: dict, *, classes: dict | None = None, seed: int = 0, out_dir=None,
                  upstream_keys: dict | None = None, forward_client_key: bool = False, max_retries: int = 2,
                  upstream_timeout_s: float = 600.0, scrape_interval_s: float = 1.0, max_body_bytes: int = 8 << 20,
-                 served_model: str | None = None):
+                 served_model: str | None = None, limits: dict | None = None):
         from llmqueue.cluster.decisions import DecisionLog
         from llmqueue.cluster.gateway import GatewayRuntime
         from llmqueue.serve.gateway_metrics import GatewayMetrics
@@ -122,7 +125,7 @@ class Gateway:
         self.served_model = served_model or next((p.model for p in fleet.pools if p.model), "llmqueue")
         self.engine_models: list = []
         self.pool_models: dict = {}   # pool -> the model names its engines serve
-        self.server = HttpServer(self.handle, max_body_bytes=max_body_bytes)
+        self.server = HttpServer(self.handle, max_body_bytes=max_body_bytes, **(limits or {}))
         self.in_flight: set = set()
         self.waiting: dict = {}   # request -> its GatewayRequest, while held in a pool's gateway queue
         self.n = 0
@@ -359,7 +362,7 @@ class Gateway:
                 self.metrics.retries.labels(pool.name).inc()
                 continue
             if outcome == "retry":  # nothing left to try: the engine's failure is the answer
-                self._fail_whole(q, 502, "no replica answered")
+                self._fail_whole(q, 502, f"no replica answered (the last: {q.failure})")
             break
         self._end(q, pool)
 
@@ -453,6 +456,7 @@ class Gateway:
                 if isinstance(e, StreamError) and relay.http_status is not None:
                     self._fail_whole(q, 502, f"the engine's answer could not be read ({e})")
                     return "failed"
+                q.failure = f"{type(e).__name__}: {e}" if isinstance(e, OSError) else str(e)
                 return "retry"
             return self._cut_stream(q, pool, i, f"the engine failed mid-answer ({e})")
         if q.status == "cancelled":
@@ -460,6 +464,7 @@ class Gateway:
         st = relay.http_status
         if st is not None and st >= 500 and not relay.started:
             pool.fail(i)
+            q.failure = f"engine answered {st}"
             return "retry"
         if not q.stream or st != 200:
             relay.send_whole()

@@ -12,7 +12,12 @@ answer is pending fires the exchange's ``on_close`` (a server aborts the request
 Limits (a slow or hostile client costs bounded memory): the request head
 (:data:`MAX_HEAD_BYTES`), the body (``max_body_bytes``), and the bytes an answer may have queued
 for a client that does not read (:data:`MAX_UNSENT_BYTES`: the connection is closed past it).
-Malformed HTTP gets ``400`` and the connection is closed.
+Malformed HTTP gets ``400`` and the connection is closed. Time limits (a client that opens
+connections and sends nothing, or trickles a request byte by byte, holds no slot for long): a
+request must be whole within ``head_timeout_s`` of its first byte (else ``408`` and the connection
+is closed); a kept-alive connection with no request for ``idle_timeout_s`` is closed; beyond
+``max_connections`` open at once a new connection gets ``503`` and is closed. One sweep a second
+checks the deadlines (no timer per request).
 
 Why this server: benchmarks/http_servers.py measured it against aiohttp.web and granian on
 the same emulated answers (docs/benchmarks.md).
@@ -30,7 +35,11 @@ import time
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_UNSENT_BYTES = 8 * 1024 * 1024
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+HEAD_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 60.0
+MAX_CONNECTIONS = 16384
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+           413: "Payload Too Large",
            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
            503: "Service Unavailable"}
 
@@ -120,10 +129,16 @@ class _Connection(asyncio.Protocol):
         self._body: list = []
         self._size = 0
         self._head = 0
+        self.reading = False                   # a request begun and not yet whole
+        self.since = time.monotonic()          # when the request began, or the connection went idle
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if len(self.server.connections) >= self.server.max_connections:
+            self.server.refused += 1
+            self._fail(503, f"the server holds {self.server.max_connections} connections; retry later")
+            return
         self.server.connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -159,6 +174,8 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self.reading = True
+        self.since = time.monotonic()
         self._url = b""
         self._headers = []
         self._body = []
@@ -184,6 +201,7 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self.reading = False
         url = self._url.decode("latin-1")
         path, _, query = url.partition("?")
         ex = Exchange(self, self.parser.get_method().decode("latin-1"), path, query, dict(self._headers),
@@ -229,6 +247,7 @@ class _Connection(asyncio.Protocol):
         self.write(data)
         if self.current is ex:
             self.current = None
+            self.since = time.monotonic()
             if not ex.keep_alive:
                 self.close()
             elif self.queued:
@@ -275,9 +294,16 @@ class HttpServer:
     :attr:`port` tells it); :meth:`stop_listening` refuses new connections (the open ones go
     on), :meth:`reset_all` drops every open one with a TCP reset."""
 
-    def __init__(self, handler, *, max_body_bytes: int = MAX_BODY_BYTES):
+    def __init__(self, handler, *, max_body_bytes: int = MAX_BODY_BYTES, head_timeout_s: float = HEAD_TIMEOUT_S,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS):
         self.handler = handler
         self.max_body_bytes = max_body_bytes
+        self.head_timeout_s = head_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
+        self.refused = 0      # connections refused at the bound
+        self.timed_out = 0    # requests not whole within head_timeout_s
+        self._sweeper = None
         self.connections: set = set()
         self.server = None
         self.host = None
@@ -298,7 +324,24 @@ class HttpServer:
                              "give an address of this machine (127.0.0.1) and a free port (0 picks one)") from None
         self.host = host
         self.port = self.server.sockets[0].getsockname()[1]
+        self._sweeper = asyncio.ensure_future(self._sweep())
         return self
+
+    async def _sweep(self) -> None:
+        """Once a second (or faster for short limits): close connections past their deadline."""
+        period = min(1.0, self.head_timeout_s / 4, self.idle_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for c in list(self.connections):
+                if c.closed:
+                    continue
+                if c.reading:
+                    if now - c.since > self.head_timeout_s:
+                        self.timed_out += 1
+                        c._fail(408, f"the request was not received within {self.head_timeout_s:g} s")
+                elif c.current is None and not c.queued and now - c.since > self.idle_timeout_s:
+                    c.close()
 
     def stop_listening(self) -> None:
         if self.server is not None:
@@ -310,6 +353,9 @@ class HttpServer:
             c.reset()
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         srv, self.server = self.server, None
         for c in list(self.connections):
             c.close()
