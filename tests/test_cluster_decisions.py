@@ -9,7 +9,7 @@ import pytest
 
 from _fleet_cases import CASES, mixed
 from llmqueue.cluster import simulate_fleet
-from llmqueue.cluster.decisions import DecisionLog, fresh_policies, replay
+from llmqueue.cluster.decisions import DecisionLog, encode, fresh_policies, replay
 
 
 @pytest.mark.parametrize("case", ["router-random", "router-least-kv", "router-central", "router-power-of-two",
@@ -24,7 +24,7 @@ def test_replaying_the_recorded_views_gives_every_decision_again(case):
         np.testing.assert_array_equal(rec.requests[c], plain.requests[c])
     kinds = {r["kind"] for r in log.records}
     assert "route" in kinds and len(log.records) >= len(reqs)
-    records = json.loads(json.dumps(log.records))  # as a live run writes and reads them
+    records = json.loads(json.dumps(log.records, default=encode))  # as a live run writes and reads them
     routers, gateway = fresh_policies(make(), opts.seed)
     again = replay(records, routers=routers, gateway=gateway)
     assert again == [r["out"] for r in records]

@@ -14,7 +14,9 @@ shows where the simulated fleet and the real one part.
 
 A record is a plain dict (JSON-ready): ``kind`` (``route`` or ``admit``), ``t``, ``pool``, the
 request's attributes (``request``), the view(s) read (``views``: pool -> snapshot) and the
-decision (``out``: the replica index, None to hold; or ``[pool, reason]``).
+decision (``out``: the replica index, None to hold; or ``[pool, reason]``). A snapshot's ``loads``
+(replica index -> :class:`~llmqueue.engine.api.ReplicaLoad`) become lists when written
+(:func:`encode`).
 """
 
 from __future__ import annotations
@@ -69,15 +71,23 @@ class _Tap:
         oldest = next(iter(v.no_token.values()), None)
         return {"outstanding": list(v.outstanding), "pending_prefill": list(v.pending_prefill),
                 "routable": list(v.routable), "held": len(v.held), "oldest_no_token": oldest,
-                "loads": {str(i): [x.num_waiting, x.num_running, x.kv_blocks_free, x.kv_blocks_total, x.busy, x.age_s]
-                          for i, x in self.loads.items()},
+                "loads": self.loads,  # ReplicaLoad snapshots (immutable): made JSON by :func:`encode` when written
                 "max_num_seqs": v.max_num_seqs, "kv_blocks_total": v.kv_blocks_total, "block_size": v.block_size,
                 "hash_block_tokens": v.hash_block_tokens}
 
 
+def encode(o):
+    """``json.dumps(record, default=encode)``: a record's replica loads as lists
+    ``[num_waiting, num_running, kv_blocks_free, kv_blocks_total, busy, age_s]`` (the decision keeps
+    the objects it read; turning them into text is left to the writer, off the request's path)."""
+    if isinstance(o, ReplicaLoad):
+        return [o.num_waiting, o.num_running, o.kv_blocks_free, o.kv_blocks_total, o.busy, o.age_s]
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
 def view_from(name: str, snap: dict) -> PoolView:
     """A :class:`PoolView` holding a snapshot's numbers (loads not recorded were not read)."""
-    loads = {int(i): ReplicaLoad(*x) for i, x in snap["loads"].items()}
+    loads = {int(i): x if isinstance(x, ReplicaLoad) else ReplicaLoad(*x) for i, x in snap["loads"].items()}
 
     def load(i: int) -> ReplicaLoad:
         try:

@@ -41,6 +41,7 @@ class GatewayRecords:
             raise InputError("out", f"cannot write to {self.dir} ({e.strerror or e})",
                              "choose another --out") from None
         self.rows: list = []
+        self.pending: list = []   # decisions since the last flush
         self.offered: list = []   # the arrivals as asked (max_tokens, not what was produced): workload.parquet
         self.count = 0
 
@@ -51,10 +52,15 @@ class GatewayRecords:
                           q.out_tokens, q.status, replica, q.attempt, q.pool, q.lane, model, q.tenant, q.reason))
 
     def decision(self, rec: dict) -> None:
-        self.decisions.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        self.pending.append(rec)   # written as text at the next flush: off the request's path
 
     def flush(self) -> None:
         """Write the records gathered since the last flush (a batch of the journal)."""
+        from llmqueue.cluster.decisions import encode
+
+        if self.pending:
+            recs, self.pending = self.pending, []
+            self.decisions.write("".join(json.dumps(r, separators=(",", ":"), default=encode) + "\n" for r in recs))
         self.decisions.flush()
         if not self.rows:
             return

@@ -96,6 +96,7 @@ class LivePool:
         self.central = getattr(self.router, "central", False)
         c = self.config
         self.max_num_seqs = int(c.max_num_seqs)
+        self.blocks = int(c.num_kv_blocks)   # a replica's KV blocks until its engine publishes its own
         self.view = PoolView(self.name, self.outstanding, self.routable, load=self.load, max_num_seqs=c.max_num_seqs,
                              kv_blocks_total=c.num_kv_blocks, block_size=c.block_size,
                              hash_block_tokens=hash_block_tokens, pending_prefill=self.pending_prefill,
@@ -104,11 +105,11 @@ class LivePool:
     def load(self, i: int) -> ReplicaLoad:
         """Replica ``i``'s load: scraped (with its age), else from the gateway's bookkeeping."""
         b = self.backends[i]
-        total = b.kv_blocks_total or int(self.config.num_kv_blocks)
+        total = b.kv_blocks_total or self.blocks
         s = b.scraped
         if s is None:
             n = self.outstanding[i]
-            run = min(n, self.max_num_seqs)
+            run = n if n < self.max_num_seqs else self.max_num_seqs
             return ReplicaLoad(n - run, run, total, total, n > 0, 0.0)
         w, r, kv, t, persistent = s
         if w and not persistent and r + w <= self.max_num_seqs and kv < FULL_KV:
