@@ -45,6 +45,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 MODEL = "m"
+KEY = "sk-llmqueue-bench"   # LiteLLM refuses to start without a master key; every target gets it
 
 
 # -- the stub -------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ http {{
         cfg.write_text(yaml.safe_dump({"model_list": [{"model_name": MODEL, "litellm_params": {
             "model": f"openai/{MODEL}", "api_base": f"http://127.0.0.1:{stub}/v1", "api_key": "none"}}]}))
         port = free_port()
-        env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+        env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": KEY}
         self._spawn([exe, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
                     "litellm", env=env)
         try:
@@ -228,7 +229,7 @@ http {{
 def _request(stream: bool) -> bytes:
     body = json.dumps({"model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 16, "stream": stream}).encode()
     return (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer none\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
 
 
 async def _answer(reader, stream: bool) -> float | None:
@@ -301,7 +302,7 @@ def open_loop_p99(port: int, rate: float, seconds: float) -> dict:
     from llmqueue.workload import Workload
 
     reqs = Workload(f"poisson:{rate}", prompt="fixed:4", output="fixed:16").generate(seed=1, duration=seconds)
-    res = run_bench(f"http://127.0.0.1:{port}", MODEL, reqs, seed=1, api_key="none")
+    res = run_bench(f"http://127.0.0.1:{port}", MODEL, reqs, seed=1, api_key=KEY)
     s = res.summary
     return {"p50_ttft_ms": s.get("median_ttft_ms"), "p99_ttft_ms": s.get("p99_ttft_ms"),
             "completed": s.get("completed"), "send_lag_p99_ms": (s.get("client_check") or {}).get("lag_p99_ms")}

@@ -51,8 +51,9 @@ class Relay(Response):
         if self.stream and self.http_status == 200:
             if not self.started:
                 self.started = True
-                self.ex.start_stream(200)
-            self.ex.write(data)
+                self.ex.start_stream(200, first=data)  # the head and the first bytes in one write
+            else:
+                self.ex.write(data)
             self._scan(data)
             return
         n = sum(map(len, self.whole)) + len(data)
