@@ -199,7 +199,7 @@ def test_arrival_on_a_mix_with_own_processes_rescales_the_total_rate():
 
 @pytest.mark.parametrize("scenario, kw, message", [
     ("mixed", {"prompt": "fixed:10"}, "prompt: the scenario has"),
-    ("chat", {"trace": "t.csv"}, "trace: cannot be applied to a scenario"),
+    ("chat", {"trace": "no-such-trace.csv"}, "trace: "),  # a trace replaces the arrivals; a missing one is named
     ("chat", {"chunk": 512, "max_num_batched_tokens": 1024}, "chunk: give --chunk or --max-num-batched-tokens"),
     ("chat", {"duration": 30}, "duration: the run (30 s) is not longer than the warm-up (60 s)"),
     ("chat", {"duration": 60, "num_requests": 5}, "num_requests: give --num-requests or --duration, not both"),
