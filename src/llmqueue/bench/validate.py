@@ -220,7 +220,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
                                                                      timeout_s=client_to, ttft_timeout_s=client_ttft))
         out = run_simulation(spec)
         bar.done()
-        summ = out.summary
+        summ = {**out.summary, "preemptions": float(np.sum(out.records["preemptions"]))}
         if prefix:
             summ = {**summ, "prefix_cache_hits": float(np.sum(out.records["cached_prompt_tokens"]))}
         if front > 0:
@@ -289,6 +289,10 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             if vals:
                 row["drift_range"] = [min(vals), max(vals)]
         rows.append(row)
+    if counters.get("preemptions") is not None:  # the whole run's, the server's counter beside the simulated
+        m, p = counters["preemptions"], sim.get("preemptions")
+        rows.append({"quantity": "preemptions", "measured": m, "simulated": p,
+                     "rel_err_sim": (p - m) / m if (m and p is not None) else None})
     if prefix:   # the whole run's prompt tokens served from the prefix cache (the server's counter)
         m, p = counters.get("prefix_cache_hits"), sim.get("prefix_cache_hits")
         rows.append({"quantity": "prefix_cache_hits", "measured": m, "simulated": p,
