@@ -46,6 +46,25 @@ def _until(p: subprocess.Popen, marker: bytes, limit_s: float = 60.0) -> bytes:
     return seen
 
 
+def _ctrl_c(argv: list, marker: bytes, *, after_s: float, limit_s: float) -> tuple[str, str]:
+    """Run ``llmqueue argv`` in a process, send SIGINT ``after_s`` after ``marker`` shows on its
+    stderr; check it exits 130 in one line naming what it kept; its stdout and stderr."""
+    p = subprocess.Popen([sys.executable, "-m", "llmqueue.cli.main", *argv], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        _until(p, marker)
+        time.sleep(after_s)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=limit_s)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out, err = out.decode(), err.decode()
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted; kept" in err, err[-2000:]
+    return out, err
+
+
 def _consistent(r, t: float, stream_arrivals=None) -> None:
     """The request records ``r`` of a run stopped at ``t``: each request once, none arriving or
     finishing after the step in progress at ``t``, those not finished ``unfinished`` with no finish time."""
@@ -65,19 +84,7 @@ def _consistent(r, t: float, stream_arrivals=None) -> None:
 @pytest.mark.parametrize("args", [pytest.param(a, id=i) for i, a in SIM_CASES])
 def test_ctrl_c_on_simulate_keeps_what_it_simulated(tmp_path, args):
     out_dir = tmp_path / "sim"
-    p = subprocess.Popen([sys.executable, "-m", "llmqueue.cli.main", "simulate", *args, "--out", str(out_dir),
-                          "--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        _until(p, b"sim-s")
-        time.sleep(0.5)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    out, err = out.decode(), err.decode()
-    assert p.returncode == 130, err[-2000:]
-    assert "Traceback" not in err and "interrupted; kept" in err, err[-2000:]
+    out, _ = _ctrl_c(["simulate", *args, "--out", str(out_dir), "--progress"], b"sim-s", after_s=0.5, limit_s=120)
     assert "interrupted at simulated t = " in out, out
     summary = json.loads((out_dir / "summary.json").read_text())
     t = summary["interrupted_s"]
@@ -114,23 +121,11 @@ def test_an_interrupted_simulation_closes_its_records_at_t(extra):
 def test_ctrl_c_on_profile_exits_130_without_a_model(tmp_path):
     out_dir = tmp_path / "prof"
     with StubServer(token_delay_s=0.02) as s:
-        p = subprocess.Popen([sys.executable, "-m", "llmqueue.cli.main", "profile", "--url", s.url, "--model", "m",
-                              "--out", str(out_dir), "--progress", "--budget", "120", "--output-tokens", "64",
-                              "--server-max-num-seqs", "8", "--server-max-num-batched-tokens", "2048",
-                              "--server-max-model-len", "4096", "--server-num-gpu-blocks", "1000",
-                              "--server-block-size", "16", "--contexts", "64", "--prefill-repeats", "1"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            _until(p, b"context 64, batch 2")  # the prefill probes and the first level are done
-            time.sleep(0.3)
-            p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=60)
-        finally:
-            if p.poll() is None:
-                p.kill()
-    err = err.decode()
-    assert p.returncode == 130, err[-2000:]
-    assert "Traceback" not in err and "interrupted; kept" in err, err[-2000:]
+        # SIGINT once the prefill probes and the first level are done
+        _ctrl_c(["profile", "--url", s.url, "--model", "m", "--out", str(out_dir), "--progress", "--budget", "120",
+                 "--output-tokens", "64", "--server-max-num-seqs", "8", "--server-max-num-batched-tokens", "2048",
+                 "--server-max-model-len", "4096", "--server-num-gpu-blocks", "1000", "--server-block-size", "16",
+                 "--contexts", "64", "--prefill-repeats", "1"], b"context 64, batch 2", after_s=0.3, limit_s=60)
     assert not (out_dir / "profile.json").exists()
     assert (out_dir / "server.json").exists()
     assert len(read_run(out_dir / "runs" / "prefill").requests) > 0
