@@ -146,7 +146,8 @@ def test_ctrl_c_on_simulate_is_one_line(tmp_path):
     rc, err = _interrupt(["simulate", *LONG, "--arrival", "poisson:3", "--duration", "900000", "--out", "run"],
                          tmp_path, after_s=3)
     assert rc == 130
-    assert err.strip().splitlines() == ["llmqueue: interrupted; kept nothing (no output written yet)"]
+    # issue 37: an interrupted simulation writes what it simulated (the run folder's five files)
+    assert err.strip().splitlines() == ["llmqueue: interrupted; kept run/ (5 files written)"]
 
 
 def test_ctrl_c_on_sweep_is_one_line_and_keeps_the_finished_points(tmp_path):

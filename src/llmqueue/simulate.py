@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmqueue.engine.options import SimOptions
+from llmqueue.engine.options import SimOptions, StopRun
 from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel
@@ -137,6 +137,42 @@ class SimOutcome:
     stream: object = None  # the intended request stream (RequestArrays)
 
 
+class CtrlC:
+    """Ctrl-C (SIGINT) during a simulation, turned into a stop between two engine steps.
+
+    Used around :func:`run_simulation` (``interrupt=``) and the writing of its outcome: the first
+    SIGINT only sets ``asked``; the run's progress callback, called between steps, then raises
+    :class:`~llmqueue.engine.options.StopRun`, and the run ends there as at a horizon (its records
+    whole up to that simulated time, the requests still in the system ``unfinished``); the outcome
+    is marked interrupted. A second SIGINT raises ``KeyboardInterrupt`` at once. Outside the main
+    thread (where no signal arrives) it installs nothing."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._old = None
+
+    def __enter__(self) -> CtrlC:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:  # noqa: ARG002 - a signal handler's signature
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def __exit__(self, *exc) -> bool:
+        if self._old is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+        return False
+
+
 def generate_requests(spec: SimSpec):
     if spec.requests is not None:
         return spec.requests
@@ -147,7 +183,8 @@ def generate_requests(spec: SimSpec):
     return spec.workload.generate(spec.seed, n=spec.num_requests, duration=spec.duration_s)
 
 
-def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None) -> SimOutcome:
+def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None,
+                   interrupt: CtrlC | None = None) -> SimOutcome:
     """Generate, simulate, summarise; returns the records, the summary and the theory.
 
     The stream is served by one replica of ``spec.engine``, by ``spec.replicas`` of them behind
@@ -157,7 +194,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     same arrivals re-simulated with a slower engine and with more traffic; one replica only); a
     run within ``1 + margin`` of it is judged "metastable". The decisions of the engine steps
     ``spec.options.explain`` asks for are kept (``result.explained``, ``summary["explained"]``; one
-    replica)."""
+    replica). ``interrupt``: a :class:`CtrlC` whose Ctrl-C ends the run between two steps; the
+    outcome then covers the simulated time up to there (``summary["interrupted_s"]``, a note)."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
@@ -181,6 +219,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         bar = _progress_bar(opts.horizon_s if opts.horizon_s is not None else
                             (float(requests.arrival_s[-1]) if len(requests) else 0.0))
         opts.progress = bar.update_to
+    if interrupt is not None:
+        opts.progress = _stoppable(opts.progress, interrupt)
     try:
         if spec.fleet is not None:
             res = _simulate_fleet_spec(spec, requests, opts)
@@ -201,6 +241,18 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         summary["stopped_early_s"] = res.stopped_early_s
         summary["verdict"] = (f"{summary.get('verdict')} (stopped early at {res.stopped_early_s:.0f} s of {H:g} s: "
                               "the queue grew by a tenth of the arrivals or more, slice after slice)")
+    notes = list(spec.notes)
+    if interrupt is not None and interrupt.asked and res.interrupted_s is None:
+        res.interrupted_s = res.horizon_s  # Ctrl-C after the last step: the run is whole
+    if res.interrupted_s is not None:
+        H = spec.duration_s if spec.duration_s is not None else opts.horizon_s
+        t = res.interrupted_s
+        summary["interrupted_s"] = t
+        summary["verdict"] = f"{summary.get('verdict')} (interrupted at simulated t = {t:.1f} s)"
+        notes.append(f"interrupted at simulated t = {t:.1f} s" + (f" of {H:g} s" if H is not None else "")
+                          + " (Ctrl-C): the records and the summary cover what was simulated up to then; "
+                          "requests still in the system are unfinished")
+        margin = None  # no more simulations after a Ctrl-C
     summary["wall_s"] = res.wall_s
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
@@ -232,11 +284,23 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         said = margin_verdict(m)
         if said is not None and str(summary.get("verdict", "")).startswith("stable"):
             summary["verdict"] = said
-    if spec.notes:
-        summary["notes"] = list(spec.notes)
+    if notes:
+        summary["notes"] = notes
     if res.explained:
         summary["explained"] = [e.to_dict() for e in res.explained]
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
+
+
+def _stoppable(progress, interrupt: CtrlC):
+    """The run's progress callback (``progress``, or none), raising StopRun once ``interrupt`` is asked."""
+
+    def tick(t: float) -> None:
+        if progress is not None:
+            progress(t)
+        if interrupt.asked:
+            raise StopRun(t)
+
+    return tick
 
 
 def fleet_accounts(spec) -> dict:

@@ -334,7 +334,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         raise InputError("run", f"{run_dir} is not a run directory", "give the --out directory of bench or simulate")
     run = read_run(run_dir)
     stage(CALIBRATE_STAGES[0])
-    notes = []
+    notes = list(run.notes)  # a benchmark killed outright: read from its journals
     server = {}
     sj = run_dir / "server.json"
     if sj.exists():

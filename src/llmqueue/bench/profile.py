@@ -59,9 +59,10 @@ def ladder(cap: int) -> list[int]:
     return out
 
 
-def _http_get(url: str, path: str, api_key: str | None):
+def _http_get(url: str, path: str, api_key: str | None, timeout_s: float = 10.0):
     """GET ``url``'s origin + ``path`` (no proxy): the response, or None when the server answers
-    an error; a server that cannot be reached is a :class:`BenchConnectError`."""
+    an error; a server that cannot be reached is a :class:`BenchConnectError`, one that does not
+    answer within ``timeout_s`` (connect, then each read) an :class:`InputError` naming ``--url``."""
     import httpx
 
     from llmqueue.bench.client import BenchConnectError
@@ -70,24 +71,30 @@ def _http_get(url: str, path: str, api_key: str | None):
     base = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(trust_env=False, timeout=10) as c:
+        with httpx.Client(trust_env=False, timeout=timeout_s) as c:
             r = c.get(base + path, headers=headers)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+    except httpx.ConnectError as e:
         msg = str(e) or type(e).__name__
         raise BenchConnectError(base, "connection refused" if "refused" in msg.lower() else msg) from None
+    except httpx.TimeoutException as e:
+        what = "accept the connection" if isinstance(e, httpx.ConnectTimeout) else f"answer GET {path}"
+        raise InputError("url", f"{base} did not {what} within {timeout_s:.3g} s",
+                         "check the server (is it still loading the model?), or give a larger --budget") from None
     except httpx.HTTPError:
         return None
     return r if r.status_code == 200 else None
 
 
-def server_settings(url: str, *, api_key: str | None = None, server_log=None, flags: dict | None = None) -> dict:
+def server_settings(url: str, *, api_key: str | None = None, server_log=None, flags: dict | None = None,
+                    timeout_s: float = 10.0) -> dict:
     """The engine settings the ladder needs, each with its source (:mod:`llmqueue.bench.server_info`):
     ``/metrics``' ``vllm:cache_config_info`` (the KV cache), ``/v1/models`` (``max_model_len``),
-    the server's log (its startup lines) and the ``--server-*`` flags."""
+    the server's log (its startup lines) and the ``--server-*`` flags. ``timeout_s``: each GET's
+    connect and read timeout (a server that does not answer: one line)."""
     from llmqueue.bench.server_info import from_cache_config, merge, parse_server_log
 
     server: dict = {"sources": {}}
-    r = _http_get(url, "/metrics", api_key)
+    r = _http_get(url, "/metrics", api_key, timeout_s)
     if r is not None:
         try:
             from llmqueue.bench.prom import cache_config
@@ -97,7 +104,7 @@ def server_settings(url: str, *, api_key: str | None = None, server_log=None, fl
                            "block_size": cc.block_size}, "metrics")
         except InputError:
             pass  # not vLLM's /metrics
-    r = _http_get(url, "/v1/models", api_key)
+    r = _http_get(url, "/v1/models", api_key, timeout_s)
     if r is not None:
         try:
             mml = r.json()["data"][0].get("max_model_len")
@@ -265,6 +272,11 @@ class _Budget:
     def left(self) -> float:
         return self.budget_s - self.elapsed()
 
+    def timeout(self, *, share: float, floor: float = 1.0, cap: float = 10.0) -> float:
+        """A network wait's limit: ``share`` of what is left, at least ``floor``, at most ``cap`` s for a
+        single GET (the whole of a phase's requests when ``cap`` is infinite)."""
+        return min(max(self.left() * share, floor), cap)
+
 
 def _estimate(cells: list[dict], prompt: int, batch: int, output: int, prefill: dict | None) -> float | None:
     """Seconds a level should take, from the levels measured so far (None: no basis yet)."""
@@ -291,7 +303,6 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     """Measure the step-time surface (see the module docstring); writes ``out_dir/profile.json``,
     ``out_dir/server.json`` and ``out_dir/runs/``; returns the profile. ``on_level(text, total)``
     is called before each level (a progress bar), ``total`` the number of levels planned."""
-    from llmqueue.bench.client import run_bench
     from llmqueue.engine.profile_step import FORMAT, PROFILE_FILE
     from llmqueue.workload.generate import RequestArrays
 
@@ -308,7 +319,9 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
         from llmqueue.bench.steplog import log_offset
 
         log_offset(server_log)  # a file, or one line saying what to give
-    server = server_settings(url, api_key=api_key, server_log=server_log, flags=server_flags)
+    budget = _Budget(float(budget_s))
+    server = server_settings(url, api_key=api_key, server_log=server_log, flags=server_flags,
+                             timeout_s=budget.timeout(share=0.5))
     levels = plan(server, contexts=contexts, batches=batches, output_tokens=output_tokens,
                   prefill_lengths=prefill_lengths)
     out = Path(out_dir)
@@ -316,7 +329,6 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     runs.mkdir(parents=True, exist_ok=True)
     (out / "server.json").write_text(json.dumps(server, indent=2, default=str) + "\n")
     notes = list(levels["notes"])
-    budget = _Budget(float(budget_s))
     net = dict(api_key=api_key, vocab_size=vocab_size, seed=seed, progress=False)
     total = 1 + passes * sum(len(v) for v in levels["contexts"].values())
     tell = on_level or (lambda text, total: None)
@@ -334,13 +346,17 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     lens = np.tile(np.asarray(levels["prefill"], dtype=np.int64), prefill_repeats)
     reqs = RequestArrays(np.arange(len(lens)), np.zeros(len(lens)), lens, np.full(len(lens), PREFILL_OUTPUT_TOKENS))
     off = offset()
-    res = run_bench(url, model, reqs, out_dir=runs / "prefill", concurrency=1, warmup_requests=1,
-                    drain_timeout_s=max(budget.left() * 0.25, 1.0), **net)
+    phase = budget.timeout(share=0.25, cap=math.inf)  # every probe (and the warm-up) ends within it
+    res = _run_bench(url, model, reqs, out_dir=runs / "prefill", concurrency=1, warmup_requests=1,
+                    drain_timeout_s=phase, timeout_s=phase, **net)
     r = res.records
     ok = (np.asarray(r["status"]) == "ok") & np.isfinite(np.asarray(r["first_token_s"], dtype=np.float64))
     if ok.sum() < 2:
-        raise InputError("url", f"only {int(ok.sum())} of {len(lens)} prefill probes were answered "
-                         f"({res.error or 'see ' + str(runs / 'prefill')})", "check the server and --model")
+        timed_out = int((np.asarray(r["status"]) == "timeout").sum())
+        why = (f"{timed_out} timed out after {phase:.3g} s: the server did not answer" if timed_out else
+               res.error or "see " + str(runs / "prefill"))
+        raise InputError("url", f"only {int(ok.sum())} of {len(lens)} prefill probes were answered ({why})",
+                         "check the server and --model, or give a larger --budget")
     ttft = (np.asarray(r["first_token_s"], dtype=np.float64) - np.asarray(r["dispatched_s"], dtype=np.float64))[ok]
     plen = np.asarray(r["prompt_tokens"], dtype=np.int64)[ok]
     pre_y, pre_src, frontend = ttft, "ttft", None
@@ -377,9 +393,10 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
                         skipped.append(f"context {p}: batches {', '.join(map(str, todo[bi:]))} (time budget)")
                     break
                 tell(f"pass {k + 1}: context {p}, batch {c}", total)
+                level_s = max(share_end - budget.elapsed(), 1.0)  # the level's requests end within it
                 cell = measure_level(url, model, p, c, output_tokens, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
-                                     server_log=server_log, M=M, notes=notes,
-                                     drain_timeout_s=max(share_end - budget.elapsed(), 1.0), **net)
+                                     server_log=server_log, M=M, notes=notes, drain_timeout_s=level_s,
+                                     timeout_s=level_s, **net)
                 if cell is not None:
                     measured.setdefault((p, c), []).append(cell)
     cells = pool_cells(measured)
@@ -397,6 +414,17 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     return doc
 
 
+def _run_bench(url: str, model: str, reqs, **options):
+    """One level's closed loop (:func:`llmqueue.bench.client.run_bench`). Ctrl-C stops the profile:
+    the level's records stay in its run directory, and no model is written from a partial ladder."""
+    from llmqueue.bench.client import run_bench
+
+    res = run_bench(url, model, reqs, **options)
+    if res.interrupted:
+        raise KeyboardInterrupt
+    return res
+
+
 def measure_level(url: str, model: str, prompt: int, batch: int, output: int, run_dir, *, server_log=None,
                   M=None, drain_timeout_s: float | None = None, notes: list | None = None, **bench) -> dict | None:
     """One ladder level: ``batch`` requests of ``prompt`` + ``output`` tokens sent together (records
@@ -404,7 +432,6 @@ def measure_level(url: str, model: str, prompt: int, batch: int, output: int, ru
     the server's iteration log when it has at least :data:`MIN_LOG_STEPS` such steps. Returns the
     cell (``median_s`` from the preferred source, ``itl_median_s`` always), or None (noted) when
     fewer than 5 gaps fell in the window."""
-    from llmqueue.bench.client import run_bench
     from llmqueue.workload.generate import RequestArrays
 
     notes = notes if notes is not None else []
@@ -416,7 +443,7 @@ def measure_level(url: str, model: str, prompt: int, batch: int, output: int, ru
         off = log_offset(server_log)
     c = int(batch)
     reqs = RequestArrays(np.arange(c), np.zeros(c), np.full(c, int(prompt)), np.full(c, int(output)))
-    res = run_bench(url, model, reqs, out_dir=run_dir, concurrency=c, drain_timeout_s=drain_timeout_s, **bench)
+    res = _run_bench(url, model, reqs, out_dir=run_dir, concurrency=c, drain_timeout_s=drain_timeout_s, **bench)
     gaps, ctx, _ = level_itl(res.records, res.tokens, int(prompt))
     if len(gaps) < 5:
         notes.append(f"{name}: {len(gaps)} inter-token gaps while all {c} requests decoded; left out")

@@ -253,10 +253,11 @@ class Sender:
         """Send ``n`` requests one after another before the run (not recorded)."""
         m = len(self.arrivals)
         t0 = _pc()
+        limit = min(600.0, max(self.timeouts, default=600.0))  # the client's deadline bounds a warm-up too
         for j in range(n):
             ex = Attempt(t0, 0)
             try:
-                await asyncio.wait_for(self.pool.send(ex, self.prompts.body(j % m)), 600)
+                await asyncio.wait_for(self.pool.send(ex, self.prompts.body(j % m)), limit)
                 status, err = ex.outcome()
             except Exception as e:  # noqa: BLE001 - the run itself will say what is wrong
                 ex.abandon()

@@ -6,12 +6,13 @@ from __future__ import annotations
 from llmqueue.bench.http import check_url
 
 
-def server_model(url: str, api_key: str | None = None, *, opts=None, **options) -> str:
+def server_model(url: str, api_key: str | None = None, *, opts=None, timeout_s: float = 10.0, **options) -> str:
     """The first model the server lists at ``/v1/models``, asked with the run's key and headers,
     directly or through the proxy the run uses: those of ``opts`` (a
     :class:`~llmqueue.bench.options.BenchOptions`) or of ``options`` (its fields), with
     ``api_key`` (:mod:`llmqueue.bench.credentials`). A redirect is followed only within ``url``'s
     origin (scheme, host, port): one to another origin is refused, so the key never goes there.
+    ``timeout_s``: the connect and read timeouts (a server that does not answer in time: one line).
     httpx, with ``trust_env=False``: proxy variables are read only when the options ask for them."""
     import ssl
     from urllib.parse import urljoin, urlsplit
@@ -37,7 +38,7 @@ def server_model(url: str, api_key: str | None = None, *, opts=None, **options) 
     try:
         # the trust store the run's own connections use (the system's, or SSL_CERT_FILE)
         verify = ssl.create_default_context()
-        with httpx.Client(proxy=px, trust_env=False, follow_redirects=False, timeout=10, verify=verify) as client:
+        with httpx.Client(proxy=px, trust_env=False, follow_redirects=False, timeout=timeout_s, verify=verify) as client:
             for _ in range(6):
                 r = client.get(target, headers=hdrs)
                 if not r.is_redirect:
@@ -63,6 +64,9 @@ def server_model(url: str, api_key: str | None = None, *, opts=None, **options) 
         if px is not None:
             problem += ", through the proxy"
         raise BenchConnectError(base, problem) from None
+    except httpx.TimeoutException:
+        raise InputError("url", f"{base} did not answer GET /v1/models within {timeout_s:g} s",
+                         "check the server (is it still loading the model?), or give --model") from None
     except httpx.HTTPError as e:
         raise InputError("model", f"not given, and {base}/v1/models could not be read ({type(e).__name__})",
                          "give --model") from None

@@ -111,8 +111,10 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     from llmqueue.theory.kv import kv_stability
 
     run_dir = Path(run_dir)
+    from llmqueue.metrics.summary import summary_of
+
     run = read_run(run_dir)
-    measured = dict(run.summary or {})
+    measured = summary_of(run)  # a benchmark killed outright: from its journals' records
     if not measured:
         raise InputError("run", f"{run_dir} has no summary.json")
     warm = measured.get("warmup_s", 0.0) if warmup_s is None else warmup_s
@@ -320,7 +322,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         if said is not None and str(verdicts["simulated"]).startswith("stable"):
             verdicts["simulated"] = said
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
-            "replay": replay,
+            "replay": replay, "notes": run.notes,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
                                if prefix else None),
             "verdicts": verdicts, "regime_margin": regime, "theory": theory, "simulation": sim,

@@ -208,7 +208,7 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
         if res.get("drift") else ")")
     print_table(head, rows, title=title)
     rp = res.get("replay") or {}
-    notes = []
+    notes = list(res.get("notes") or [])
     if rp.get("left_out_server_errors"):
         notes.append(f"{rp['left_out_server_errors']} request(s) the server answered with an error are left out "
                      f"of the replay ({rp['requests']} replayed)")

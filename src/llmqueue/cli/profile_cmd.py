@@ -46,7 +46,8 @@ def _profile_outputs(p) -> list:
 @click.option("--passes", type=int, default=2, show_default=True,
               help="Times over the ladder; each level's samples are pooled (an engine's speed wanders over seconds).")
 @click.option("--budget", type=float, default=180.0, show_default=True,
-              help="Seconds the whole profile may take; levels that would not fit are skipped (noted).")
+              help="Seconds the whole profile may take; levels that would not fit are skipped (noted), and a "
+                   "server that does not answer within it stops the profile.")
 @click.option("--server-log", type=InputPath("file", reads=()), help="The server's log file, written while the "
               "profile runs (vLLM with --enable-logging-iteration-details and VLLM_LOGGING_PREFIX='%(created).6f '): "
               "its step times are preferred to the client's inter-token gaps; its startup lines give the settings.")
@@ -70,6 +71,7 @@ def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengt
       llmqueue profile --url http://127.0.0.1:8000 --out runs/profile --server-log vllm.log
     """
     from llmqueue._progress import bar, wanted
+    from llmqueue._validate import positive
     from llmqueue.bench.http import check_url
     from llmqueue.bench.options import BenchOptions
     from llmqueue.bench.profile import run_profile
@@ -81,8 +83,9 @@ def profile(url, model, out_dir, contexts, batches, output_tokens, prefill_lengt
     ctx_list = _ints(contexts, "contexts")
     batch_list = _ints(batches, "batches")
     pre_list = _ints(prefill_lengths, "prefill_lengths")
-    if model is None:
-        model = server_model(url, api_key)
+    budget = positive("budget", budget)
+    if model is None:  # within the budget: a server that does not answer stops here, in one line
+        model = server_model(url, api_key, timeout_s=min(10.0, max(budget / 2, 1.0)))
     state = {"bar": None}
 
     def on_level(text, total):

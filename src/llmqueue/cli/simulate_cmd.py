@@ -64,7 +64,7 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     import sys
 
     from llmqueue.engine.explain import parse_steps
-    from llmqueue.simulate import run_simulation, write_outcome
+    from llmqueue.simulate import CtrlC, run_simulation, write_outcome
     from llmqueue.spec import spec_from_flags
 
     steps = parse_steps(ctx.meta.get("explain"))
@@ -72,16 +72,19 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     spec.options.explain = steps
     if progress is None:
         progress = sys.stderr.isatty()
-    out = run_simulation(spec, progress=progress, margin=margin)
-    if out_dir:
-        write_outcome(out, out_dir)
+    with CtrlC() as ctrl_c:  # Ctrl-C: the run stops between two steps; what it simulated is kept
+        out = run_simulation(spec, progress=progress, margin=margin, interrupt=ctrl_c)
+        if out_dir:
+            write_outcome(out, out_dir)
     report = {**out.summary, "theory": out.theory}
     if as_json:
         print_json(report)
-        return
-    print_report(out.summary, out.theory, out_dir)
-    if spec.options.explain:
-        print_explained(out.result.explained, spec.options.explain, out.result.num_steps)
+    else:
+        print_report(out.summary, out.theory, out_dir)
+        if spec.options.explain:
+            print_explained(out.result.explained, spec.options.explain, out.result.num_steps)
+    if out.result.interrupted_s is not None:
+        raise KeyboardInterrupt  # exit 130, naming what was written
 
 
 def _share(x) -> str:

@@ -52,7 +52,7 @@ from llmqueue.cluster.routers import ROUTERS, Random
 from llmqueue.cluster.spec import DECODE, RETRY, FleetSpec, Pool
 from llmqueue.engine.admission import reject_reason
 from llmqueue.engine.limits import check_run_size
-from llmqueue.engine.options import SimOptions
+from llmqueue.engine.options import SimOptions, StopRun
 from llmqueue.engine.fast.replica import Replica
 from llmqueue.engine.request import Request, RequestStatus
 from llmqueue.engine.run import RECORD_BATCH, SimResult
@@ -444,8 +444,14 @@ class _Fleet(FleetRecords):
         enabled = gc.isenabled()
         gc.disable()  # the loop allocates many small objects and frees none of them in cycles
         try:
-            self._loop(it)
-            return self._result(t0)
+            interrupted = None
+            try:
+                self._loop(it)
+            except StopRun as e:  # before an arrival: the run ends there, as at a horizon
+                self.horizon = interrupted = e.t
+            res = self._result(t0)
+            res.interrupted_s = interrupted
+            return res
         finally:
             if enabled:
                 gc.enable()
@@ -511,14 +517,14 @@ class _Fleet(FleetRecords):
                     continue
             if t_arr > horizon or t_arr == inf:
                 break
+            n_iter += 1
+            if progress is not None and not n_iter & 4095:
+                progress(t_arr)  # before the arrival is taken: a StopRun from it leaves it untaken
             if head is not None and head.arrival_time <= t_arr:  # the stream's first at equal times
                 r = head
                 self.head = next(it, None)
             else:
                 r = pop(again)[2]
-            n_iter += 1
-            if progress is not None and not n_iter & 4095:
-                progress(t_arr)
             if not simple or entry.central or entry.held or track or not entry.routable:
                 self._arrive(r, t_arr)
                 continue

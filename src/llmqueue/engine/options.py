@@ -12,6 +12,17 @@ STEP_FIELDS = ("step", "start_s", "duration_s", "prefill_tokens", "decode_seqs",
 TS_FIELDS = ("t_s", "num_waiting", "num_running", "kv_tokens")
 
 
+class StopRun(Exception):
+    """Raised by a run's ``progress`` callback (:class:`SimOptions`) to end the run at simulated
+    time ``t`` (Ctrl-C): the callback is called between steps, where the replica's state is whole,
+    and the driver then closes the run as at a horizon ``t`` (requests still in the system are
+    recorded ``unfinished``; ``SimResult.interrupted_s`` is ``t``)."""
+
+    def __init__(self, t: float):
+        super().__init__(t)
+        self.t = float(t)
+
+
 @dataclass
 class SimOptions:
     """Run options shared by the replicas.
@@ -29,6 +40,8 @@ class SimOptions:
     ``hash_block_tokens``: tokens per unit (Mooncake traces: 512).
     ``early_stop``: stop a run with a horizon once it is certainly overloaded (see
     :func:`llmqueue.engine.run.simulate`); the result's ``stopped_early_s`` says when.
+    ``progress``: called now and then with the simulated time, between steps (a progress bar);
+    raising :class:`StopRun` from it ends the run there.
     ``explain``: engine step indices whose scheduling decision the result keeps
     (``SimResult.explained``: :class:`~llmqueue.engine.explain.StepExplanation`; one replica).
     """

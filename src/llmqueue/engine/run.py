@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions
+from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS, SimOptions, StopRun
 from llmqueue.engine.config import EngineConfig
 from llmqueue.engine.request import Request
 from llmqueue.records.columns import request_record_columns
@@ -38,6 +38,7 @@ class SimResult:
     explained: list = field(default_factory=list)  # StepExplanation of the steps asked for (SimOptions.explain)
     capacity_tokens: int = 0
     stopped_early_s: float | None = None  # set when an early-stopping run stopped (its horizon then)
+    interrupted_s: float | None = None  # set when the run was stopped (StopRun, Ctrl-C) at this simulated time
     pools: dict | None = None  # a fleet's pools series (llmqueue.records.schema.POOL_COLUMNS)
     fleet: dict | None = None  # a fleet's facts: pools' model, cost and quality, scaling events, ...
 
@@ -88,13 +89,18 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
         rep.feed(stream)
     try:
         horizon = opt.horizon_s if opt.horizon_s is not None else math.inf
-        stopped = None
-        if opt.early_stop and horizon < math.inf and not reference:
-            stopped = _run_until_certain(rep, horizon, config.max_num_seqs, out.departed)
-            if stopped is not None:
-                horizon = stopped
-        else:
-            rep.run(horizon)
+        stopped = interrupted = None
+        try:
+            if opt.early_stop and horizon < math.inf and not reference:
+                stopped = _run_until_certain(rep, horizon, config.max_num_seqs, out.departed)
+                if stopped is not None:
+                    horizon = stopped
+            else:
+                rep.run(horizon)
+        except StopRun as e:  # between two steps: the run ends there, as at a horizon
+            horizon = interrupted = e.t
+            if not reference:
+                rep._take_arrivals(e.t)  # those arrived during the last step are in the system too
         left = rep.in_system()
         for r in left:
             r.outcome = "unfinished"
@@ -117,7 +123,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                          stretches=getattr(rep, "stretches", 0),
                          stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                          reject_reasons={r.seq: r.reason for r in rows if r.reason}, explained=rep.explanations,
-                         capacity_tokens=config.capacity_tokens, stopped_early_s=stopped)
+                         capacity_tokens=config.capacity_tokens, stopped_early_s=stopped, interrupted_s=interrupted)
     finally:
         # the replica and its departures hold each other (a retry resubmits to the replica): let
         # go, so that the run's requests are freed now by reference counting (a cycle would hold

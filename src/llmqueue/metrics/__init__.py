@@ -2,7 +2,8 @@
 Little's-law check and a stability verdict. The same code serves simulated and measured runs.
 
 Submodules:
-- ``summary``: :func:`summarize` (one dict per run, vLLM key names plus intervals and checks).
+- ``summary``: :func:`summarize` (one dict per run, vLLM key names plus intervals and checks),
+  :func:`summary_of` (a run directory's, or its records' where a killed writer left none).
 - ``ci``: batch-means / batch-quantile / replication confidence intervals (:class:`Interval`).
 - ``little``: :func:`little_check` (time-average number in system vs ``lam * W``).
 - ``stability``: :func:`stability_verdict` (trend of the number in system after warm-up).
@@ -20,6 +21,7 @@ from llmqueue._lazy import lazy_exports
 
 _EXPORTS = {
     "summarize": "summary",
+    "summary_of": "summary",
     "itl_samples": "summary",
     "METRICS": "summary",
     "Interval": "ci",

@@ -311,3 +311,16 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
         itl_arg = None if itl_pair is None else itl_pair
         out["slo"] = slo_attainment(lat, slos, warmup_s=t0, horizon_s=t1, level=level, itl=itl_arg)
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in out.items()}
+
+
+def summary_of(run) -> dict:
+    """A run's summary: its ``summary.json``, or, for a run whose writer was killed before writing
+    one (a benchmark killed outright: only the journals of its records are left), the summary of
+    the records it holds (from the actual send where they record it, as a benchmark's is; the
+    run's ``notes`` say so). A run that was never given a summary keeps none (``{}``).
+    ``run``: a :class:`llmqueue.records.Run`."""
+    if run.summary is not None or not run.journals:
+        return dict(run.summary or {})
+    recs = run.requests
+    send = recs["dispatched_s"] if "dispatched_s" in recs else None
+    return summarize(recs, timeseries=run.timeseries, steps=run.steps, send_s=send)

@@ -224,6 +224,21 @@ class Run:
     timeseries: TimeSeries | None = None
     summary: dict | None = None
     pools: PoolSeries | None = None
+    #: the files read from the journal a writer killed outright left (``requests.parquet``, ...)
+    journals: tuple[str, ...] = ()
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of this run must be told: that it was read from the journals of a writer
+        killed outright (every whole batch it wrote, none after the kill), and without its summary."""
+        if not self.journals:
+            return []
+        note = (f"read from the journal{'s' if len(self.journals) > 1 else ''} of a run killed before its end "
+                f"({', '.join(n + JOURNAL_SUFFIX for n in self.journals)}): every request it had recorded, "
+                "none after the kill")
+        if self.summary is None:
+            note += " (no summary.json: a summary, where needed, is computed from the records)"
+        return [note]
 
 
 def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None = None,
@@ -249,7 +264,8 @@ def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None 
 
 
 def read_run(directory) -> Run:
-    """Read a run directory written by :func:`write_run` or :class:`RunWriter`."""
+    """Read a run directory written by :func:`write_run` or :class:`RunWriter`, or the journals of
+    one whose writer was killed outright (``Run.journals`` names them; ``Run.notes`` says so)."""
     d = Path(directory)
     if not exists(d / REQUESTS_FILE):
         raise InputError("directory", f"{d} has no {REQUESTS_FILE}")
@@ -264,7 +280,16 @@ def read_run(directory) -> Run:
         timeseries=read_timeseries(d / TIMESERIES_FILE) if exists(d / TIMESERIES_FILE) else None,
         summary=summary,
         pools=read_pools(d / POOLS_FILE) if exists(d / POOLS_FILE) else None,
+        journals=left_journals(d),
     )
+
+
+def left_journals(directory) -> tuple[str, ...]:
+    """The files of a run directory that only their journal holds (a writer killed outright:
+    ``requests.parquet``, ``tokens.parquet``, ...), in name order."""
+    d = Path(directory)
+    names = (j.name[: -len(JOURNAL_SUFFIX)] for j in d.glob(f"*.parquet{JOURNAL_SUFFIX}"))
+    return tuple(sorted(n for n in names if not (d / n).exists()))
 
 
 class RunWriter:

@@ -186,7 +186,7 @@ def run_report(run, out, *, png_dir=None, twin=None, title=None, notes=(), bar=N
     s = run.summary or {}
     word, detail = series.verdict_note(s)
     body = [f'<p class="verdict">{H.badge(word)}{H.esc(detail)}</p>']
-    notes = list(notes)
+    notes = [*run.notes, *notes]
     if not s:
         notes.append("this run has no summary.json: the tables are empty; the figures use the records")
     for n in notes:

@@ -88,6 +88,7 @@ class RunData:
     validate: dict | None = None
     label: str = "run"
     pools: object = None  # llmqueue.records.PoolSeries: a fleet's pools series (pools.parquet), if any
+    notes: list = field(default_factory=list)  # what reading it found (a killed run's journals: Run.notes)
 
 
 @dataclass
@@ -166,7 +167,9 @@ def kind_of(path, *, arg: str = ARG) -> str:
     if not any(p.iterdir()):
         raise InputError(arg, f"{p} is empty", "give a run directory (requests.parquet) or a sweep directory "
                                                "(sweep.json)")
-    if (p / "requests.parquet").exists():
+    from llmqueue.records.journal import exists
+
+    if exists(p / "requests.parquet"):  # or the journal a benchmark killed outright left
         return "run"
     if (p / SWEEP_FILE).exists():
         return "sweep"
@@ -189,8 +192,10 @@ def load_run(path, *, label: str | None = None, arg: str = ARG) -> RunData:
     p = Path(path)
     if kind_of(p, arg=arg) != "run":
         raise InputError(arg, f"{p} is a sweep directory, not a run directory")
+    from llmqueue.metrics.summary import summary_of
+
     run = read_run(p)
-    summary = dict(run.summary or {})
+    summary = summary_of(run)
     val = None
     vp = p / VALIDATE_FILE
     if vp.exists():
@@ -202,7 +207,7 @@ def load_run(path, *, label: str | None = None, arg: str = ARG) -> RunData:
     if label is None:
         label = "simulated" if _looks_simulated(summary) else "measured"
     return RunData(path=p, requests=run.requests, steps=run.steps, timeseries=run.timeseries,
-                   summary=summary, validate=val, label=label, pools=run.pools)
+                   summary=summary, validate=val, label=label, pools=run.pools, notes=run.notes)
 
 
 def _looks_simulated(summary: dict) -> bool:
