@@ -105,6 +105,15 @@ def test_preemptions_rise_as_simulate_says(tmp_path):
 
     series = pq.read_table(tmp_path / "run" / "metrics.parquet").column("preemptions").to_pylist()
     assert series == sorted(series) and series[0] == 0 and series[-1] == emulated  # a counter rising
+    # validate puts the server's preemptions beside the simulated ones
+    from llmqueue.bench.calibrate import calibrate
+    from llmqueue.bench.validate import validate
+
+    cal = calibrate(tmp_path / "run", max_num_seqs=256, max_num_batched_tokens=512).to_dict()
+    v = validate(tmp_path / "run", cal, knobs={"step_time": step, "capacity_tokens": cap, "chunk": 512},
+                 speed_band=0.0, drift=0.0)
+    row = {r["quantity"]: r for r in v["rows"]}["preemptions"]
+    assert row["measured"] == emulated and row["simulated"] == pytest.approx(emulated, rel=0.15), row
 
 
 def test_profile_recovers_the_profile_the_emulator_serves(tmp_path):
