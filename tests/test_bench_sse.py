@@ -153,7 +153,10 @@ def test_a_line_over_the_bound_is_an_error_however_it_arrives():
 def test_parsing_is_linear_in_the_line_length():
     """A long line fed in small pieces costs time proportional to its length (it was quadratic:
     40 MB took 17.6 s). A ratio, not a time: 16 times the bytes must take far less than the 256
-    times a quadratic parser needs (best of five, on a shared machine)."""
+    times a quadratic parser needs (best of five, on a shared machine). Linear measures 16-35 here
+    (the buffer's reallocations and page faults grow with it; a 256-KB run is a fraction of a
+    millisecond, noise beside three busy processes: it failed at 64), so 1 MB against 16 MB, and
+    half the quadratic ratio as the bound."""
     def cost(n_bytes: int) -> float:
         piece = b"x" * 1024
         best = float("inf")
@@ -167,8 +170,8 @@ def test_parsing_is_linear_in_the_line_length():
             best = min(best, time.perf_counter() - t)
         return best
 
-    small, large = cost(256 << 10), cost(4 << 20)
-    assert large / small < 64, (small, large)
+    small, large = cost(1 << 20), cost(16 << 20)
+    assert large / small < 128, (small, large)
 
 
 # -- the client reads spec-valid streams --------------------------------------------------------

@@ -45,6 +45,8 @@ def _capacity(cfg, step, wl) -> float:
     return len(fin) / float(np.nanmax(fin))
 
 
+@pytest.mark.slow  # wall-clock fidelity within 5 %: run on a quiet machine (CI's slow stage); beside three
+# busy-looping processes on two cores the emulator's event loop runs late and 0.5x missed by more
 @pytest.mark.parametrize("load", [0.5, 0.8])
 def test_bench_against_the_emulator_matches_simulate_on_the_same_arrivals(load):
     cfg = EngineConfig.from_capacity(M, max_num_seqs=SEQS, max_num_batched_tokens=2048)
