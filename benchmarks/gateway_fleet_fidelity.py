@@ -7,8 +7,8 @@
    servers share this machine's two cores, so a replica's speed alone is not its speed in the
    fleet. The fleet's capacity is the sum of the two saturated completion rates.
 3. A scenario: one pool of two replicas behind ``--router`` (least-outstanding), the servers'
-   settings, ``capacity_tokens`` the calibration's M and ``step_time: fitted:`` one replica's
-   calibration (a pool has one step model: replica A's; B's own figures are printed beside).
+   settings, ``capacity_tokens`` the calibration's M and the step time one replica's calibrated
+   linear model (a pool has one step model: replica A's; B's own figures are kept beside).
 4. At ``--factors`` (0.5, 0.8) x the fleet's capacity: a Poisson stream of exactly that rate
    through the gateway (``--run-s`` seconds of arrivals), the gateway's records in ``gw-F/``; then
    ``llmqueue simulate --scenario S --trace gw-F/workload.parquet`` (the same arrivals, each with
@@ -77,7 +77,7 @@ def scenario(path: Path, cal_file: Path, cal: dict, router: str) -> Path:
     s = vf.SERVER
     doc = {"name": "fleet-fidelity",
            "workload": {"arrival": "poisson:1", "prompt": vf.SHAPES["balanced"][0], "output": vf.SHAPES["balanced"][1]},
-           "deployment": {"capacity_tokens": int(cal["capacity_tokens"]), "step_time": f"fitted:{cal_file}",
+           "deployment": {"capacity_tokens": int(cal["capacity_tokens"]), "step_time": cal.get("step_time_linear") or f"fitted:{cal_file}",
                           "max_num_seqs": s["max_num_seqs"], "max_num_batched_tokens": s["max_num_batched_tokens"],
                           "block_size": s["block_size"], "max_model_len": s["max_model_len"],
                           "pools": [{"name": "p", "replicas": 2, "router": router}]},
