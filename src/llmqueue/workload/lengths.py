@@ -35,21 +35,13 @@ MAX_TOKENS = 10**8
 TAIL = 1e-12
 
 
-def tokens(name: str, x) -> int:
-    """A token count: a whole number in ``[1, MAX_TOKENS]``."""
-    n = positive_int(name, x)
-    if n > MAX_TOKENS:
-        raise InputError(name, f"{n:.3g} tokens is above the {MAX_TOKENS:.0e} a length may hold",
-                         f"give at most {MAX_TOKENS:.0e} tokens (the longest context served)")
-    return n
-
-
-def _at_most_tokens(name: str, x) -> float:
-    """A mean or sd of a token count: positive, at most ``MAX_TOKENS``."""
-    v = positive(name, x)
+def tokens(name: str, x, *, whole: bool = True):
+    """A token count (a whole number, or with ``whole=False`` a mean or sd of one: a positive
+    number) in ``[1, MAX_TOKENS]``."""
+    v = positive_int(name, x) if whole else positive(name, x)
     if v > MAX_TOKENS:
-        raise InputError(name, f"{v:g} tokens is above the {MAX_TOKENS:.0e} a length may hold",
-                         f"give at most {MAX_TOKENS:.0e}")
+        raise InputError(name, f"{v:.3g} tokens is above the {MAX_TOKENS:.0e} a length may hold",
+                         f"give at most {MAX_TOKENS:.0e} tokens (the longest context served)")
     return v
 
 
@@ -330,8 +322,8 @@ class Normal(_Rounded):
     """
 
     def __init__(self, mean: float, sd: float, *, min: int = 1, max: int | None = None):
-        self.mu = _at_most_tokens("mean", mean)
-        self.sigma = _at_most_tokens("sd", sd)
+        self.mu = tokens("mean", mean, whole=False)
+        self.sigma = tokens("sd", sd, whole=False)
         self._build(min, max, f"normal:mean={fmt(self.mu)}:sd={fmt(self.sigma)}" + _bounds(
             tokens("min", min), None if max is None else tokens("max", max)))
 
@@ -361,7 +353,7 @@ class LogNormal(_Rounded):
             raise InputError("mean/sd", "give mean= and sd= (of the token count) or mu= and sigma= "
                              "(of its log), one pair")
         if mean is not None:
-            m, s = _at_most_tokens("mean", mean), _at_most_tokens("sd", sd)
+            m, s = tokens("mean", mean, whole=False), tokens("sd", sd, whole=False)
             self.sigma = math.sqrt(math.log1p((s / m) ** 2))
             self.mu = math.log(m) - self.sigma ** 2 / 2
             head = f"lognormal:mean={fmt(m)}:sd={fmt(s)}"
