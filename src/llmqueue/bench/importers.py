@@ -26,6 +26,10 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
 
 Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
 (default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+Every number of every format passes :mod:`llmqueue.bench.import_fields` (finite, in range, whole
+counts: else one line naming the row and the field); a request whose times cannot have happened
+(TTFT longer than its latency, a finish before its send) is dropped, counted in the notes and in
+the summary's ``imported.dropped``.
 
 Each format is a reader registered in :data:`IMPORTERS` (``@importer(NAME, help, options=...)``):
 ``llmqueue import``'s FORMAT choices and help read it, so a new format is its reader (here, or a
