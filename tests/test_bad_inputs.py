@@ -84,6 +84,16 @@ def _write_files(d: Path) -> None:
     (d / "adir").mkdir()
     (d / "emptydir").mkdir()
     os.mkfifo(d / "fifo")
+    # run directories a report refuses: a NaN summary, a summary that is no object, a symlink loop
+    # and a FIFO where requests.parquet should be (the records are never read: the refusal comes first)
+    for name, summary in (("runnan", '{"duration": NaN, "completed": 3}'), ("runlist", "[1, 2]")):
+        (d / name).mkdir()
+        (d / name / "requests.parquet").write_bytes(b"PAR1 not read PAR1")
+        (d / name / "summary.json").write_text(summary)
+    (d / "runloop").mkdir()
+    (d / "runloop" / "requests.parquet").symlink_to("requests.parquet")
+    (d / "runfifo").mkdir()
+    os.mkfifo(d / "runfifo" / "requests.parquet")
 
 
 def _snapshot(d: Path) -> dict:
@@ -556,6 +566,47 @@ CASES: list[tuple[str, str, str]] = [
     ("sweep-served-model-no-url", f"{SWEEP} --served-model m", "--served-model"),
     ("sweep-scenario-deep", "sweep --scenario deep.yaml --rates 1,2 --backend serial --no-progress", "deep.yaml"),
     ("capacity-no-slo", f"capacity {M} {WL} --backend serial --no-progress", "--slo-ttft-ms"),
+    # --- sizes refused up front, with the count and the limit (issue 37, item 6) ------------------
+    ("plan-replicas-range-huge", "plan --scenario chat --replicas 1..100000 --out o", "--replicas"),
+    ("plan-replicas-range-1e12", "plan --scenario chat --replicas 1..1000000000000 --out o", "limit is 4096"),
+    ("plan-space-too-large", "plan --scenario chat --replicas 1..4096 --out o", "configurations"),
+    ("plan-pd-splits-huge", "plan --scenario chat --replicas '' --pd-splits 1..100:1..100 --out o", "--pd-splits"),
+    ("autoscaler-interval-tiny", "simulate --scenario noon-spike --no-progress "
+     "--set deployment.autoscalers[0].interval_s=1e-9", "deployment.autoscalers[0].interval_s"),
+    ("autoscaler-interval-below-floor", "scenario check noon-spike --set deployment.autoscalers[0].interval_s=0.01",
+     ">= 0.1"),
+    ("sweep-rates-10000", f"sweep {M} {WL} --backend serial --no-progress --rates "
+     + ",".join(f"{1 + i / 1000:g}" for i in range(10_000)), "10,000 points"),
+    ("sweep-grid-too-large", f"{SWEEP} --param max_num_seqs=" + ",".join(str(i) for i in range(1, 2001)),
+     "the limit is 1,000"),
+    ("report-summary-nan", "report runnan -o r.html", "NaN"),
+    ("report-summary-not-object", "report runlist -o r.html", "summary.json"),
+    ("report-requests-symlink-loop", "report runloop -o r.html", "symlink loop"),
+    # --- overflow in distribution parameters; a prompt over the token budget (issue 37, item 7) ---
+    ("simulate-prompt-fixed-1e308", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 --no-progress "
+     "--prompt fixed:1e308", "--prompt"),
+    ("simulate-output-fixed-1e308", f"simulate {M} --arrival poisson:1 --prompt fixed:10 --duration 20 --no-progress "
+     "--output fixed:1e308", "--output"),
+    ("simulate-prompt-uniform-1e308", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt uniform:1:1e308", "--prompt"),
+    ("simulate-prompt-normal-max-1e308", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt normal:mean=100:sd=10:max=1e308", "--prompt"),
+    ("simulate-prompt-lognormal-sd-1e308", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt lognormal:mean=100:sd=1e308", "--prompt"),
+    ("simulate-prompt-lognormal-mu-1e308", f"simulate {M} --arrival poisson:1 --output fixed:10 --duration 20 "
+     "--no-progress --prompt lognormal:mu=1e308:sigma=1", "--prompt"),
+    ("simulate-arrival-gamma-cv-1e308", f"simulate {M} --prompt fixed:10 --output fixed:10 --duration 20 "
+     "--no-progress --arrival gamma:1:cv=1e308", "--arrival"),
+    ("simulate-arrival-diurnal-cv-1e308", f"simulate {M} --prompt fixed:10 --output fixed:10 --duration 20 "
+     "--no-progress --arrival diurnal:mean=1:amp=0.5:cv=1e308", "--arrival"),
+    ("stats-spec-gamma-cv-1e308", "workload stats --arrival gamma:5:cv=1e308 --prompt fixed:5 --output fixed:5",
+     "--arrival"),
+    ("simulate-prompt-over-budget-no-chunking", "simulate --capacity-tokens 131000 --step-time 0.0372 "
+     "--arrival poisson:1 --num-requests 20 --no-progress --prompt fixed:1000 --output fixed:10 "
+     "--max-num-batched-tokens 512 --no-enable-chunked-prefill", "--enable-chunked-prefill"),
+    ("simulate-prompts-some-over-budget", "simulate --capacity-tokens 131000 --step-time 0.0372 "
+     "--arrival poisson:1 --duration 20 --no-progress --prompt uniform:10:1000 --output fixed:10 "
+     "--max-num-batched-tokens 512 --no-enable-chunked-prefill", "--max-num-batched-tokens"),
     ("capacity-scenario-binary", "capacity --scenario bin.yaml --slo-ttft-ms 2000 --backend serial --no-progress",
      "--scenario"),
 ]
@@ -630,6 +681,7 @@ SUBPROCESS_CASES: list[tuple[str, str, str, bool]] = [
     ("simulate-scenario-fifo", "simulate --scenario fifo --no-progress", "--scenario", False),
     ("stability-lengths-fifo", "stability --capacity-tokens 1000 --step-time 0.03 --lengths joint:fifo",
      "--lengths", False),
+    ("report-requests-fifo", "report runfifo -o r.html", "requests.parquet", False),
     ("queue-stdout-full", "queue mm1 --lam 1 --mu 2", "stdout", True),
     ("queue-json-stdout-full", "queue mm1 --lam 1 --mu 2 --json", "stdout", True),
     ("help-stdout-full", "--help", "stdout", True),

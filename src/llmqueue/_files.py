@@ -129,6 +129,15 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+def _loops(p: Path) -> bool:
+    """Whether resolving ``p`` meets a symlink loop."""
+    try:
+        p.resolve()
+    except (OSError, RuntimeError):
+        return True
+    return False
+
+
 def output_path(field: str, path, *, kind: str = "file", inputs=(), also=()) -> Path:
     """Check before any work that ``path`` can be written; returns it as a Path.
 
@@ -148,7 +157,13 @@ def output_path(field: str, path, *, kind: str = "file", inputs=(), also=()) -> 
             continue
         q = Path(os.fspath(in_path)).expanduser()
         for out in (p, *also):
-            if _same(out, q) or out.resolve() == q.resolve():
+            try:
+                same = _same(out, q) or out.resolve() == q.resolve()
+            except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+                loop = in_field if _loops(q) else field
+                raise InputError(loop, f"{str(q if loop == in_field else out)!r} is a symlink loop",
+                                 "remove the link or point it at a file") from None
+            if same:
                 raise InputError(field, f"{str(s)!r} would overwrite the input {str(in_path)!r} ({in_field}); "
                                  "outputs never overwrite inputs", "write to another path")
     try:

@@ -183,6 +183,28 @@ def generate_requests(spec: SimSpec):
     return spec.workload.generate(spec.seed, n=spec.num_requests, duration=spec.duration_s)
 
 
+def check_prompts_fit(engine, requests) -> None:
+    """Without chunked prefill a prompt is prefilled in one step, so a prompt longer than the
+    per-step token budget ``max_num_batched_tokens`` can never be scheduled: under FCFS it blocks
+    every request behind it and the run serves nothing (vLLM refuses such a configuration at
+    start-up: its budget must cover ``max_model_len``). One line saying what to change; prompts
+    that ``max_model_len`` rejects at arrival are not scheduled and do not count."""
+    if engine.enable_chunked_prefill or not len(requests):
+        return
+    s = np.asarray(requests.prompt_tokens, dtype=np.int64)
+    o = np.asarray(requests.output_tokens, dtype=np.int64)
+    b = engine.max_num_batched_tokens
+    stuck = (s > b) & ((engine.max_model_len == 0) | (s + o <= engine.max_model_len))
+    if stuck.any():
+        longest = int(s[stuck].max())
+        raise InputError("max_num_batched_tokens",
+                         f"{int(stuck.sum())} of {len(s)} prompts are longer than the per-step token budget "
+                         f"max_num_batched_tokens={b} (the longest {longest} tokens) and chunked prefill is off: "
+                         "they can never be scheduled and would block the queue",
+                         f"enable chunked prefill (--enable-chunked-prefill) or raise --max-num-batched-tokens "
+                         f"to at least {longest}")
+
+
 def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None,
                    interrupt: CtrlC | None = None) -> SimOutcome:
     """Generate, simulate, summarise; returns the records, the summary and the theory.
@@ -204,6 +226,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     if spec.options.explain and (spec.fleet is not None or spec.replicas > 1):
         raise InputError("explain", "explains the steps of one replica", "drop --explain, or --replicas / the fleet")
     requests = generate_requests(spec)
+    if spec.fleet is None:
+        check_prompts_fit(spec.engine, requests)
     opts = spec.options
     from llmqueue.engine.policies import SRPT
 

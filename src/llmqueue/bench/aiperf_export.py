@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmqueue.bench.import_fields import number, numbers
 from llmqueue.errors import InputError
 
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
@@ -40,13 +41,13 @@ _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "sec": 1.0, "s": 1.0}
 
 def _count(m: dict, name: str, fallback: str, where: str) -> float:
     """A token count: metric ``name``, else ``fallback`` (AIPerf's name in other record kinds)."""
-    v = _metric(m, name, where=where)
+    v, field = _metric(m, name, where=where), name
     if v is None:
-        v = _metric(m, fallback, where=where)
+        v, field = _metric(m, fallback, where=where), fallback
     if v is None:
         raise InputError("file", f"{where} has no metrics.{name} (nor {fallback})",
                          "give the records AIPerf exported, unedited")
-    return float(v)
+    return number(v, f"metrics.{field}", where, "count")
 
 
 def _metric(metrics: dict, name: str, *, where: str, seconds: bool = False):
@@ -63,8 +64,8 @@ def _metric(metrics: dict, name: str, *, where: str, seconds: bool = False):
                          f"units understood: {', '.join(_UNIT_S)}")
     k = _UNIT_S[unit]
     if isinstance(v, list):
-        return np.array([float(x) for x in v], dtype=np.float64) * k
-    return float(v) * k
+        return numbers(v, f"metrics.{name}", lambda _: where, "duration", scale=k)
+    return number(v, f"metrics.{name}", where, "duration", scale=k)
 
 
 def columns(path) -> tuple[dict, list[str]]:
@@ -100,13 +101,13 @@ def columns(path) -> tuple[dict, list[str]]:
         if md.get("request_start_ns") is None:
             raise InputError("file", f"{where} has no metadata.request_start_ns (the send time)",
                              "give the records AIPerf exported, unedited")
-        send[j] = int(md["request_start_ns"]) * 1e-9
-        if md.get("request_end_ns") is not None:
-            end[j] = int(md["request_end_ns"]) * 1e-9
+        ns = lambda k: number(md.get(k), f"metadata.{k}", where, "time", scale=1e-9)  # noqa: E731
+        send[j] = ns("request_start_ns")
+        end[j] = ns("request_end_ns")
         err = d.get("error")
         cancelled = bool(md.get("was_cancelled"))
         if cancelled and md.get("cancellation_time_ns") is not None:
-            end[j] = int(md["cancellation_time_ns"]) * 1e-9
+            end[j] = ns("cancellation_time_ns")
         prompt[j] = _count(m, "input_sequence_length", "error_isl", where)
         if cancelled:
             status.append("cancelled")

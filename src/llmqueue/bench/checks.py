@@ -1,4 +1,5 @@
-"""The client's checks of itself: did it send on schedule? (``summary["client"]``)
+"""The client's checks of itself: did it send on schedule? And of the server: did it stream
+what ``max_tokens`` asked? (``summary["client"]``)
 
 Scheduling lag (actual - intended send, before any concurrency wait) percentiles and its trend
 over the run (drift), and a two-sample Kolmogorov-Smirnov test of the realized against the
@@ -107,15 +108,29 @@ def _pw(q) -> str:
     return str(int(q)) if int(q) == q else str(q)
 
 
-def client_checks(recs, sched, closed_loop: bool) -> dict:
+def client_checks(recs, sched, closed_loop: bool, over_asked: tuple | None = None) -> dict:
     """The client's checks of a run's records ``recs`` (one row per attempt), ``sched`` the time
     each attempt's send began (before any wait for a concurrency slot): the first attempts' lag
     and gaps (:func:`arrival_check`), the retries' lag, and with a concurrency cap
-    (``closed_loop``) the wait for a slot."""
+    (``closed_loop``) the wait for a slot. ``over_asked``: ``(count, ratio, (request, got,
+    asked))``, the ok attempts that streamed more output tokens than their ``max_tokens`` and the
+    worst of them (:class:`~llmqueue.bench.sender.Sender`): a server that ignores ``max_tokens``
+    serves a different workload from the one asked (more decode per request), so the verdict
+    names it (``max_tokens_ok`` false) while the records keep the server's counts."""
     arr = recs["arrival_s"]
     first = recs["attempt"] == 1
     out = arrival_check(arr[first], sched[first])
     out["attempts"] = int(len(arr))
+    k, ratio, worst = over_asked if over_asked is not None and over_asked[0] else (0, 0.0, None)
+    n_ok = int((recs["status"] == "ok").sum())
+    out["over_max_tokens"] = {"attempts": int(k), "of_ok": n_ok, "max_ratio": float(ratio),
+                              **({"worst": {"request_id": int(worst[0]), "output_tokens": int(worst[1]),
+                                            "max_tokens": int(worst[2])}} if worst else {})}
+    out["max_tokens_ok"] = not k
+    if k:
+        out["verdict"] = (f"server streamed more tokens than max_tokens in {k} of {n_ok} ok attempts (up to "
+                          f"{ratio:.3g}x: request {worst[0]} got {worst[1]} for {worst[2]}); "
+                          + out["verdict"].replace("ok: ", "", 1))
     if (~first).any():
         lag = sched[~first] - arr[~first]
         out["retry_lag_ms"] = {"p50": 1e3 * float(np.percentile(lag, 50)),

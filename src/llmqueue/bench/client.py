@@ -331,7 +331,8 @@ class _Run:
         s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, slos=opts.slos, itl_s=itl,
                       kv_capacity=kv_capacity, send_s=recs["dispatched_s"], **extra)
         s["itl_source"] = "client: gaps between streamed chunks (vllm bench serve's ITL)"
-        s["client"] = client_checks(recs, sched, bool(opts.concurrency))
+        s["client"] = client_checks(recs, sched, bool(opts.concurrency),
+                                    (snd.warnings[OVER_ASKED], *snd.over_asked))
         load = ("open-loop" if not opts.concurrency else
                 f"closed-loop: at most {opts.concurrency} requests in flight (a request waits in the client "
                 "for a slot; latencies count from its actual send, as vLLM's do; from_intended includes that wait)")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmqueue.bench.import_fields import number
 from llmqueue.errors import InputError
 
 _GROUPS = {"successful": "ok", "errored": "error", "incomplete": "cancelled"}
@@ -86,47 +87,55 @@ def _benchmark_list(p: Path, data) -> list[dict]:
     return bs
 
 
-def _f(x) -> float:
-    if x is None or isinstance(x, bool):
-        return math.nan
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if v >= 0 else math.nan  # guidellm's -1: never set
+def _f(x, field: str, where: str) -> float:
+    """A time (Unix seconds): NaN when missing or guidellm's -1 (never set); a value that is no
+    finite time is one line (:func:`~llmqueue.bench.import_fields.number`)."""
+    v = number(x, field, where, "time")
+    return v if v >= 0 else math.nan
 
 
-def _row_new(r: dict, group: str) -> dict:
+def _row_new(r: dict, group: str, where: str) -> dict:
     """One v0.4+ GenerativeRequestStats."""
     info = r.get("info") or {}
     t = info.get("timings") or {}
-    send = _f(t.get("request_start"))
+    tf = lambda k: _f(t.get(k), f"info.timings.{k}", where)  # noqa: E731
+    send = tf("request_start")
     if not math.isfinite(send):
-        send = _f(t.get("resolve_start"))
-    last = _f(t.get("last_token_iteration"))
+        send = tf("resolve_start")
+    last = tf("last_token_iteration")
     if not math.isfinite(last):
-        last = _f(t.get("request_end"))
-    out_tok = r.get("output_tokens")
+        last = tf("request_end")
+    out_tok, out_field = r.get("output_tokens"), "output_tokens"
     if out_tok is None:
-        out_tok = (r.get("output_metrics") or {}).get("text_tokens")
+        out_tok, out_field = (r.get("output_metrics") or {}).get("text_tokens"), "output_metrics.text_tokens"
     if out_tok is None and t.get("token_iterations"):
-        out_tok = t.get("token_iterations")
-    prompt = r.get("prompt_tokens")
+        out_tok, out_field = t.get("token_iterations"), "info.timings.token_iterations"
+    prompt, prompt_field = r.get("prompt_tokens"), "prompt_tokens"
     if prompt is None:
-        prompt = (r.get("input_metrics") or {}).get("text_tokens")
+        prompt, prompt_field = (r.get("input_metrics") or {}).get("text_tokens"), "input_metrics.text_tokens"
+    cached = (r.get("input_metrics") or {}).get("cached_tokens")
     status = _INFO_STATUS.get(str(info.get("status")), _GROUPS[group])
-    return {"send": send, "target": _f(t.get("targeted_start")), "first": _f(t.get("first_token_iteration")),
-            "last": last, "end": _f(t.get("request_end")), "prompt": prompt, "output": out_tok,
-            "cached": (r.get("input_metrics") or {}).get("cached_tokens"), "status": status,
+    return {"send": send, "target": tf("targeted_start"), "first": tf("first_token_iteration"),
+            "last": last, "end": tf("request_end"), "prompt": _count(prompt, prompt_field, where),
+            "output": _count(out_tok, out_field, where),
+            "cached": _count(cached, "input_metrics.cached_tokens", where), "status": status,
             "error": info.get("error") or ""}
 
 
-def _row_old(r: dict, group: str) -> dict:
+def _count(x, field: str, where: str) -> float | None:
+    """A token count, None when missing."""
+    v = number(x, field, where, "count")
+    return None if math.isnan(v) else v
+
+
+def _row_old(r: dict, group: str, where: str) -> dict:
     """One v0.2-v0.3 GenerativeTextResponseStats / GenerativeTextErrorStats."""
     si = r.get("scheduler_info") or {}
-    return {"send": _f(r.get("start_time")), "target": _f(si.get("targeted_start_time")),
-            "first": _f(r.get("first_token_time")), "last": _f(r.get("last_token_time")),
-            "end": _f(r.get("end_time")), "prompt": r.get("prompt_tokens"), "output": r.get("output_tokens"),
+    f = lambda d, k, pre="": _f(d.get(k), pre + k, where)  # noqa: E731
+    return {"send": f(r, "start_time"), "target": f(si, "targeted_start_time", "scheduler_info."),
+            "first": f(r, "first_token_time"), "last": f(r, "last_token_time"),
+            "end": f(r, "end_time"), "prompt": _count(r.get("prompt_tokens"), "prompt_tokens", where),
+            "output": _count(r.get("output_tokens"), "output_tokens", where),
             "cached": None, "status": "cancelled" if si.get("canceled") and group != "successful"
             else _GROUPS[group], "error": r.get("error") or ""}
 
@@ -152,10 +161,11 @@ def columns(path, benchmark: int | None = None) -> tuple[dict, list[str]]:
                          "list", "keep the requests in the report (guidellm's --sample-requests must not be 0)")
     rows = []
     for g in _GROUPS:
-        for r in groups.get(g) or ():
+        for j, r in enumerate(groups.get(g) or ()):
             if not isinstance(r, dict):
                 continue
-            rows.append(_row_new(r, g) if "info" in r else _row_old(r, g))
+            where = f"{str(p)!r} benchmark {benchmark} requests.{g}[{j}]"
+            rows.append(_row_new(r, g, where) if "info" in r else _row_old(r, g, where))
     if not rows:
         raise InputError("file", f"{str(p)!r} benchmark {benchmark} records no requests",
                          "keep the requests in the report (guidellm's --sample-requests must not be 0)")

@@ -26,6 +26,10 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
 
 Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
 (default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+Every number of every format passes :mod:`llmqueue.bench.import_fields` (finite, in range, whole
+counts: else one line naming the row and the field); a request whose times cannot have happened
+(TTFT longer than its latency, a finish before its send) is dropped, counted in the notes and in
+the summary's ``imported.dropped``.
 
 Each format is a reader registered in :data:`IMPORTERS` (``@importer(NAME, help, options=...)``):
 ``llmqueue import``'s FORMAT choices and help read it, so a new format is its reader (here, or a
@@ -42,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 
+from llmqueue.bench.import_fields import check_origin, impossible, numbers
 from llmqueue.errors import InputError
 from llmqueue.records.columns import request_record_columns
 
@@ -120,12 +125,11 @@ def parse_map(text: str | None) -> dict:
     return out
 
 
-def _num(x) -> float:
-    if x is None or x == "":
-        return math.nan
+def _rate(x) -> float:
+    """The file's ``request_rate`` (a number, ``"inf"``, or absent: NaN)."""
     try:
         return float(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 
@@ -191,17 +195,16 @@ def _table_columns(rows: list[dict], mapping: dict, source: str, time_unit: floa
                          f"name it with --map e2el_s=COLUMN (its columns: {', '.join(sorted(names)[:30])})")
     out: dict = {}
     n = len(rows)
+    row = lambda i: f"{source} row {i + 1}"  # noqa: E731
     for f in ("send_s", "arrival_s", "first_token_s", "finish_s", "ttft_s", "e2el_s"):
         if f in col:
-            out[f] = np.array([_num(x) for x in col[f]]) * time_unit
+            out[f] = numbers(col[f], f, row, "time" if f in _ABS else "duration", scale=time_unit)
     for f in ("request_id", "prompt_tokens", "output_tokens", "cached_prompt_tokens", "attempt"):
         if f in col:
-            v = np.array([_num(x) for x in col[f]])
-            bad = ~np.isfinite(v) | (v != np.round(v)) | (v < 0)
-            if f in ("prompt_tokens", "output_tokens") and bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise InputError(f, f"{source} row {i + 1}: {col[f][i]!r} is not a token count",
-                                 "give whole numbers >= 0")
+            v = numbers(col[f], f, row, "count")
+            if f in ("prompt_tokens", "output_tokens") and np.isnan(v).any():
+                i = int(np.flatnonzero(np.isnan(v))[0])
+                raise InputError(f, f"{row(i)}: {col[f][i]!r} is not a token count", "give whole numbers >= 0")
             out[f] = v
     if "class" in col:
         out["class"] = np.array(["default" if x in (None, "") else str(x) for x in col["class"]], dtype=object)
@@ -210,9 +213,11 @@ def _table_columns(rows: list[dict], mapping: dict, source: str, time_unit: floa
     if "error" in col:
         out["error"] = ["" if x is None else str(x) for x in col["error"]]
     if "chunk_times" in col:
-        out["chunks"] = [np.array([_num(t) for t in _as_list(x)], dtype=np.float64) * time_unit for x in col["chunk_times"]]
+        out["chunks"] = [numbers(_as_list(x), "chunk_times", lambda _, i=i: row(i), "time", scale=time_unit)
+                         for i, x in enumerate(col["chunk_times"])]
     elif "itl_s" in col:
-        out["itls"] = [np.array([_num(t) for t in _as_list(x)], dtype=np.float64) * time_unit for x in col["itl_s"]]
+        out["itls"] = [numbers(_as_list(x), "itl_s", lambda _, i=i: row(i), "duration", scale=time_unit)
+                       for i, x in enumerate(col["itl_s"])]
     out["n"] = n
     return out
 
@@ -239,11 +244,12 @@ def _vllm_columns(path: Path, request_rate: float | None = None) -> tuple[dict, 
         if isinstance(v, list) and v and len(v) != n:
             raise InputError("file", f"{str(p)!r}: {n} input_lens but {len(v)} {k}")
     notes: list[str] = []
+    row = lambda i: f"{str(p)!r} request {i + 1}"  # noqa: E731
     starts = data.get("start_times")
     if isinstance(starts, list) and starts:
-        send = np.array([_num(x) for x in starts])
+        send = numbers(starts, "start_times", row, "time")
     else:
-        rate = request_rate if request_rate is not None else _num(data.get("request_rate"))
+        rate = request_rate if request_rate is not None else _rate(data.get("request_rate"))
         if not (rate is not None and math.isfinite(rate) and rate > 0):
             raise InputError("request_rate", f"{str(p)!r} has no start_times and its request_rate is "
                              f"{data.get('request_rate')!r}, so the sends cannot be placed in time",
@@ -253,23 +259,24 @@ def _vllm_columns(path: Path, request_rate: float | None = None) -> tuple[dict, 
                      "random gaps, so this is not the measured arrival process)")
     errors = data.get("errors") if isinstance(data.get("errors"), list) and data.get("errors") else [""] * n
     ok = np.array([not e for e in errors])
-    ttft = np.array([_num(x) for x in data["ttfts"]])
-    lat = np.array([_num(x) for x in data["latencies"]]) if isinstance(data.get("latencies"), list) \
+    ttft = numbers(data["ttfts"], "ttfts", row, "duration")
+    lat = numbers(data["latencies"], "latencies", row, "duration") if isinstance(data.get("latencies"), list) \
         and data.get("latencies") else None
     itls = data.get("itls") if isinstance(data.get("itls"), list) and data.get("itls") else None
-    out: dict = {"n": n, "send_s": send, "prompt_tokens": np.array([_num(x) for x in data["input_lens"]]),
-                 "output_tokens": np.array([_num(x) for x in data["output_lens"]]),
+    out: dict = {"n": n, "send_s": send, "prompt_tokens": numbers(data["input_lens"], "input_lens", row, "count"),
+                 "output_tokens": numbers(data["output_lens"], "output_lens", row, "count"),
                  "ttft_s": np.where(ok, ttft, np.nan), "error": ["" if not e else str(e) for e in errors]}
     if lat is not None:
         out["e2el_s"] = np.where(ok, lat, np.nan)
     if itls is not None:
-        out["itls"] = [np.asarray([_num(x) for x in (g or [])], dtype=np.float64) for g in itls]
+        out["itls"] = [numbers(g if isinstance(g, list) else [g] if g else [], "itls", lambda _, i=i: row(i),
+                               "duration") for i, g in enumerate(itls)]
     if lat is None and itls is None:
         raise InputError("file", f"{str(p)!r} has neither latencies nor itls: the last token's time is unknown",
                          "save it with vllm bench serve --save-result --save-detailed")
     q = data.get("queue_times")
     if isinstance(q, list) and q:
-        qq = np.nan_to_num(np.array([_num(x) for x in q]), nan=0.0)
+        qq = np.nan_to_num(numbers(q, "queue_times", row, "duration"), nan=0.0)
         out["arrival_s"] = send - qq
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "tokenizer_id", "request_rate", "burstiness",
                                      "max_concurrency", "num_prompts", "label") if k in data}
@@ -304,7 +311,9 @@ def _csv(path: Path, mapping: str | None = None, time_unit: str = "s") -> tuple[
 
 def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, dict | None, dict, list[str]]:
     """Records (request schema columns), token chunk columns (or None) and the workload's
-    columns from the raw fields; and notes."""
+    columns from the raw fields; and notes. A request whose times cannot have happened
+    (:func:`~llmqueue.bench.import_fields.impossible`) is dropped, counted in a note by reason;
+    a file where every request is is one line."""
     from llmqueue.records.schema import STATUSES
 
     n = cols["n"]
@@ -357,6 +366,22 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
                          "map first_token_s/ttft_s and finish_s/e2el_s")
     # a failed request's finish time: its send where none was recorded (a status other than unfinished has one)
     fin = np.where(~np.isfinite(fin) & (status != "unfinished"), send, fin)
+    why = impossible(send, first, fin, ok, chunks)
+    drop = np.logical_or.reduce(list(why.values()))
+    if drop.all():
+        reasons = ", ".join(f"{k}: {int(m.sum())}" for k, m in why.items() if m.any())
+        raise InputError("file", f"every one of its {n} requests has impossible times ({reasons})",
+                         "check the time columns (--map) and --time-unit")
+    if drop.any():
+        keep = ~drop
+        notes.append(f"{int(drop.sum())} request(s) with impossible times dropped ("
+                     + ", ".join(f"{k}: {int(m.sum())}" for k, m in why.items() if m.any()) + ")")
+        cols = {k: (np.asarray(v)[keep] if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
+        send, arrival, first, fin, status, ok = send[keep], arrival[keep], first[keep], fin[keep], status[keep], ok[keep]
+        out_tok = np.asarray(out_tok)[keep]
+        if chunks is not None:
+            chunks = [c for c, k in zip(chunks, keep.tolist()) if k]
+        n = int(keep.sum())
     if time_origin is None:
         time_origin = float(np.nanmin(np.concatenate([send, arrival])))
     shift = float(time_origin)
@@ -435,6 +460,8 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     opts = {k: v for k, v in {**given, "time_unit": time_unit}.items() if k in imp.options and v is not None}
     cols, notes = imp.read(path, **opts)
     meta = cols.pop("meta", None)
+    if time_origin is not None:
+        check_origin(time_origin)
     if time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
         t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])
         time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
@@ -472,6 +499,7 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         notes += _log_steps(out, server_log, time_origin, records["finish_s"], kv)
     s = summarize(recs, itl_s=itl, send_s=recs["dispatched_s"], kv_capacity=kv)
     s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
+                     "dropped": int(cols["n"]) - int(len(recs)),
                      "chunk_times": tokens is not None, **({"result": meta} if meta else {})}
     if notes:
         s["notes"] = notes

@@ -87,7 +87,8 @@ def import_(format, file, out_dir, mapping, time_origin, time_unit, request_rate
         print_json(s)
         return
     counts = ", ".join(f"{k} {v}" for k, v in (s.get("status_counts") or {}).items() if v) or "-"
-    rows = [("source", f"{file} ({format})"), ("requests", s["imported"]["requests"]), ("status counts", counts),
+    rows = [("source", f"{file} ({format})"), ("requests", s["imported"]["requests"]),
+            ("dropped (impossible times)", s["imported"]["dropped"]), ("status counts", counts),
             ("per-chunk times", "yes (tokens.parquet)" if s["imported"]["chunk_times"] else "no"),
             ("request throughput (req/s)", s.get("request_throughput")),
             ("median / p99 TTFT (ms)", f"{s.get('median_ttft_ms') or float('nan'):,.1f} / "

@@ -249,6 +249,11 @@ class Gateway(_Part):
     fallbacks: Annotated[list[Fallback], _none_is(list)] = Field(default_factory=list)
 
 
+#: The shortest autoscaler interval (s): a few engine steps (tens of ms each); a shorter one adds
+#: ticks without changing a decision (Kubernetes' HPA reads every 15 s)
+MIN_INTERVAL_S = 0.1
+
+
 class Autoscaler(_Part):
     """Scales ``pool`` between ``min_replicas`` and ``max_replicas``: every ``interval_s`` it reads
     ``metric`` (one of :data:`~llmqueue.cluster.autoscaler.METRICS`) and asks for
@@ -264,7 +269,7 @@ class Autoscaler(_Part):
     pool: str
     metric: Annotated[str, _one_of(METRICS, "metric")] = WAITING
     target: Positive = 1.0
-    interval_s: Positive = 15.0
+    interval_s: Annotated[Float, _at_least(MIN_INTERVAL_S)] = 15.0
     provisioning_delay_s: NonNegative = 0.0
     cooldown_s: NonNegative = 300.0
     min_replicas: Whole = 1

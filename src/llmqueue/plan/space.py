@@ -11,7 +11,9 @@ and ``D`` decode replicas of the same engine (same GPU, ``tp`` and knobs), the K
 
 A :class:`Config` is one deployment; :func:`configurations` enumerates the cartesian product;
 :func:`parse_ints` reads the command line's lists (``1,2,4`` or ranges ``1..16``),
-:func:`parse_splits` the P:D splits (``1:1,1:2,2..3:4``).
+:func:`parse_splits` the P:D splits (``1:1,1:2,2..3:4``). Sizes are refused before any work:
+an axis of more than :data:`MAX_AXIS` values, a space of more than :data:`MAX_CONFIGS`
+configurations (the theory of each is kept in memory, about 8 kB a configuration).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from dataclasses import asdict, dataclass
 
 from llmqueue.errors import InputError
 
+#: The most values one axis (``--replicas``, ``--tp``, ``--pd-splits`` ...) may list
+MAX_AXIS = 4096
+#: The most configurations a space may hold
+MAX_CONFIGS = 50_000
 #: Defaults of the command line.
 DEFAULT_TP = (1, 2, 4)
 DEFAULT_REPLICAS = tuple(range(1, 17))
@@ -117,15 +123,17 @@ def parse_ints(name: str, text, *, minimum: int = 1) -> tuple[int, ...]:
         if not t:
             continue
         try:
-            if ".." in t:
-                a, b = (int(x) for x in t.split("..", 1))
-                if b < a:
-                    raise ValueError
-                out.update(range(a, b + 1))
-            else:
-                out.add(int(t))
+            a, b = (int(x) for x in t.split("..", 1)) if ".." in t else (int(t), int(t))
+            if b < a:
+                raise ValueError
         except ValueError:
             raise InputError(name, f"{t!r} is not an integer or a range A..B", "e.g. 1,2,4 or 1..16") from None
+        if b - a + 1 > MAX_AXIS:
+            raise InputError(name, f"{t} holds {b - a + 1} values (the limit is {MAX_AXIS})",
+                             "narrow the range or step it by hand (e.g. 1..8,16,32,64)")
+        out.update(range(a, b + 1))
+        if len(out) > MAX_AXIS:
+            raise InputError(name, f"lists more than {MAX_AXIS} values (the limit)", "give fewer values")
     bad = sorted(v for v in out if v < minimum)
     if bad:
         raise InputError(name, f"{bad[0]} is below {minimum}", f"give values >= {minimum}")
@@ -156,6 +164,9 @@ def parse_splits(name: str, text) -> tuple[tuple[int, int], ...]:
         ds = parse_ints(name, d, minimum=1)
         if not ps or not ds:
             raise InputError(name, f"{t!r} is not P:D", "give prefill:decode replicas, e.g. 1:1,1:2,2..3:4")
+        if len(out) + len(ps) * len(ds) > MAX_AXIS:
+            raise InputError(name, f"{t} adds {len(ps) * len(ds)} splits to {len(out)}: more than {MAX_AXIS} "
+                             "(the limit)", "give fewer splits")
         out.update((a, b) for a in ps for b in ds)
     return tuple(sorted(out))
 
@@ -170,6 +181,14 @@ def configurations(*, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, 
 
     names = tuple(dict.fromkeys(get_gpu(g).name for g in gpus))
     models = tuple(dict.fromkeys(models)) or ("",)
+    size = (len(models) * len(names) * len(tp) * (len(replicas) + len(pd_splits)) * len(max_num_seqs)
+            * len(max_num_batched_tokens) * len(routers))
+    if size > MAX_CONFIGS:
+        raise InputError("replicas", f"the space holds {size:,} configurations ({len(models)} model(s) x "
+                         f"{len(names)} GPU(s) x {len(tp)} tp x {len(replicas) + len(pd_splits)} replica counts and "
+                         f"splits x {len(max_num_seqs)} max_num_seqs x {len(max_num_batched_tokens)} "
+                         f"max_num_batched_tokens x {len(routers)} router(s)); the limit is {MAX_CONFIGS:,}",
+                         "narrow --replicas, --gpus, --tp or the knob lists")
     out = [Config(g, t, r, s, b, rt, model=m) for m in models for g in names for t in tp for r in replicas
            for s in max_num_seqs for b in max_num_batched_tokens for rt in routers]
     out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms), model=m)

@@ -259,6 +259,10 @@ def _label(coords: dict) -> str:
 
 # --- the grid ------------------------------------------------------------------------------------
 
+#: The most points a sweep's grid may hold (each one a whole simulate run)
+MAX_POINTS = 1000
+
+
 def make_grid(rates=None, params: dict | None = None) -> list[dict]:
     """The grid's points as coordinate dicts: the product of ``params`` (outer, in the order
     given) and ``rates`` (inner), so each curve's points are adjacent. No rates, no params: one
@@ -279,6 +283,12 @@ def make_grid(rates=None, params: dict | None = None) -> list[dict]:
         axes.append(("rate", rates))
     if not axes:
         return [{}]
+    size = math.prod(len(a[1]) for a in axes)
+    if size > MAX_POINTS:
+        shape = " x ".join(f"{len(v)} {'rates' if k == 'rate' else f'values of {k}'}" for k, v in axes)
+        raise InputError("rates" if rates is not None else "param",
+                         f"the grid holds {size:,} points ({shape}); the limit is {MAX_POINTS:,}",
+                         "sweep fewer values (each point is a whole simulate run)")
     names = [a[0] for a in axes]
     if len(set(names)) != len(names):
         raise InputError("param", "a parameter is swept twice", "give each name once")

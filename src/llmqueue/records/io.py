@@ -27,6 +27,7 @@ journal a killed writer left behind (every whole batch; :func:`is_complete` says
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +148,10 @@ class RecordWriter:
 
 def _read(path, cls: type[_Table]):
     path = Path(path)
-    if path.exists():
+    if path.exists() or path.is_symlink():
+        from llmqueue._files import input_file
+
+        input_file("path", path)  # a FIFO would block the reader, a symlink loop would raise
         try:
             pf = pq.ParquetFile(str(path))
         except (pa.ArrowInvalid, OSError) as e:
@@ -263,6 +267,25 @@ def write_run(directory, *, requests: RequestRecords, steps: StepRecords | None 
     return d
 
 
+def _checked_summary(path: Path, summary):
+    """A run's summary as :func:`dump_summary` writes it: a JSON object without NaN or infinity
+    (it writes them as null); anything else is one line naming the key."""
+    if not isinstance(summary, dict):
+        raise InputError("directory", f"{path} holds a JSON {type(summary).__name__}, not a run summary (an object)",
+                         "rewrite it with the command that made the run, or remove it")
+
+    def walk(x, key):
+        if isinstance(x, float) and not math.isfinite(x):
+            raise InputError("directory", f"{path} holds {json.dumps(x)} at {key} (not JSON: a run summary writes null)",
+                             "rewrite it with the command that made the run, or remove it")
+        for k, v in (x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()):
+            walk(v, f"{key}.{k}" if isinstance(k, str) else f"{key}[{k}]")
+
+    for k, v in summary.items():
+        walk(v, str(k))
+    return summary
+
+
 def read_run(directory) -> Run:
     """Read a run directory written by :func:`write_run` or :class:`RunWriter`, or the journals of
     one whose writer was killed outright (``Run.journals`` names them; ``Run.notes`` says so)."""
@@ -270,10 +293,10 @@ def read_run(directory) -> Run:
     if not exists(d / REQUESTS_FILE):
         raise InputError("directory", f"{d} has no {REQUESTS_FILE}")
     summary = None
-    if (d / SUMMARY_FILE).exists():
-        from llmqueue._files import load_json
+    if (d / SUMMARY_FILE).exists() or (d / SUMMARY_FILE).is_symlink():
+        from llmqueue._files import input_file, load_json
 
-        summary = load_json("directory", d / SUMMARY_FILE)
+        summary = _checked_summary(d / SUMMARY_FILE, load_json("directory", input_file("directory", d / SUMMARY_FILE)))
     return Run(
         requests=read_records(d / REQUESTS_FILE),
         steps=read_steps(d / STEPS_FILE) if exists(d / STEPS_FILE) else None,

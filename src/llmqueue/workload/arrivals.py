@@ -102,6 +102,20 @@ class Poisson(ArrivalProcess):
                         self.rate * (horizon or 0.0), 1.0)
 
 
+#: The largest coefficient of variation of the gaps: scv 1e4 (a gap 100 times the mean is common);
+#: beyond it the Gamma shape 1/cv^2 underflows towards 0 and its moments overflow
+MAX_CV = 100.0
+
+
+def check_cv(cv) -> float:
+    """The gaps' coefficient of variation ``cv``, in ``(0, MAX_CV]``."""
+    cv = positive("cv", cv)
+    if cv > MAX_CV:
+        raise InputError("cv", f"{cv:g} is above {MAX_CV:g} (the squared cv, {cv * cv:.3g}, would make the Gamma "
+                         "shape 1/cv^2 vanish)", f"give cv <= {MAX_CV:g}")
+    return cv
+
+
 @dataclass(frozen=True)
 class Gamma(ArrivalProcess):
     """Renewal arrivals with Gamma inter-arrival times (``gamma:RATE:cv=CV``).
@@ -116,7 +130,7 @@ class Gamma(ArrivalProcess):
 
     def __post_init__(self):
         object.__setattr__(self, "rate", positive("rate", self.rate))
-        object.__setattr__(self, "cv", positive("cv", self.cv))
+        object.__setattr__(self, "cv", check_cv(self.cv))
 
     @property
     def spec(self) -> str:

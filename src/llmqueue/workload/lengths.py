@@ -28,8 +28,21 @@ from llmqueue.workload.spec import fmt
 
 #: Largest pmf a distribution may hold (values, each 24 bytes with probabilities and cdf).
 MAX_SUPPORT = 1 << 21
+#: Longest token count a distribution may give (100 M tokens, far beyond any context served): keeps
+#: sums of lengths and their squares in int64 and float64
+MAX_TOKENS = 10**8
 #: Tail mass dropped from each side of an unbounded normal/lognormal pmf.
 TAIL = 1e-12
+
+
+def tokens(name: str, x, *, whole: bool = True):
+    """A token count (a whole number, or with ``whole=False`` a mean or sd of one: a positive
+    number) in ``[1, MAX_TOKENS]``."""
+    v = positive_int(name, x) if whole else positive(name, x)
+    if v > MAX_TOKENS:
+        raise InputError(name, f"{v:.3g} tokens is above the {MAX_TOKENS:.0e} a length may hold",
+                         f"give at most {MAX_TOKENS:.0e} tokens (the longest context served)")
+    return v
 
 
 def as_tokens(name: str, values) -> np.ndarray:
@@ -40,14 +53,17 @@ def as_tokens(name: str, values) -> np.ndarray:
     if v.dtype.kind in "iu":
         if v.min() < 1:
             raise InputError(name, f"token counts must be >= 1 (got {v.min()})")
+        if v.max() > MAX_TOKENS:
+            raise InputError(name, f"token counts must be at most {MAX_TOKENS:.0e} (got {v.max()})")
         return v.astype(np.int64)
     try:
         vf = v.astype(np.float64)
     except (TypeError, ValueError):
         raise InputError(name, "token counts must be numbers") from None
-    ok = np.isfinite(vf) & (vf >= 1) & (vf == np.floor(vf))
+    ok = np.isfinite(vf) & (vf >= 1) & (vf == np.floor(vf)) & (vf <= MAX_TOKENS)
     if not ok.all():
-        raise InputError(name, f"token counts must be whole numbers >= 1 (got {v[np.argmin(ok)]!r})")
+        raise InputError(name, f"token counts must be whole numbers from 1 to {MAX_TOKENS:.0e} "
+                         f"(got {v[np.argmin(ok)]!r})")
     return vf.astype(np.int64)
 
 
@@ -95,7 +111,7 @@ class Fixed(LengthDist):
     """Every request has exactly ``n`` tokens (``fixed:N``)."""
 
     def __init__(self, n: int):
-        self.n = positive_int("n", n)
+        self.n = tokens("n", n)
         self.spec = f"fixed:{self.n}"
 
     def support(self):
@@ -126,8 +142,8 @@ class Uniform(LengthDist):
     """
 
     def __init__(self, lo: int, hi: int):
-        self.lo = positive_int("lo", lo)
-        self.hi = positive_int("hi", hi)
+        self.lo = tokens("lo", lo)
+        self.hi = tokens("hi", hi)
         if self.hi < self.lo:
             raise InputError("hi", f"must be >= lo (got lo = {self.lo} > hi = {self.hi})",
                              f"swap them: uniform:{self.hi}:{self.lo}")
@@ -248,8 +264,8 @@ class _Rounded(Discrete):
     def _build(self, lo, hi, spec: str):
         from scipy.special import ndtr, ndtri
 
-        self.lo = positive_int("min", lo)
-        self.hi = None if hi is None else positive_int("max", hi)
+        self.lo = tokens("min", lo)
+        self.hi = None if hi is None else tokens("max", hi)
         if self.hi is not None and self.hi < self.lo:
             raise InputError("max", f"must be >= min (got min = {self.lo} > max = {self.hi})")
         a = self.lo
@@ -306,10 +322,10 @@ class Normal(_Rounded):
     """
 
     def __init__(self, mean: float, sd: float, *, min: int = 1, max: int | None = None):
-        self.mu = positive("mean", mean)
-        self.sigma = positive("sd", sd)
+        self.mu = tokens("mean", mean, whole=False)
+        self.sigma = tokens("sd", sd, whole=False)
         self._build(min, max, f"normal:mean={fmt(self.mu)}:sd={fmt(self.sigma)}" + _bounds(
-            positive_int("min", min), None if max is None else positive_int("max", max)))
+            tokens("min", min), None if max is None else tokens("max", max)))
 
     def _z(self, x):
         return (x - self.mu) / self.sigma
@@ -337,15 +353,20 @@ class LogNormal(_Rounded):
             raise InputError("mean/sd", "give mean= and sd= (of the token count) or mu= and sigma= "
                              "(of its log), one pair")
         if mean is not None:
-            m, s = positive("mean", mean), positive("sd", sd)
+            m, s = tokens("mean", mean, whole=False), tokens("sd", sd, whole=False)
             self.sigma = math.sqrt(math.log1p((s / m) ** 2))
             self.mu = math.log(m) - self.sigma ** 2 / 2
             head = f"lognormal:mean={fmt(m)}:sd={fmt(s)}"
         else:
             self.mu, self.sigma = finite("mu", mu), positive("sigma", sigma)
+            if self.mu > math.log(MAX_TOKENS) or self.sigma > math.log(MAX_TOKENS):
+                bad = "mu" if self.mu > math.log(MAX_TOKENS) else "sigma"
+                raise InputError(bad, f"{getattr(self, bad):g} is above ln({MAX_TOKENS:.0e}) = "
+                                 f"{math.log(MAX_TOKENS):.3g}, the longest log-length",
+                                 "give mu= and sigma= of the log of the token count")
             head = f"lognormal:mu={fmt(self.mu)}:sigma={fmt(self.sigma)}"
-        self._build(min, max, head + _bounds(positive_int("min", min),
-                                             None if max is None else positive_int("max", max)))
+        self._build(min, max, head + _bounds(tokens("min", min),
+                                             None if max is None else tokens("max", max)))
 
     def _z(self, x):
         return (np.log(x) - self.mu) / self.sigma

@@ -57,7 +57,7 @@ import numpy as np
 
 from llmqueue._validate import finite, nonnegative, positive
 from llmqueue.errors import InputError
-from llmqueue.workload.arrivals import ArrivalProcess, _check_n_horizon, _renewal
+from llmqueue.workload.arrivals import ArrivalProcess, _check_n_horizon, _renewal, check_cv
 from llmqueue.workload.spec import fmt, parse_number
 
 
@@ -211,7 +211,7 @@ class TimeVarying(ArrivalProcess):
 
 
 def _check_law(cv, gaps) -> tuple[float, str]:
-    cv = positive("cv", cv)
+    cv = check_cv(cv)
     g = str(gaps).strip().lower()
     if g not in GAPS:
         raise InputError("gaps", f"must be one of {', '.join(GAPS)} (got {gaps!r})")
