@@ -347,15 +347,21 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     reqs = RequestArrays(np.arange(len(lens)), np.zeros(len(lens)), lens, np.full(len(lens), PREFILL_OUTPUT_TOKENS))
     off = offset()
     phase = budget.timeout(share=0.25, cap=math.inf)  # every probe (and the warm-up) ends within it
-    res = _run_bench(url, model, reqs, out_dir=runs / "prefill", concurrency=1, warmup_requests=1,
-                    drain_timeout_s=phase, timeout_s=phase, **net)
+    # one probe alone first: a server that does not answer stops the profile after one timeout,
+    # not after one per probe (15 of them, one after another, ran 15 s past a 4-s budget)
+    one = RequestArrays(np.arange(1), np.zeros(1), lens[:1], np.full(1, PREFILL_OUTPUT_TOKENS))
+    res = _run_bench(url, model, one, out_dir=runs / "prefill-check", concurrency=1, drain_timeout_s=phase,
+                     timeout_s=phase, **net)
+    if (np.asarray(res.records["status"]) == "ok").any():  # else reported below, as the probes' failure
+        res = _run_bench(url, model, reqs, out_dir=runs / "prefill", concurrency=1, warmup_requests=1,
+                         drain_timeout_s=phase, timeout_s=phase, **net)
     r = res.records
     ok = (np.asarray(r["status"]) == "ok") & np.isfinite(np.asarray(r["first_token_s"], dtype=np.float64))
     if ok.sum() < 2:
         timed_out = int((np.asarray(r["status"]) == "timeout").sum())
         why = (f"{timed_out} timed out after {phase:.3g} s: the server did not answer" if timed_out else
                res.error or "see " + str(runs / "prefill"))
-        raise InputError("url", f"only {int(ok.sum())} of {len(lens)} prefill probes were answered ({why})",
+        raise InputError("url", f"only {int(ok.sum())} of {len(r['status'])} prefill probes were answered ({why})",
                          "check the server and --model, or give a larger --budget")
     ttft = (np.asarray(r["first_token_s"], dtype=np.float64) - np.asarray(r["dispatched_s"], dtype=np.float64))[ok]
     plen = np.asarray(r["prompt_tokens"], dtype=np.int64)[ok]
