@@ -231,9 +231,21 @@ def refuse_link(field: str, path) -> None:
                          "through a link", "remove the link or write somewhere else")
 
 
-class WriteError(InputError):
+class WriteError(InputError, OSError):
     """An output file could not be written (full disk, quota, I/O error): the environment's
-    fault, reported in one line naming the file like any bad input (exit 2)."""
+    fault, reported in one line naming the file like any bad input (exit 2). It is also the
+    OSError it stands for (``errno``, ``strerror``, ``filename``: the output file), so a caller that
+    notes a failed write and goes on (the benchmark's extra files) catches it as before."""
+
+    def __init__(self, field: str, problem: str, fix: str | None = None, *, cause: OSError | None = None,
+                 filename=None):
+        InputError.__init__(self, field, problem, fix)
+        self.errno = getattr(cause, "errno", None)
+        self.strerror = getattr(cause, "strerror", None) or (_one_line(cause) if cause is not None else problem)
+        self.filename = None if filename is None else str(filename)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def write_failed(exc: BaseException | None) -> bool:
@@ -247,7 +259,8 @@ def write_error(field: str, path, e: OSError) -> InputError:
     reason = _one_line(e)
     fix = "free space or write somewhere else" if getattr(e, "errno", None) in (
         errno.ENOSPC, errno.EDQUOT, errno.EFBIG, None) else "write somewhere else"
-    return WriteError(field, f"cannot write {str(path)!r}: {reason} (the file is left as it was)", fix)
+    return WriteError(field, f"cannot write {str(path)!r}: {reason} (the file is left as it was)", fix, cause=e,
+                      filename=path)
 
 
 def _umask() -> int:
