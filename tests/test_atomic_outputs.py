@@ -211,3 +211,30 @@ def test_full_disk_leaves_the_previous_file_or_none(disk, src, case, cmdline, fr
     shutil.rmtree(out)
     code, _, err = disk.run(argv, free)
     _check(out, {}, code, err)
+
+
+def test_a_link_met_while_writing_is_refused_and_not_followed(src, tmp_path):
+    """A link in a folder whose file names are known only while writing (the report's PNGs) is
+    refused when reached: one line naming it, the link's target untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (tmp_path / "png").mkdir()
+    os.symlink(victim, tmp_path / "png" / "queue.png")
+    code, _, err = run_cli("report", src / "run-small", "-o", tmp_path / "r.html", "--png-dir", tmp_path / "png",
+                           "--no-progress")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "queue.png" in err and "symbolic link" in err, err
+    assert victim.read_text() == "keep\n"
+    assert not [p for p in (tmp_path / "png").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_rewritten_file_keeps_its_permissions(tmp_path):
+    from llmqueue._files import write_atomic
+
+    p = tmp_path / "a.json"
+    write_atomic(p, "{}\n")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (p.stat().st_mode & 0o777) == 0o666 & ~mask  # as open() would have made it
+    p.chmod(0o640)
+    write_atomic(p, b"[]\n")
+    assert (p.stat().st_mode & 0o777) == 0o640 and p.read_bytes() == b"[]\n"
