@@ -94,6 +94,18 @@ def _write_files(d: Path) -> None:
     (d / "runloop" / "requests.parquet").symlink_to("requests.parquet")
     (d / "runfifo").mkdir()
     os.mkfifo(d / "runfifo" / "requests.parquet")
+    # links planted where outputs go (issue 37 item 8): nothing may be written through them
+    (d / "victim.txt").write_text("not to be overwritten\n")
+    for link, target in [("link.yaml", "victim.txt"), ("link.parquet", "victim.txt"), ("link.html", "victim.txt"),
+                         ("dangling.yaml", "nowhere/x.yaml"), ("fitx.pairs.csv", "victim.txt"),
+                         ("linkrun/requests.parquet", "../victim.txt"), ("linksum/summary.json", "../victim.txt"),
+                         ("linkdang/workload.parquet", "../nowhere.parquet"),
+                         ("linkjournal/requests.parquet.journal", "../victim.txt"),
+                         ("linksweep/sweep.json", "../victim.txt"), ("linkplan/plan.json", "../victim.txt"),
+                         ("linkprof/profile.json", "../victim.txt"),
+                         ("linkgw/decisions.jsonl", "../victim.txt")]:
+        (d / link).parent.mkdir(exist_ok=True)
+        os.symlink(target, d / link)
 
 
 def _snapshot(d: Path) -> dict:
@@ -188,6 +200,26 @@ CASES: list[tuple[str, str, str]] = [
     ("bench-out-under-file", f"{BENCH} --out t.csv/run", "--out"),
     ("bench-out-devnull", f"{BENCH} --out /dev/null", "--out"),
     ("bench-out-empty", f"{BENCH} --out ''", "--out"),
+    # --- a symbolic link planted where an output goes: refused before the work (issue 37 item 8) ---
+    ("simulate-out-link-records", f"{SIM} --out linkrun", "linkrun/requests.parquet"),
+    ("simulate-out-link-summary", f"{SIM} --out linksum", "linksum/summary.json"),
+    ("simulate-out-link-dangling", f"{SIM} --out linkdang", "linkdang/workload.parquet"),
+    ("import-out-link", "import csv t.csv --out linkrun", "linkrun/requests.parquet"),
+    ("bench-out-link", f"{BENCH} --out linkrun", "linkrun/requests.parquet"),
+    ("bench-out-link-journal", f"{BENCH} --out linkjournal", "requests.parquet.journal"),
+    ("gateway-out-link", "gateway --scenario chat --backend default=http://127.0.0.1:9 --out linkgw",
+     "linkgw/decisions.jsonl"),
+    ("sweep-out-link", f"{SWEEP} --out linksweep", "linksweep/sweep.json"),
+    ("capacity-out-link", f"{CAP} --out linksweep", "linksweep/sweep.json"),
+    ("plan-out-link", "plan --scenario chat --out linkplan", "linkplan/plan.json"),
+    ("profile-out-link", "profile --url http://127.0.0.1:9 --model m --out linkprof --no-progress",
+     "linkprof/profile.json"),
+    ("calibrate-o-link", "calibrate emptydir -o link.yaml", "link.yaml"),
+    ("calibrate-o-dangling", "calibrate emptydir -o dangling.yaml", "dangling.yaml"),
+    ("fit-o-link", "workload fit t.csv -o link.yaml", "link.yaml"),
+    ("fit-pairs-link", "workload fit t.csv -o fitx.yaml", "fitx.pairs.csv"),
+    ("convert-o-link", "workload convert t.csv -o link.parquet", "link.parquet"),
+    ("report-o-link", f"{SEED2} -o link.html", "link.html"),
     # --- trace files -----------------------------------------------------------------------------
     ("stats-truncated-gz", "workload stats trunc.csv.gz", "trunc.csv.gz"),
     ("stats-not-gz", "workload stats notgz.csv.gz", "notgz.csv.gz"),

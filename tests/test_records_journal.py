@@ -49,8 +49,8 @@ def test_exception_marks_the_journaled_file_incomplete(tmp_path):
 
 
 def test_sigkill_loses_no_written_batch(tmp_path):
-    """A process killed outright after three writes: the journal holds all three batches; the
-    Parquet file a plain writer leaves in the same spot cannot be read at all."""
+    """A process killed outright after three writes: the journal holds all three batches; a plain
+    writer, written under a temporary name until closed, leaves no file (never an unreadable one)."""
     code = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
@@ -67,7 +67,8 @@ def test_sigkill_loses_no_written_batch(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    with pytest.raises(InputError, match="not a readable Parquet file"):
+    assert not (tmp_path / "plain.parquet").exists()
+    with pytest.raises(InputError, match="does not exist"):
         read_records(tmp_path / "plain.parquet")
     path = tmp_path / "requests.parquet"
     assert not path.exists()
@@ -76,7 +77,6 @@ def test_sigkill_loses_no_written_batch(tmp_path):
     np.testing.assert_array_equal(back["arrival_s"], _recs()["arrival_s"])
     assert is_complete(path) is False
     assert len(read_run(tmp_path).requests) == 300
-    (tmp_path / "plain.parquet").unlink()
     assert finish_run(tmp_path) == [path]
     assert not journal_path(path).exists() and pq.read_table(path).num_rows == 300
     assert is_complete(path) is False

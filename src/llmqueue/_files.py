@@ -1,5 +1,5 @@
 """User files: inputs opened only when they are regular files, their read errors as one line,
-and output paths checked before any work runs.
+output paths checked before any work runs, and outputs written whole or not at all.
 
 Every reader of a file the user names goes through :func:`input_file` (a FIFO, a device or a
 directory is refused instead of blocking or failing deep inside a parser) and :func:`reading`
@@ -7,12 +7,20 @@ directory is refused instead of blocking or failing deep inside a parser) and :f
 an :class:`~llmqueue.errors.InputError` naming the field). :func:`output_path` checks, before a
 command simulates or measures anything, that its output can be written: not empty, not a file
 where a directory is wanted, not under a file, writable, and not one of the command's inputs.
-Missing parent directories are fine: the writers create them.
+Missing parent directories are fine: the writers create them. A symbolic link already at the
+place of an output (planted in the output folder) is refused there too: outputs are never
+written through a link.
+
+Every output file (Parquet, JSON, YAML, CSV, HTML, PNG) is written through :class:`staged` (or
+:func:`write_atomic`): under a temporary name in its own folder, renamed over the output once
+whole. A full disk, a quota or a kill leaves the previous file or none, never a truncated one; the
+error names the output file in one line (:func:`write_error`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -166,6 +174,8 @@ def output_path(field: str, path, *, kind: str = "file", inputs=(), also=()) -> 
             if same:
                 raise InputError(field, f"{str(s)!r} would overwrite the input {str(in_path)!r} ({in_field}); "
                                  "outputs never overwrite inputs", "write to another path")
+    for out in (p, *also):
+        refuse_link(field, out)
     try:
         st = os.stat(p)
     except (FileNotFoundError, NotADirectoryError):
@@ -220,3 +230,148 @@ def load_json(field: str, path, *, what: str = "file"):
             return json.loads(text)
         except json.JSONDecodeError as e:
             raise InputError(field, f"{str(path)!r} is not valid JSON: {e.msg} (line {e.lineno})") from None
+
+
+def refuse_link(field: str, path) -> None:
+    """One-line InputError on ``field`` if a symbolic link (dangling or not) lies where the output
+    file ``path`` goes: a link planted in the output folder would send the output elsewhere
+    (``requests.parquet -> /etc/passwd``). The output's directory may itself be a link."""
+    p = Path(path)
+    if p.is_symlink():
+        try:
+            target = os.readlink(p)
+        except OSError:
+            target = "?"
+        raise InputError(field, f"{str(p)!r} is a symbolic link (to {target!r}); outputs are never written "
+                         "through a link", "remove the link or write somewhere else")
+
+
+class WriteError(InputError, OSError):
+    """An output file could not be written (full disk, quota, I/O error): the environment's
+    fault, reported in one line naming the file like any bad input (exit 2). It is also the
+    OSError it stands for (``errno``, ``strerror``, ``filename``: the output file), so a caller that
+    notes a failed write and goes on (the benchmark's extra files) catches it as before."""
+
+    def __init__(self, field: str, problem: str, fix: str | None = None, *, cause: OSError | None = None,
+                 filename=None):
+        InputError.__init__(self, field, problem, fix)
+        self.errno = getattr(cause, "errno", None)
+        self.strerror = getattr(cause, "strerror", None) or (_one_line(cause) if cause is not None else problem)
+        self.filename = None if filename is None else str(filename)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def write_failed(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a failure of the disk under an output (then no partial output is kept)."""
+    return isinstance(exc, (OSError, WriteError))
+
+
+def write_error(field: str, path, e: OSError) -> InputError:
+    """The OSError ``e`` of writing output ``path`` (a full disk, a quota, an I/O error) as one line
+    naming the output file, not its temporary name."""
+    reason = _one_line(e)
+    fix = "free space or write somewhere else" if getattr(e, "errno", None) in (
+        errno.ENOSPC, errno.EDQUOT, errno.EFBIG, None) else "write somewhere else"
+    return WriteError(field, f"cannot write {str(path)!r}: {reason} (the file is left as it was)", fix, cause=e,
+                      filename=path)
+
+
+def _umask() -> int:
+    try:  # Linux: read without changing it (os.umask would, briefly, for every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+
+class staged:
+    """Write the output file ``path`` under a temporary name in its folder; rename it over
+    ``path`` when whole.
+
+        with staged(path) as tmp:       # tmp: a Path, an empty file already created
+            pq.write_table(table, tmp)  # any writer that takes a path
+
+    On leaving the block normally the temporary file is renamed over ``path`` (atomic on one
+    file system: a reader sees the previous file or the new one); on any exception it is removed
+    and ``path`` is untouched. An OSError (full disk, quota, I/O error) becomes one
+    :class:`InputError` on ``field`` naming ``path``. Incremental writers use :meth:`commit` and
+    :meth:`discard` themselves. A symbolic link at ``path`` is refused (:func:`refuse_link`); the
+    temporary file is created exclusively, so no link is followed. ``fsync=True`` flushes the file
+    to the device before the rename (a crash of the machine then leaves one or the other too).
+    The new file gets the permissions of the file it replaces, else the usual ``0666 & ~umask``.
+    """
+
+    def __init__(self, path, *, field: str = "out", fsync: bool = False):
+        self.path = Path(path)
+        self.field = field
+        self.fsync = fsync
+        refuse_link(field, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            os.close(fd)
+        except OSError as e:
+            raise write_error(field, self.path, e) from None
+        self.tmp = Path(tmp)
+        self.done = False
+
+    def commit(self) -> Path:
+        """Rename the temporary file over ``path`` (once)."""
+        if self.done:
+            return self.path
+        self.done = True
+        try:
+            try:
+                mode = stat.S_IMODE(os.stat(self.path).st_mode)
+            except OSError:
+                mode = 0o666 & ~_umask()
+            os.chmod(self.tmp, mode)
+            if self.fsync:
+                fd = os.open(self.tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            refuse_link(self.field, self.path)
+            os.replace(self.tmp, self.path)
+        except BaseException as e:
+            self.tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise write_error(self.field, self.path, e) from None
+            raise
+        return self.path
+
+    def discard(self) -> None:
+        """Remove the temporary file; ``path`` keeps what it held."""
+        self.done = True
+        with contextlib.suppress(OSError):
+            self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> Path:
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.commit()
+            return False
+        self.discard()
+        if isinstance(exc, OSError):
+            raise write_error(self.field, self.path, exc) from None
+        return False
+
+
+def write_atomic(path, data, *, field: str = "out", fsync: bool = False) -> Path:
+    """Write ``data`` (str as UTF-8, or bytes) to the output file ``path`` whole or not at all
+    (:class:`staged`); creates missing parent directories. Returns ``path`` as a Path."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    st = staged(path, field=field, fsync=fsync)
+    with st as tmp, open(tmp, "wb") as f:
+        f.write(raw)
+    return st.path

@@ -423,6 +423,9 @@ def write_workload(requests, path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from llmqueue._files import staged
+
     cols = requests.to_columns()
-    pq.write_table(pa.table({k: (np.asarray(v).astype(str) if k == "class" else np.asarray(v)) for k, v in cols.items()}),
-                   path)
+    with staged(path) as tmp:
+        pq.write_table(pa.table({k: (np.asarray(v).astype(str) if k == "class" else np.asarray(v))
+                                 for k, v in cols.items()}), tmp)

@@ -487,8 +487,9 @@ def write_calibration(cal: Calibration, path) -> Path:
     p = Path(path)
     for k in PROFILE_KEYS:  # a profile under the file's folder is named relative to it: they move together
         d[k] = rebase_spec(d.get(k), p.parent, relative=True)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("# llmqueue calibration (Nie et al.'s inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
+    from llmqueue._files import write_atomic
+
+    write_atomic(p, "# llmqueue calibration (Nie et al.'s inputs measured on a run)\n" + yaml.safe_dump(d, sort_keys=False))
     return p
 
 

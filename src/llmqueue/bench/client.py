@@ -286,6 +286,7 @@ class _Run:
             summary["server_counters"] = counter_deltas(metrics)
         out_dir = rec.out_dir
         if out_dir is not None:
+            from llmqueue._files import write_atomic
             from llmqueue.records import dump_summary, write_records
 
             try:
@@ -294,7 +295,7 @@ class _Run:
                 if metrics:
                     write_metrics(out_dir / METRICS_FILE, metrics)
                 if server:
-                    (out_dir / SERVER_FILE).write_text(json.dumps(server, indent=2, default=str) + "\n")
+                    write_atomic(out_dir / SERVER_FILE, json.dumps(server, indent=2, default=str) + "\n")
                 dump_summary(out_dir / "summary.json", summary)
             except OSError as e:
                 self.disk_failed(f"cannot write to {out_dir} ({e.strerror or e}); no summary.json (the records "

@@ -227,7 +227,9 @@ def build_tiny_model(
     if proc.returncode != 0:
         raise VllmServerError(f"building the tiny model in {out} failed (exit {proc.returncode}):\n"
                               + _tail(proc.stdout + proc.stderr))
-    marker.write_text(json.dumps(spec, indent=2))
+    from llmqueue._files import write_atomic
+
+    write_atomic(marker, json.dumps(spec, indent=2))
     return out
 
 

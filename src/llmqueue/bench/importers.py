@@ -46,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 
+from llmqueue._files import staged
 from llmqueue.bench.import_fields import check_origin, impossible, numbers
 from llmqueue.errors import InputError
 from llmqueue.records.columns import request_record_columns
@@ -474,17 +475,18 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         raise InputError("out", f"cannot create {out} ({e.strerror or e})") from None
     recs = RequestRecords.from_columns(records)
     write_records(out / "requests.parquet", recs)
-    pq.write_table(pa.table({"request_id": pa.array(workload["request_id"], pa.int64()),
-                             "class": pa.array(workload["class"].astype(str), pa.string()),
-                             "arrival_s": pa.array(workload["arrival_s"], pa.float64()),
-                             "prompt_tokens": pa.array(workload["prompt_tokens"], pa.int64()),
-                             "output_tokens": pa.array(workload["output_tokens"], pa.int64())}),
-                   out / "workload.parquet")
+    with staged(out / "workload.parquet") as tmp:
+        pq.write_table(pa.table({"request_id": pa.array(workload["request_id"], pa.int64()),
+                                 "class": pa.array(workload["class"].astype(str), pa.string()),
+                                 "arrival_s": pa.array(workload["arrival_s"], pa.float64()),
+                                 "prompt_tokens": pa.array(workload["prompt_tokens"], pa.int64()),
+                                 "output_tokens": pa.array(workload["output_tokens"], pa.int64())}), tmp)
     itl = None
     if tokens is not None:
         from llmqueue.bench.recorder import token_schema
 
-        pq.write_table(pa.table(tokens, schema=token_schema()), out / "tokens.parquet")
+        with staged(out / "tokens.parquet") as tmp:
+            pq.write_table(pa.table(tokens, schema=token_schema()), tmp)
         t = np.asarray(tokens["t_s"])
         same = (np.diff(tokens["request_id"]) == 0) & (np.diff(tokens["attempt"]) == 0) if len(t) > 1 \
             else np.zeros(0, bool)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmqueue._files import write_atomic
 from llmqueue.errors import InputError
 
 DEFAULT_BUDGET_S = 180.0
@@ -327,7 +328,7 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     out = Path(out_dir)
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    (out / "server.json").write_text(json.dumps(server, indent=2, default=str) + "\n")
+    write_atomic(out / "server.json", json.dumps(server, indent=2, default=str) + "\n")
     notes = list(levels["notes"])
     net = dict(api_key=api_key, vocab_size=vocab_size, seed=seed, progress=False)
     total = 1 + passes * sum(len(v) for v in levels["contexts"].values())
@@ -416,7 +417,7 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
            "decode": cells, "prefill": prefill, "skipped": skipped, "notes": notes,
            "budget_s": float(budget_s), "elapsed_s": round(budget.elapsed(), 3),
            "server": {k: v for k, v in server.items() if k != "cache_config_info"}}
-    (out / PROFILE_FILE).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    write_atomic(out / PROFILE_FILE, json.dumps(doc, indent=2, default=str) + "\n")
     return doc
 
 

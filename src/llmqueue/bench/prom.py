@@ -407,7 +407,10 @@ def write_metrics(path, cols: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}), path)
+    from llmqueue._files import staged
+
+    with staged(path) as tmp:
+        pq.write_table(pa.table({k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}), tmp)
 
 
 # -- the per-step log -----------------------------------------------------------------------

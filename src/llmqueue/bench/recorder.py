@@ -19,11 +19,14 @@ written before stay readable, :attr:`Recorder.written` counts them, and ``write_
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from array import array
 from pathlib import Path
 
 import numpy as np
 
+from llmqueue._files import staged
 from llmqueue.errors import InputError
 from llmqueue.records.columns import request_record_columns
 
@@ -153,8 +156,9 @@ class Recorder:
 
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / ".llmqueue-write-test").touch()
-            (self.out_dir / ".llmqueue-write-test").unlink()
+            fd, probe = tempfile.mkstemp(prefix=".llmqueue-write-test-", dir=self.out_dir)  # never through a link
+            os.close(fd)
+            os.unlink(probe)
         except OSError as e:
             raise InputError("out_dir", f"cannot write to {self.out_dir} ({e.strerror or e})") from None
         r = requests
@@ -167,7 +171,8 @@ class Recorder:
             wl = wl.append_column("hash_ids", pa.array(prompts.hash_ids, pa.list_(pa.int64())))
             wl = wl.replace_schema_metadata({b"llmqueue.hash_block_tokens": str(prompts.H).encode()})
         try:
-            pq.write_table(wl, self.out_dir / WORKLOAD_FILE)
+            with staged(self.out_dir / WORKLOAD_FILE) as tmp:
+                pq.write_table(wl, tmp)
             self.writer = RunWriter(self.out_dir, journal=True)  # a client killed outright loses no written batch
             self.writer.writer("requests")
             self.tok_writer = ParquetJournal(self.out_dir / TOKENS_FILE, token_schema())

@@ -188,8 +188,9 @@ def record(out_dir, *, flags: dict | None = None, log=None, flag_source: str = "
         server["M_usable"] = (int(server["num_gpu_blocks"]) - 1) * int(server["block_size"])  # vLLM's null block
         server.setdefault("sources", {})["M_usable"] = "(num_gpu_blocks - 1) x block_size (vLLM keeps one null block)"
     if server and server != {"sources": {}}:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(server, indent=2, default=str) + "\n")
+        from llmqueue._files import write_atomic
+
+        write_atomic(p, json.dumps(server, indent=2, default=str) + "\n")
     return server
 
 

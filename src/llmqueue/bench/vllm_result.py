@@ -171,6 +171,6 @@ def write_result(path, result: dict) -> None:
             return [clean(v) for v in x]
         return x
 
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(clean(result), allow_nan=False, default=float))
+    from llmqueue._files import write_atomic
+
+    write_atomic(path, json.dumps(clean(result), allow_nan=False, default=float))

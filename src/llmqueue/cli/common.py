@@ -61,8 +61,9 @@ class OutputPath(click.Path):
 
 
 def run_outputs(p) -> list:
-    """The files a run directory ``--out`` receives (``OutputPath("dir", also=run_outputs)``)."""
-    return [p / n for n in RUN_FILES]
+    """The files a run directory ``--out`` receives (``OutputPath("dir", also=run_outputs)``),
+    the journals a benchmark writes its records through included."""
+    return [p / n for n in RUN_FILES] + [p / f"{n}.journal" for n in RUN_FILES if n.endswith(".parquet")]
 
 
 def param_label(p: click.Parameter) -> str:

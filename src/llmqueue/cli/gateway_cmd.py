@@ -6,8 +6,14 @@ import os
 
 import click
 
-from llmqueue.cli.common import command
+from llmqueue.cli.common import OutputPath, command, run_outputs
 from llmqueue.errors import InputError
+
+
+def gateway_outputs(p) -> list:
+    """The files a gateway run folder receives: a run's, its ``run.json`` and ``decisions.jsonl``."""
+    return run_outputs(p) + [p / "run.json", p / "decisions.jsonl"]
+
 
 READY = "llmqueue gateway: listening on {url} (pools: {pools}); records to {out}"
 
@@ -69,7 +75,7 @@ def fleet_of(scenario: str, sets=()):
               help="The engines (OpenAI-compatible base URLs, one per replica) of a pool; repeat per pool.")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
               help="Address to listen on (loopback unless told otherwise; port 0: a free one).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", required=True, type=OutputPath("dir", also=gateway_outputs),
               help="The run folder: requests.parquet (one record per request, written every second) and "
                    "decisions.jsonl (each decision with the numbers it read).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The routers' random streams.")

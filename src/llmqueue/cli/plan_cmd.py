@@ -143,8 +143,9 @@ def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, t
                    rho_max=rho_max, backend=backend, workers=workers, address=address, out_dir=out_dir, progress=wanted(progress),
                    sensitivity=sensitivity)
     d = res.to_dict()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (Path(out_dir) / "plan.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
+    from llmqueue._files import write_atomic
+
+    write_atomic(Path(out_dir) / "plan.json", json.dumps(d, indent=1, allow_nan=False) + "\n")
     if report:
         from llmqueue.report.plan_page import plan_report
 

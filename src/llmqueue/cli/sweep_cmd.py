@@ -303,8 +303,9 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
                           target=_target(url, served_model))
     d = res.to_dict()
     if out_dir:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / "capacity.json").write_text(json.dumps(d, indent=1, allow_nan=False) + "\n")
+        from llmqueue._files import write_atomic
+
+        write_atomic(Path(out_dir) / "capacity.json", json.dumps(d, indent=1, allow_nan=False) + "\n")
     if as_json:
         print_json(d)
         return

@@ -43,11 +43,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmqueue._files import staged, write_atomic
 from llmqueue.errors import InputError, LlmqueueError
 from llmqueue.plan.points import (
     _is_scenario,
@@ -164,10 +164,7 @@ def _read_cache(path: Path, key: str) -> dict | None:
 
 
 def _write_cache(path: Path, rec: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)  # atomic: an interrupted write leaves no half file
+    write_atomic(path, json.dumps(rec, indent=1, allow_nan=False) + "\n")  # an interrupted write leaves no half file
 
 
 @dataclass
@@ -455,20 +452,18 @@ class SweepResult:
     def write(self, out_dir, *, csv: bool = False) -> list[Path]:
         """Write ``sweep.parquet`` (or ``sweep.csv``) and ``sweep.json`` into ``out_dir``."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         tbl = self.to_arrow()
         if csv:
             import pyarrow.csv as pcsv
 
-            path = out / "sweep.csv"
-            pcsv.write_csv(tbl, path)
+            path, write = out / "sweep.csv", pcsv.write_csv
         else:
             import pyarrow.parquet as pq
 
-            path = out / "sweep.parquet"
-            pq.write_table(tbl, path)
-        js = out / "sweep.json"
-        js.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+            path, write = out / "sweep.parquet", pq.write_table
+        with staged(path) as tmp:
+            write(tbl, tmp)
+        js = write_atomic(out / "sweep.json", json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
         return [path, js]
 
 

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmqueue._files import write_atomic
 from llmqueue.errors import InputError
 
 #: The file :func:`plan_scenario` writes into the plan's output directory.
@@ -220,7 +221,6 @@ def _fitted_workload(workload):
 def _write(data: dict) -> Path:
     """The scenario file, named by the SHA-256 of its text, under the temporary directory."""
     import hashlib
-    import os
     import tempfile
 
     import yaml
@@ -230,10 +230,10 @@ def _write(data: dict) -> Path:
     d = Path(tempfile.gettempdir()) / "llmqueue-plan"
     d.mkdir(parents=True, exist_ok=True)
     p = d / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.yaml"
+    if p.is_symlink():
+        p.unlink()  # a link planted in the shared temporary folder is never followed
     if not p.is_file() or p.read_text() != text:
-        tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, p)  # atomic: a concurrent plan reads the whole file or none
+        write_atomic(p, text)  # a concurrent plan reads the whole file or none
     return p.resolve()
 
 
@@ -244,5 +244,5 @@ def keep_copy(src: PlanScenario, out_dir) -> None:
         return
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    (d / PLAN_SCENARIO).write_text(Path(src.scenario).read_text())
+    write_atomic(d / PLAN_SCENARIO, Path(src.scenario).read_text())
     src.source["plan_scenario_copy"] = str(d / PLAN_SCENARIO)

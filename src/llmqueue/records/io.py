@@ -26,6 +26,7 @@ journal a killed writer left behind (every whole batch; :func:`is_complete` says
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmqueue._files import staged, write_atomic, write_error, write_failed
 from llmqueue._result import _plain
 from llmqueue.errors import InputError
 from llmqueue.records.journal import (
@@ -88,11 +90,19 @@ class RecordWriter:
         self.cls = table_class(schema)
         self.path = Path(path)
         self.schema = arrow_schema(self.cls.KIND, optional)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._staged = None
+        self.closed = True  # until opened: __del__ has nothing to close
         if journal:
             self._writer = ParquetJournal(self.path, self.schema, compression=compression)
         else:
-            self._writer = pq.ParquetWriter(str(self.path), self.schema, compression=compression)
+            self._staged = staged(self.path)
+            try:
+                self._writer = pq.ParquetWriter(str(self._staged.tmp), self.schema, compression=compression)
+            except BaseException as e:
+                self._staged.discard()
+                if isinstance(e, OSError):
+                    raise write_error("out", self.path, e) from None
+                raise
         self.rows = 0
         self.closed = False
 
@@ -119,23 +129,55 @@ class RecordWriter:
                              f"open the writer with optional={extra}")
         table = pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in self.schema],
                                      schema=self.schema)
-        self._writer.write_table(table, row_group_size=max(len(batch), 1))
+        try:
+            self._writer.write_table(table, row_group_size=max(len(batch), 1))
+        except OSError as e:  # a full disk: nothing half-written is left under the file's name
+            self.abort()
+            raise write_error("out", self.path, e) from None
         self.rows += len(batch)
 
     def close(self, *, complete: bool = True) -> None:
-        """Write the footer. ``complete=False`` marks the file as cut short (still readable)."""
+        """Write the footer and put the file in place (it was written under a temporary name in
+        its folder: a reader never sees part of it). ``complete=False`` marks the file as cut
+        short (still readable). A full disk removes the temporary file and raises one InputError
+        naming the file."""
         if self.closed:
             return
         self.closed = True
-        if hasattr(self._writer, "add_key_value_metadata"):
+        try:
             self._writer.add_key_value_metadata({_COMPLETE_KEY: b"true" if complete else b"false"})
-        self._writer.close()
+            self._writer.close()
+        except BaseException as e:
+            if self._staged is not None:
+                self._staged.discard()
+            if isinstance(e, OSError):
+                raise write_error("out", self.path, e) from None
+            raise
+        if self._staged is not None:
+            self._staged.commit()
+
+    def abort(self) -> None:
+        """Close without putting the file in place: the temporary file is removed and a previous
+        file at ``path`` stays as it was (a journal stays, readable: see ParquetJournal)."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            (getattr(self._writer, "abort", None) or self._writer.close)()
+        if self._staged is not None:
+            self._staged.discard()
 
     def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.close(complete=exc_type is None)
+        if not write_failed(exc):
+            self.close(complete=exc_type is None)
+        elif self._staged is not None:
+            self.abort()  # the disk failed: keep no part of the file, the previous one stays
+        else:
+            with contextlib.suppress(Exception):  # a journal: its Parquet file if the disk allows
+                self.close(complete=False)
         return False
 
     def __del__(self):  # best effort if the caller forgot close()
@@ -213,10 +255,7 @@ def write_records(path, records: _Table, *, compression: str = "zstd") -> Path:
 
 def dump_summary(path, summary: Mapping) -> Path:
     """Write a summary dict as JSON (NaN and inf become null, numpy scalars plain numbers)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_plain(dict(summary)), indent=2, allow_nan=False) + "\n")
-    return path
+    return write_atomic(path, json.dumps(_plain(dict(summary)), indent=2, allow_nan=False) + "\n")
 
 
 @dataclass(frozen=True)
@@ -371,16 +410,27 @@ class RunWriter:
         return dump_summary(self.directory / SUMMARY_FILE, summary)
 
     def close(self, *, complete: bool = True) -> None:
-        if "requests" not in self.writers:  # a run directory always has requests.parquet
-            self.writer("requests")
-        for w in self.writers.values():
-            w.close(complete=complete)
+        """Close every file (each is put in place whole); a file the disk cannot take ends the
+        others without putting them in place (see :meth:`RecordWriter.abort`) and raises."""
+        try:
+            if "requests" not in self.writers:  # a run directory always has requests.parquet
+                self.writer("requests")
+            for w in self.writers.values():
+                w.close(complete=complete)
+        except BaseException as e:
+            for w in self.writers.values():
+                w.__exit__(type(e), e, None)
+            raise
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.close(complete=exc_type is None)
+        if write_failed(exc):
+            for w in self.writers.values():
+                w.__exit__(exc_type, exc, tb)
+        else:
+            self.close(complete=exc_type is None)
         return False
 
 

@@ -18,12 +18,14 @@ While a run goes on, its journal can be read too (a live view of the finished re
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmqueue._files import input_file, reading, refuse_link, staged, write_error
 from llmqueue.errors import InputError
 
 JOURNAL_SUFFIX = ".journal"
@@ -56,9 +58,16 @@ class ParquetJournal:
         self.schema = schema
         self.compression = compression
         self._meta: dict = {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
-        self._sink = pa.OSFile(str(self.jpath), "wb")
+        refuse_link("out", self.path)
+        refuse_link("out", self.jpath)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)
+            self.jpath.unlink(missing_ok=True)  # a previous run's journal: this run's starts empty
+            os.close(os.open(self.jpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # never through a link
+            self._sink = pa.OSFile(str(self.jpath), "wb")
+        except OSError as e:
+            raise write_error("out", self.jpath, e) from None
         self._ipc = pa.ipc.new_stream(self._sink, schema)
         self.closed = False
 
@@ -67,6 +76,19 @@ class ParquetJournal:
 
     def add_key_value_metadata(self, metadata: dict) -> None:
         self._meta.update(metadata)
+
+    def abort(self) -> None:
+        """End the journal without writing the Parquet file (a full disk): the journal stays,
+        readable (:func:`read_journal`, :func:`finish_journal`)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            with contextlib.suppress(Exception):
+                self._ipc.close()
+        finally:
+            with contextlib.suppress(Exception):
+                self._sink.close()
 
     def close(self) -> None:
         """End the journal and write the Parquet file from it (then remove the journal). If that
@@ -116,8 +138,6 @@ def read_table(path) -> pa.Table:
     """The Parquet file ``path``, or, where its writer never finished, its journal."""
     p = Path(path)
     if p.exists():
-        from llmqueue._files import input_file, reading
-
         with reading("path", input_file("path", p)):
             return pq.read_table(p)
     if journal_path(p).exists():
@@ -126,9 +146,11 @@ def read_table(path) -> pa.Table:
 
 
 def _convert(jpath: Path, path: Path, schema: pa.Schema, compression: str, meta: dict) -> None:
+    """Write the Parquet file ``path`` from journal ``jpath`` (under a temporary name, renamed when
+    whole: :class:`~llmqueue._files.staged`), then remove the journal. A full disk removes the
+    temporary file and leaves the journal, readable; the error names ``path``."""
     _, batches = _batches(jpath)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with staged(path) as tmp:
         w = pq.ParquetWriter(str(tmp), schema, compression=compression)
         try:
             buf, rows = [], 0
@@ -144,10 +166,6 @@ def _convert(jpath: Path, path: Path, schema: pa.Schema, compression: str, meta:
                 w.add_key_value_metadata(meta)
         finally:
             w.close()
-    except BaseException:  # a full disk: no half-written file; the journal stays, readable
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
     jpath.unlink()
 
 

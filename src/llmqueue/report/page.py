@@ -65,6 +65,7 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels
     """Render ``panels`` (:class:`~llmqueue.report.interactive.Panel`) into the page where ``body``
     holds their :func:`fig` placeholders, write each panel's PNG (those that have one) and the page.
     ``bar``: a progress bar, moved one step per PNG and one for the page."""
+    from llmqueue._files import write_atomic
     from llmqueue.report import interactive as I
     from llmqueue.report.figures import png_bytes
 
@@ -77,7 +78,7 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels
     for p in panels:
         if p.png is not None:
             path = png_dir / f"{p.name}.png"
-            path.write_bytes(png_bytes(p.png))
+            write_atomic(path, png_bytes(p.png), field="png_dir")
             paths.append(path)
             if bar is not None:
                 bar.update(1)
@@ -90,8 +91,7 @@ def write(kind: str, out, png_dir, title: str, subtitle: str, body: list, panels
     if paths:
         footer += f" The static figures are also in {H.esc(str(png_dir))}/."
     head = H.script(I.plotly_js()) if panels else ""
-    out.write_text(H.page(title=title, subtitle=subtitle, body=parts, head_extra=head, footer=footer),
-                   encoding="utf-8")
+    write_atomic(out, H.page(title=title, subtitle=subtitle, body=parts, head_extra=head, footer=footer))
     if bar is not None:
         bar.update(1)
     return Report(kind=kind, html_path=out, png_paths=paths, source=source, notes=list(notes))

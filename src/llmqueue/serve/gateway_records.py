@@ -27,13 +27,14 @@ class GatewayRecords:
     """The run folder ``out_dir`` (see the module docstring)."""
 
     def __init__(self, out_dir, t0_epoch: float):
+        from llmqueue._files import write_atomic
         from llmqueue.errors import InputError
         from llmqueue.records import RunWriter
 
         self.dir = Path(out_dir)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "run.json").write_text(json.dumps({"kind": "gateway", "t0_epoch": t0_epoch}) + "\n")
+            write_atomic(self.dir / "run.json", json.dumps({"kind": "gateway", "t0_epoch": t0_epoch}) + "\n")
             self.writer = RunWriter(self.dir, journal=True, optional={"requests": list(_EXTRA)})
             self.writer.writer("requests")
             self.decisions = open(self.dir / "decisions.jsonl", "w", encoding="utf-8")
@@ -83,6 +84,8 @@ class GatewayRecords:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from llmqueue._files import staged
+
         self.flush()
         self.decisions.close()
         self.writer.close(complete=True)
@@ -93,7 +96,8 @@ class GatewayRecords:
                        "arrival_s": pa.array(np.asarray(cols[2], dtype=np.float64)[order]),
                        "prompt_tokens": pa.array(np.asarray(cols[3], dtype=np.int64)[order]),
                        "output_tokens": pa.array(np.asarray(cols[4], dtype=np.int64)[order])})
-        pq.write_table(wl, self.dir / "workload.parquet")
+        with staged(self.dir / "workload.parquet") as tmp:
+            pq.write_table(wl, tmp)
         if self.count:
             from llmqueue.metrics import summarize
             from llmqueue.records import read_records

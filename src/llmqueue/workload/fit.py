@@ -218,6 +218,8 @@ class FittedWorkload:
         spec's path; ``pairs_path`` gives the pairs file's (None for lognormal lengths)."""
         import yaml
 
+        from llmqueue._files import staged, write_atomic
+
         p = Path(os.fspath(path))
         p.parent.mkdir(parents=True, exist_ok=True)
         pairs_name = None
@@ -227,16 +229,14 @@ class FittedWorkload:
             pp = p.parent / pairs_name
             s, o = self.joint.prompts, self.joint.outputs
             order = np.lexsort((o, s))
-            with open(pp, "w", encoding="utf-8") as f:
+            with staged(pp) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 f.write("prompt_tokens,output_tokens\n")
                 np.savetxt(f, np.stack([s[order], o[order]], axis=1), fmt="%d", delimiter=",")
             self.pairs_path = pp
         doc = self.to_dict(pairs_name)
         head = ("# llmqueue fitted workload: load with llmqueue.workload.load_fitted(path)\n"
                 "# paths are relative to this file\n")
-        with open(p, "w", encoding="utf-8") as f:
-            f.write(head)
-            yaml.safe_dump(doc, f, sort_keys=False, width=float("inf"), allow_unicode=True)
+        write_atomic(p, head + yaml.safe_dump(doc, sort_keys=False, width=float("inf"), allow_unicode=True))
         self.path = p
         return p
 

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmqueue._files import reading
+from llmqueue._files import reading, staged
 from llmqueue._validate import positive, positive_int
 from llmqueue.errors import InputError
 from llmqueue.workload.trace import Trace
@@ -268,11 +268,8 @@ def write_trace(trace: Trace, path) -> Path:
             "llmqueue.source": str(trace.source), "llmqueue.repairs": json.dumps(list(trace.repairs))}
     table = pa.table(cols).replace_schema_metadata(meta)
     out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, out)
-    except OSError as e:
-        raise InputError("output", f"cannot write {str(out)!r}: {_one_line(e)}") from None
+    with staged(out, field="output") as tmp:
+        pq.write_table(table, tmp)
     return out
 
 
