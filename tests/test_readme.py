@@ -190,7 +190,11 @@ class Workspace:
             self.server.stdout.close()
 
     def skips(self, block: Block) -> dict[int, str]:
-        out = {}
+        """{command line: reason} of the commands of ``block`` that do not run here, and of those
+        that read what a skipped one writes (its ``-o``/``--out``)."""
+        import re
+
+        out, unwritten = {}, []
         for c in block.commands:
             flat = " ".join(c.text.split())
             for text, why in SKIP.items():
@@ -198,6 +202,11 @@ class Workspace:
                     out[c.line] = why
             if "../shared/" in c.text and not SHARED_DIR.is_dir():
                 out[c.line] = f"needs the team's ../shared (not at {SHARED_DIR}; a user's clone has none)"
+            for path in unwritten:
+                if re.search(rf"(?<![\w/.-]){re.escape(path)}(?![\w.-])", flat):
+                    out[c.line] = f"reads {path}, which a skipped command writes"
+            if c.line in out:
+                unwritten += re.findall(r"(?:^|\s)(?:-o|--out)\s+(\S+)", flat)
         return out
 
     def run(self, block: Block):
@@ -321,3 +330,13 @@ def test_the_readme_runs_without_the_test_extra(workspace):
     assert r.returncode != 0 and "aiohttp" in r.stderr
     r = subprocess.run(["llmqueue", "--version"], env=workspace.env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_without_shared_traces_their_commands_and_readers_skip(monkeypatch, tmp_path):
+    import test_readme
+
+    monkeypatch.setattr(test_readme, "SHARED_DIR", tmp_path / "absent")
+    (b,) = shell_blocks("## T\n```bash\nllmqueue workload fit ../shared/traces/x.csv -o conv.yaml\n"
+                        "llmqueue simulate --workload conv.yaml\nllmqueue scenario list\n```\n")
+    ws = Workspace.__new__(Workspace)
+    assert sorted(ws.skips(b)) == [3, 4]
