@@ -9,8 +9,10 @@ from llmqueue.cli.common import InputPath, OutputPath, command, json_option, pri
 
 @command("report")
 @click.argument("run_or_sweep_dir", nargs=-1, type=InputPath("any"))
-@renamed_option("-o", "--out", "output", old=("--output",), default="report.html", show_default=True, type=OutputPath("file"),
-              help="The HTML file to write (missing parent directories are created).")
+@renamed_option("-o", "--out", "output", old=("--output",), type=OutputPath("file"),
+              help="The HTML file to write (missing parent directories are created) [default: DIR/report.html "
+                   "for one directory, report.html in the directories' common parent for several, "
+                   "./report.html for a source's figure].")
 @click.option("--png-dir", type=OutputPath("dir"),
               help="Where each figure is also written as PNG, created if missing [default: <report>_png/].")
 @click.option("--compare", type=InputPath("any"),
@@ -70,6 +72,8 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
                          f"drop {' '.join(dirs)} or {seeds[0]}")
     if seeds and compare is not None:
         raise InputError("compare", f"{seeds[0]} takes no --compare")
+    if output is None:
+        output = _default_output(dirs)
     if seed004:
         from llmqueue.report.seeds import seed004_figure2
 
@@ -109,3 +113,17 @@ def report(run_or_sweep_dir, output, png_dir, compare, title, seed004, seed002, 
     rows += [("figure", str(p)) for p in res.png_paths]
     rows += [("note", n) for n in res.notes]
     print_kv(rows, title="Report written")
+
+
+def _default_output(dirs: list) -> str:
+    """Where a report goes without ``-o``: into the run (sweep, plan) directory it draws, the
+    common parent of several, or the working directory for a source's figure (no directory)."""
+    import os
+    from pathlib import Path
+
+    from llmqueue._files import output_path
+
+    if not dirs:
+        return "report.html"
+    folder = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
+    return str(output_path("output", Path(folder) / "report.html"))
