@@ -166,7 +166,8 @@ class _Connection(asyncio.Protocol):
             else:
                 name = _offending_header(data)
                 self._fail(400, f"malformed HTTP request ({e})" if name is None else
-                           f"header {name}: a value holding CR or LF, or a folded line, is not allowed", param=name)
+                           f"header {name}: a value holding CR or LF, or a folded line, is not allowed",
+                           param=None if name is None else name.lower())
         except _TooLarge as e:
             self._fail(e.status, e.message)
 
