@@ -8,6 +8,7 @@ import click
 
 from llmqueue.cli.common import command
 from llmqueue.errors import InputError
+from llmqueue.serve.http import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 
 READY = "llmqueue gateway: listening on {url} (pools: {pools}); records to {out}"
 
@@ -84,11 +85,11 @@ def fleet_of(scenario: str, sets=()):
 @click.option("--upstream-first-byte-timeout", type=click.FloatRange(min=0.001), default=None, metavar="SECONDS",
               help="An engine whose answer has not begun by then: 504 (default: --upstream-timeout). vLLM sends a "
                    "streamed answer's head at once, a whole answer's at its end.")
-@click.option("--client-timeout", type=click.FloatRange(min=0.001), default=10.0, show_default=True, metavar="SECONDS",
-              help="A client whose request (head and body) is not whole by then gets 408 and is disconnected.")
-@click.option("--idle-timeout", type=click.FloatRange(min=0.001), default=60.0, show_default=True, metavar="SECONDS",
-              help="A kept-alive client connection with no request for this long is closed.")
-@click.option("--max-connections", type=click.IntRange(min=1), default=16384, show_default=True,
+@click.option("--client-timeout", type=click.FloatRange(min=0.001), default=REQUEST_TIMEOUT_S, show_default=True,
+              metavar="SECONDS", help="A client whose request (head and body) is not whole by then gets 408 and is disconnected.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0.001), default=IDLE_TIMEOUT_S, show_default=True,
+              metavar="SECONDS", help="A kept-alive client connection with no request for this long is closed.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=MAX_CONNECTIONS, show_default=True,
               help="Open client connections held at most; one more gets 503 and is closed (an idle one costs "
                    "about 2 KB; the process's open-file limit must allow them).")
 @click.option("--scrape-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
