@@ -244,7 +244,7 @@ def _chunked(*parts: bytes) -> bytes:
 class FakeEngine:
     """An asyncio server that answers GETs as an engine does (``/health``, ``/v1/models``) and each
     POST as ``mode`` says: ``ok`` (events), ``ok-whole``, ``hang`` (reads it, never answers),
-    ``stall`` (one event, then nothing), ``not-http``, ``not-json`` (a whole answer), ``bad-chunked``,
+    ``ok-crlf`` (events whose lines end with CR LF), ``stall`` (one event, then nothing), ``not-http``, ``not-json`` (a whole answer), ``bad-chunked``,
     ``bad-sse`` (its first event is not an event), ``mid-garbage`` (good events, then garbage),
     ``no-end`` (a stream that ends inside an event). It records each POST's headers and counts
     the connections closed by the gateway."""
@@ -310,6 +310,11 @@ class FakeEngine:
             writer.write(sse + _chunked(b'data: {"choices":[{"text":" a"}]}\n\ndata: {"choi'))
         elif m == "ok-whole":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(WHOLE_OK), WHOLE_OK))
+        elif m == "ok-crlf":
+            writer.write(sse + b"14\r\n" + SSE_OK[:20] + b"\r\n")  # no line end yet
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(_chunked(SSE_OK[20:].replace(b"\n", b"\r\n")))
         elif m == "not-json":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n<garbage>")
         else:
@@ -463,3 +468,13 @@ def test_cr_lf_in_headers_is_refused_naming_the_header_and_never_reaches_the_eng
     names = {line.split(":", 1)[0].lower() for line in posts[0] if line}
     assert "x-evil" not in names and "x-tenant" not in names and "x-request-class" not in names
     assert rec["tenant"] == ["blue team"]
+
+
+def test_events_with_cr_lf_line_ends_are_relayed(tmp_path):
+    """sse-starlette ends event lines with CR LF: valid server-sent events, relayed and timed."""
+    async def client(url, engines):
+        return await _post(url, stream=True)
+
+    (r, _), rec, _ = _gateway_run(tmp_path, ["ok-crlf"], client)
+    assert r.status_code == 200 and r.text.endswith("data: [DONE]\r\n\r\n")
+    assert rec["status"] == ["ok"] and rec["output_tokens"] == [2]

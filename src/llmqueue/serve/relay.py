@@ -12,7 +12,7 @@ body and the status.
 Garbage is not passed on: a streamed answer's events must be server-sent events whose lines are
 ``data:`` (a JSON object or ``[DONE]``), ``event:``, ``id:``, ``retry:`` or a ``:`` comment, and
 the stream must not end inside an event; a whole ``200`` answer must be a JSON object. The
-client's stream begins only with the first whole event, so an answer that is garbage from its
+client's stream begins only with the first whole event (lines may end with LF or CR LF), so an answer that is garbage from its
 start fails before any byte reached the client (the gateway tries another replica, or answers
 502); garbage later fails the send and the gateway ends the client's stream with an error event.
 Checking costs a prefix test per event.
@@ -35,7 +35,7 @@ class Relay(Response):
     ``stream``: the client asked for server-sent events; ``clock()``: the gateway's time."""
 
     __slots__ = ("ex", "stream", "clock", "started", "first", "last", "events", "usage_tokens", "gaps", "carry",
-                 "whole", "too_large", "on_first", "bad")
+                 "whole", "too_large", "on_first", "bad", "crlf")
 
     def __init__(self, ex, stream: bool, clock, on_first=None):
         super().__init__()
@@ -53,6 +53,7 @@ class Relay(Response):
         self.too_large = False
         self.on_first = on_first    # called once, at the first token
         self.bad = None             # why the answer is garbage, once it is found to be
+        self.crlf = None            # the engine ends its event lines with CR LF (sse-starlette's way)
 
     @property
     def output_tokens(self) -> int:
@@ -83,6 +84,10 @@ class Relay(Response):
     def _scan(self, data: bytes) -> bool:
         """Check and time the events that ``data`` ends (events end with a blank line; one may span
         chunks): sets :attr:`bad` at one that is not a server-sent event; whether any ended."""
+        if self.crlf is None and b"\n" in data:
+            self.crlf = b"\r\n" in data  # JSON holds no raw CR LF: these are line ends
+        if self.crlf:
+            data = data.replace(b"\r\n", b"\n")
         buf = self.carry + data if self.carry else data
         parts = buf.split(b"\n\n")
         self.carry = parts.pop()
