@@ -140,13 +140,17 @@ CASES: list[tuple[str, str, str]] = [
      "--out o", "--upstream-key"),
     ("gateway-key-form", "gateway --scenario chat --backend default=http://127.0.0.1:9 --upstream-key default --out o",
      "--upstream-key"),
-    ("gateway-read-timeout-zero", "gateway --scenario chat --backend default=http://127.0.0.1:9 --read-timeout 0 --out o",
-     "--read-timeout"),
-    ("gateway-max-connections-zero", "gateway --scenario chat --backend default=http://127.0.0.1:9 --max-connections 0 --out o",
-     "--max-connections"),
     ("gateway-scenario-missing", "gateway --scenario no-such --backend default=http://127.0.0.1:9 --out o", "--scenario"),
     ("gateway-retries-negative", "gateway --scenario chat --backend default=http://127.0.0.1:9 --max-retries -1 --out o",
      "--max-retries"),
+    ("gateway-client-timeout-zero", "gateway --scenario chat --backend default=http://127.0.0.1:9 --client-timeout 0 "
+     "--out o", "--client-timeout"),
+    ("gateway-idle-timeout-text", "gateway --scenario chat --backend default=http://127.0.0.1:9 --idle-timeout soon "
+     "--out o", "--idle-timeout"),
+    ("gateway-max-connections-zero", "gateway --scenario chat --backend default=http://127.0.0.1:9 --max-connections 0 "
+     "--out o", "--max-connections"),
+    ("gateway-first-byte-negative", "gateway --scenario chat --backend default=http://127.0.0.1:9 "
+     "--upstream-first-byte-timeout -1 --out o", "--upstream-first-byte-timeout"),
     # --- output paths that cannot be written (checked before the work) ---------------------------
     ("simulate-replicas-huge", f"{SIM} --replicas 5000", "--replicas"),
     ("simulate-out-proc", f"{SIM} --out /proc/llmq-x", "--out"),

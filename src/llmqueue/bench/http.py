@@ -496,6 +496,9 @@ class Pool:
                     resp.fut = None
                     continue
                 raise
+            except BaseException:  # a failed or abandoned answer leaves the connection unusable
+                c.close()
+                raise
             finally:
                 if c.resp is resp:
                     c.resp = None

@@ -8,6 +8,7 @@ import click
 
 from llmqueue.cli.common import OutputPath, command, run_outputs
 from llmqueue.errors import InputError
+from llmqueue.serve.http import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 
 
 def gateway_outputs(p) -> list:
@@ -87,19 +88,24 @@ def fleet_of(scenario: str, sets=()):
               help="Times a request that failed before its first byte is sent to another replica.")
 @click.option("--upstream-timeout", type=click.FloatRange(min=0.001), default=600.0, show_default=True,
               metavar="SECONDS", help="An engine that has not finished an answer by then: 504 (or the stream cut).")
+@click.option("--upstream-first-byte-timeout", type=click.FloatRange(min=0.001), default=None, metavar="SECONDS",
+              help="An engine whose answer has not begun by then: 504 (default: --upstream-timeout). vLLM sends a "
+                   "streamed answer's head at once, a whole answer's at its end.")
+@click.option("--client-timeout", type=click.FloatRange(min=0.001), default=REQUEST_TIMEOUT_S, show_default=True,
+              metavar="SECONDS", help="A client whose request (head and body) is not whole by then gets 408 and is disconnected.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0.001), default=IDLE_TIMEOUT_S, show_default=True,
+              metavar="SECONDS", help="A kept-alive client connection with no request for this long is closed.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=MAX_CONNECTIONS, show_default=True,
+              help="Open client connections held at most; one more gets 503 and is closed (an idle one costs "
+                   "about 2 KB; the process's open-file limit must allow them).")
 @click.option("--scrape-interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
               help="How often each engine's /metrics (and a failed one's /health) is read.")
-@click.option("--read-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True, metavar="SECONDS",
-              help="A client's request must be whole this long after its first byte (else 408).")
-@click.option("--idle-timeout", type=click.FloatRange(min=0.01), default=60.0, show_default=True, metavar="SECONDS",
-              help="Close a kept-alive client connection idle this long.")
-@click.option("--max-connections", type=click.IntRange(1, 1 << 20), default=16384, show_default=True,
-              help="Client connections held at once; one more gets 503 (each idle one costs about 4 KB).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, metavar="SECONDS",
               help="On Ctrl-C or SIGTERM: how long requests in flight may finish (then cut; exit 130).")
 @click.pass_context
 def gateway(ctx, scenario, sets, backends, listen, out_dir, seed, keys, forward_client_key, max_retries,
-            upstream_timeout, scrape_interval, read_timeout, idle_timeout, max_connections, drain_timeout):
+            upstream_timeout, upstream_first_byte_timeout, client_timeout, idle_timeout, max_connections,
+            scrape_interval, drain_timeout):
     """Run the scenario's control plane in front of real engines (vLLM, SGLang, TGI, llmqueue emulate).
 
     Each request is classified (X-Request-Class, else the lanes' prompt geometry; the tenant from
@@ -122,9 +128,9 @@ def gateway(ctx, scenario, sets, backends, listen, out_dir, seed, keys, forward_
     fleet, classes = fleet_of(scenario, sets)
     code = serve_gateway(fleet, pools, classes=classes, host=host, port=port, out_dir=out_dir, seed=seed,
                          upstream_keys=_keys(keys), forward_client_key=forward_client_key, max_retries=max_retries,
-                         upstream_timeout_s=upstream_timeout, scrape_interval_s=scrape_interval,
+                         upstream_timeout_s=upstream_timeout, upstream_first_byte_timeout_s=upstream_first_byte_timeout,
+                         request_timeout_s=client_timeout, idle_timeout_s=idle_timeout,
+                         max_connections=max_connections, scrape_interval_s=scrape_interval,
                          drain_timeout_s=drain_timeout,
-                         limits={"head_timeout_s": read_timeout, "idle_timeout_s": idle_timeout,
-                                 "max_connections": max_connections},
                          on_ready=lambda url: click.echo(READY.format(url=url, pools=", ".join(pools), out=out_dir)))
     ctx.exit(code)

@@ -5,7 +5,8 @@ Each request, in the source documents' order (seed 000 section 6, seed 003 secti
 
 1. **classify**: its class from ``X-Request-Class`` (a class the scenario names; else 400), else
    the lanes' prompt geometry; its tenant from ``X-Tenant``, else its API key (kept as a short
-   hash, never the key), else ``anonymous``; its prompt length exact for token ids, else by
+   hash, never the key), else ``anonymous`` (both headers: printable ASCII, at most
+   :data:`MAX_LABEL_CHARS` characters, else 400 naming the header; neither is sent upstream); its prompt length exact for token ids, else by
    :func:`llmqueue.serve.openai.text_tokens`'s stated rule;
 2. **lane**: the scenario's lanes pick the pool (unmatched: the first pool);
 3. **admit or shed**: the scenario's gateway rules (:class:`~llmqueue.cluster.gateway.GatewayRuntime`:
@@ -18,9 +19,14 @@ Each request, in the source documents' order (seed 000 section 6, seed 003 secti
    request in the gateway's queue (FIFO, or weighted fair between tenants) until a replica has a
    free sequence slot;
 5. **forward** the body to the engine and relay its answer as it arrives
-   (:mod:`llmqueue.serve.relay`); a connect error or a 5xx before the first byte is sent again to
-   another routable replica (at most ``max_retries`` times, counted); a failure mid-stream ends the
-   client's stream with an error event and takes the replica out until its ``/health`` answers;
+   (:mod:`llmqueue.serve.relay`); a connect error, a 5xx or an answer that cannot be read (not
+   HTTP, broken chunking, events that are not server-sent events, a whole answer that is not JSON)
+   before the first byte is sent again to another routable replica (at most ``max_retries`` times,
+   counted; none left: ``502`` with the last failure); a failure mid-stream ends the client's
+   stream with an error event and takes the replica out until its ``/health`` answers; an engine
+   with no answer head by ``upstream_first_byte_timeout_s`` or no whole answer by
+   ``upstream_timeout_s`` gets its connection closed and the client ``504`` (or its stream cut),
+   recorded as ``timeout``;
    a client that goes away closes the engine's connection (the engine aborts the request and frees
    its KV), counted as cancelled.
 
@@ -40,9 +46,10 @@ import json
 import math
 import time
 
-from llmqueue.serve.http import HttpServer
+from llmqueue.serve.http import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REQUEST_TIMEOUT_S, HttpServer
 from llmqueue.serve.openai import ApiError, text_tokens
 
+MAX_LABEL_CHARS = 64   # X-Tenant and X-Request-Class values
 ROUTES = {"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
           "/metrics": "GET"}
 FLUSH_S = 1.0
@@ -82,14 +89,18 @@ class Gateway:
     ``backends``: pool name -> engine base URLs (one per replica); ``classes``: class name ->
     priority (the scenario's); ``out_dir``: the run folder (None: no files); ``upstream_keys``: pool
     -> an API key sent only to that pool's engines; ``forward_client_key``: pass the client's
-    ``Authorization`` to the engines (off: client keys never leave the gateway); ``limits``: the
-    client side's ``head_timeout_s``, ``idle_timeout_s`` and ``max_connections``
-    (:class:`~llmqueue.serve.http.HttpServer`)."""
+    ``Authorization`` to the engines (off: client keys never leave the gateway);
+    ``upstream_timeout_s``: an answer not whole by then is cut (504, or the stream ended);
+    ``upstream_first_byte_timeout_s``: an engine whose answer has not begun by then (None: the
+    total) is cut the same way; ``request_timeout_s``, ``idle_timeout_s``, ``max_connections``:
+    the client side's limits (:class:`~llmqueue.serve.http.HttpServer`)."""
 
     def __init__(self, fleet, backends: dict, *, classes: dict | None = None, seed: int = 0, out_dir=None,
                  upstream_keys: dict | None = None, forward_client_key: bool = False, max_retries: int = 2,
                  upstream_timeout_s: float = 600.0, scrape_interval_s: float = 1.0, max_body_bytes: int = 8 << 20,
-                 served_model: str | None = None, limits: dict | None = None):
+                 served_model: str | None = None, upstream_first_byte_timeout_s: float | None = None,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         from llmqueue.cluster.decisions import DecisionLog
         from llmqueue.cluster.gateway import GatewayRuntime
         from llmqueue.serve.gateway_metrics import GatewayMetrics
@@ -121,11 +132,14 @@ class Gateway:
         self.forward_client_key = forward_client_key
         self.max_retries = max_retries
         self.upstream_timeout_s = upstream_timeout_s
+        self.first_byte_timeout_s = (upstream_first_byte_timeout_s if upstream_first_byte_timeout_s is not None
+                                     and upstream_first_byte_timeout_s < upstream_timeout_s else None)
         self.scrape_interval_s = scrape_interval_s
         self.served_model = served_model or next((p.model for p in fleet.pools if p.model), "llmqueue")
         self.engine_models: list = []
         self.pool_models: dict = {}   # pool -> the model names its engines serve
-        self.server = HttpServer(self.handle, max_body_bytes=max_body_bytes, **(limits or {}))
+        self.server = HttpServer(self.handle, max_body_bytes=max_body_bytes, request_timeout_s=request_timeout_s,
+                                 idle_timeout_s=idle_timeout_s, max_connections=max_connections)
         self.in_flight: set = set()
         self.waiting: dict = {}   # request -> its GatewayRequest, while held in a pool's gateway queue
         self.n = 0
@@ -243,10 +257,10 @@ class Gateway:
         try:
             body, s, o, stream, model = self._parse(ex)
             cls = self._class(ex)
+            tenant = self._tenant(ex)
         except ApiError as e:
             self.metrics.requests.labels("", "", "rejected", "bad request").inc()
             return ex.respond(e.status, e.body())
-        tenant = self._tenant(ex)
         self.n += 1
         r = Request(request_id=self.n, arrival_time=t, num_prompt_tokens=s, max_tokens=o, class_name=cls,
                     priority=self.classes.get(cls, 0), seq=self.n)
@@ -307,6 +321,7 @@ class Gateway:
         cls = ex.headers.get("x-request-class")
         if cls is None:
             return next(iter(self.classes), "default")
+        _check_label("X-Request-Class", cls)
         if self.classes and cls not in self.classes:
             raise ApiError(400, f"X-Request-Class: unknown class {cls[:64]!r}; classes: {', '.join(self.classes)}",
                            "BadRequestError", "x-request-class")
@@ -316,7 +331,8 @@ class Gateway:
     def _tenant(ex) -> str:
         t = ex.headers.get("x-tenant")
         if t:
-            return t[:64]
+            _check_label("X-Tenant", t)
+            return t
         auth = ex.headers.get("authorization")
         if auth:
             return "key-" + hashlib.sha256(auth.encode("utf-8", "replace")).hexdigest()[:12]
@@ -362,7 +378,8 @@ class Gateway:
                 self.metrics.retries.labels(pool.name).inc()
                 continue
             if outcome == "retry":  # nothing left to try: the engine's failure is the answer
-                self._fail_whole(q, 502, f"no replica answered (the last: {q.failure})")
+                self._fail_whole(q, 502, f"no replica answered (the last: {q.failure})" if q.failure
+                                 else "no replica answered")
             break
         self._end(q, pool)
 
@@ -424,8 +441,8 @@ class Gateway:
 
     async def _forward(self, q: GatewayRequest, pool, i: int) -> str:
         """Send ``q`` to replica ``i`` and relay its answer: ``ok``, ``retry`` (failed before any
-        byte reached the client) or ``failed``."""
-        from llmqueue.bench.http import Lost, StreamError
+        byte reached the client; ``q.reason`` says how) or ``failed``."""
+        from llmqueue.bench.http import Lost, StreamError, conn_message
         from llmqueue.serve.relay import Relay
 
         b = pool.backends[i]
@@ -435,30 +452,41 @@ class Gateway:
                 pool.pending_prefill[i] -= r.num_prompt_tokens
 
         relay = q.relay = Relay(q.ex, q.stream, self.now, on_first=first_token)
+        timer = late = None
+        if self.first_byte_timeout_s is not None:  # no answer head by then: cut as a timeout
+            task, late = asyncio.current_task(), []
+            def no_first_byte():
+                if relay.nbytes == 0:
+                    late.append(True)
+                    task.cancel()
+            timer = asyncio.get_running_loop().call_later(self.first_byte_timeout_s, no_first_byte)
         try:
             await asyncio.wait_for(b.upstream[q.path].send(relay, self._body(q, pool), self._headers(q, pool)),
                                    self.upstream_timeout_s)
-        except asyncio.TimeoutError:
-            relay.abandon()
-            if not relay.started:
-                self._fail_whole(q, 504, f"the engine did not answer in {self.upstream_timeout_s:g} s")
-                return "failed"
-            return self._cut_stream(q, pool, i, "timeout")
         except asyncio.CancelledError:
             relay.abandon()
-            raise
+            if not late:
+                raise
+            asyncio.current_task().uncancel()
+            return self._timed_out(q, pool, i, f"the engine did not begin its answer in {self.first_byte_timeout_s:g} s")
         except (OSError, Lost, StreamError) as e:
+            if isinstance(e, asyncio.TimeoutError) and e.errno is None:  # wait_for's deadline, not a socket's
+                return self._timed_out(q, pool, i, f"the engine did not finish its answer in "
+                                       f"{self.upstream_timeout_s:g} s")
+            relay.abandon()
             if q.status == "cancelled":
                 return "failed"
+            why = (f"the engine's answer could not be read ({e})" if isinstance(e, StreamError)
+                   else f"the engine's connection failed ({conn_message(e)})")
             if not relay.started:
                 pool.fail(i)
                 b.errors += 1
-                if isinstance(e, StreamError) and relay.http_status is not None:
-                    self._fail_whole(q, 502, f"the engine's answer could not be read ({e})")
-                    return "failed"
-                q.failure = f"{type(e).__name__}: {e}" if isinstance(e, OSError) else str(e)
+                q.failure = why
                 return "retry"
-            return self._cut_stream(q, pool, i, f"the engine failed mid-answer ({e})")
+            return self._cut_stream(q, pool, i, f"the engine failed mid-answer: {why}")
+        finally:
+            if timer is not None:
+                timer.cancel()
         if q.status == "cancelled":
             return "failed"
         st = relay.http_status
@@ -473,9 +501,25 @@ class Gateway:
         q.first, q.finish = relay.first, self.now()
         q.out_tokens = relay.output_tokens
         q.gaps = tuple(relay.gaps)
+        q.reason = ""
         if st != 200:
             q.status, q.reason = ("rejected" if st in (400, 404, 413, 422, 429) else "error"), f"engine answered {st}"
         return "ok"
+
+    def _timed_out(self, q: GatewayRequest, pool, i: int, why: str) -> str:
+        """The engine was too slow: its connection is closed (it aborts the request); the client
+        gets 504, or, mid-stream, an error event; recorded as ``timeout``."""
+        q.relay.abandon()
+        if q.status == "cancelled":
+            return "failed"
+        if not q.relay.started:
+            e = ApiError(504, why, "GatewayTimeoutError")
+            q.ex.respond(e.status, e.body())
+            q.status, q.reason, q.finish = "timeout", why, self.now()
+            return "failed"
+        self._cut_stream(q, pool, i, why)
+        q.status = "timeout"
+        return "failed"
 
     def _body(self, q: GatewayRequest, pool) -> bytes:
         """The body for ``pool``'s engines: as sent, unless the model asked for is not one they serve
@@ -506,7 +550,8 @@ class Gateway:
         """A failure after bytes reached the client: an error event ends its stream; the replica is
         out until its health probe answers."""
         err = json.dumps({"error": {"message": why, "type": "BadGatewayError", "param": None, "code": 502}})
-        q.ex.end(f"data: {err}\n\ndata: [DONE]\n\n".encode())
+        lead = "\n\n" if q.relay.carry or q.relay.bad else ""  # an event left unfinished is ended first
+        q.ex.end(f"{lead}data: {err}\n\ndata: [DONE]\n\n".encode())
         pool.fail(i)
         q.status, q.reason, q.finish = "error", why, self.now()
         q.first = q.relay.first
@@ -514,7 +559,7 @@ class Gateway:
         return "failed"
 
     def _fail_whole(self, q: GatewayRequest, status: int, why: str) -> None:
-        e = ApiError(status, why, "BadGatewayError" if status == 502 else "GatewayTimeoutError")
+        e = ApiError(status, why, "BadGatewayError")
         q.ex.respond(e.status, e.body())
         q.status, q.reason, q.finish = "error", why, self.now()
 
@@ -598,6 +643,14 @@ class Gateway:
         while True:
             await asyncio.sleep(FLUSH_S)
             self.records.flush()
+
+
+def _check_label(header: str, value: str) -> None:
+    """A class or tenant name from a header: printable ASCII of at most :data:`MAX_LABEL_CHARS`
+    characters (it goes into records, decisions and metric labels), else 400 naming the header."""
+    if len(value) > MAX_LABEL_CHARS or not (value.isascii() and value.isprintable()):
+        raise ApiError(400, f"{header}: give at most {MAX_LABEL_CHARS} printable ASCII characters "
+                       f"(got {len(value)} characters: {value[:32]!r})", "BadRequestError", header.lower())
 
 
 def _check(fleet, backends: dict) -> None:

@@ -9,15 +9,17 @@ the tokens of all its running requests in one pass. A handler may also be a coro
 an answer is still streaming (pipelining) wait their turn. A client that goes away while its
 answer is pending fires the exchange's ``on_close`` (a server aborts the request then).
 
-Limits (a slow or hostile client costs bounded memory): the request head
+Limits (a slow or hostile client costs bounded memory and time): the request head
 (:data:`MAX_HEAD_BYTES`), the body (``max_body_bytes``), and the bytes an answer may have queued
 for a client that does not read (:data:`MAX_UNSENT_BYTES`: the connection is closed past it).
-Malformed HTTP gets ``400`` and the connection is closed. Time limits (a client that opens
-connections and sends nothing, or trickles a request byte by byte, holds no slot for long): a
-request must be whole within ``head_timeout_s`` of its first byte (else ``408`` and the connection
-is closed); a kept-alive connection with no request for ``idle_timeout_s`` is closed; beyond
-``max_connections`` open at once a new connection gets ``503`` and is closed. One sweep a second
-checks the deadlines (no timer per request).
+Malformed HTTP gets ``400`` and the connection is closed; a header value holding CR or LF (an
+attempt to add a header of its own) is malformed, and the answer names the header. Time: a
+request begun must be whole (head and body) within ``request_timeout_s`` (else ``408`` and the
+connection closed: a client that trickles bytes), a kept-alive connection with no request is
+closed quietly after ``idle_timeout_s``, and past ``max_connections`` open connections a new one
+gets ``503`` and is closed at once. The deadlines are checked by one sweep over the connections
+every quarter of the shorter one (at most every second), so a request pays a clock read per
+state change, not a timer; an idle connection costs about 2 KB (docs/benchmarks.md).
 
 Why this server: benchmarks/http_servers.py measured it against aiohttp.web and granian on
 the same emulated answers (docs/benchmarks.md).
@@ -35,13 +37,13 @@ import time
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_UNSENT_BYTES = 8 * 1024 * 1024
-HEAD_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 16384
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-           413: "Payload Too Large",
-           429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           503: "Service Unavailable"}
+           413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_IDLE, _READING, _BUSY = range(3)   # a connection's phase: waiting for a request, reading one, answering
 
 
 class Exchange:
@@ -129,17 +131,20 @@ class _Connection(asyncio.Protocol):
         self._body: list = []
         self._size = 0
         self._head = 0
-        self.reading = False                   # a request begun and not yet whole
-        self.since = time.monotonic()          # when the request began, or the connection went idle
+        self.phase = _IDLE
+        self.since = 0.0   # loop time the phase began (the deadlines count from it)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
-        if len(self.server.connections) >= self.server.max_connections:
-            self.server.refused += 1
-            self._fail(503, f"the server holds {self.server.max_connections} connections; retry later")
+        srv = self.server
+        if len(srv.connections) >= srv.max_connections:  # refused at once: the open ones keep their memory
+            srv.refused += 1
+            self._fail(503, f"the server holds its limit of {srv.max_connections} connections; retry later",
+                       "ServiceUnavailableError")
             return
-        self.server.connections.add(self)
+        self.since = srv.loop_time()
+        srv.connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -159,7 +164,10 @@ class _Connection(asyncio.Protocol):
             if isinstance(inner, _TooLarge):
                 self._fail(inner.status, inner.message)
             else:
-                self._fail(400, f"malformed HTTP request ({e})")
+                name = _offending_header(data)
+                self._fail(400, f"malformed HTTP request ({e})" if name is None else
+                           f"header {name}: a value holding CR or LF, or a folded line, is not allowed",
+                           param=None if name is None else name.lower())
         except _TooLarge as e:
             self._fail(e.status, e.message)
 
@@ -174,13 +182,13 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self.reading = True
-        self.since = time.monotonic()
         self._url = b""
         self._headers = []
         self._body = []
         self._size = 0
         self._head = 0
+        self.phase = _READING
+        self.since = self.server.loop_time()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -201,11 +209,11 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self.reading = False
         url = self._url.decode("latin-1")
         path, _, query = url.partition("?")
         ex = Exchange(self, self.parser.get_method().decode("latin-1"), path, query, dict(self._headers),
                       b"".join(self._body), self.parser.should_keep_alive())
+        self.phase = _BUSY
         if self.current is None:
             self._dispatch(ex)
         else:
@@ -247,16 +255,31 @@ class _Connection(asyncio.Protocol):
         self.write(data)
         if self.current is ex:
             self.current = None
-            self.since = time.monotonic()
             if not ex.keep_alive:
                 self.close()
             elif self.queued:
                 self._dispatch(self.queued.pop(0))
+            else:  # waiting again: idle, or the rest of a request sent behind this one
+                if self.phase == _BUSY:
+                    self.phase = _IDLE
+                self.since = self.server.loop_time()
 
-    def _fail(self, status: int, message: str) -> None:
+    def expire(self, now: float, request_timeout_s: float, idle_timeout_s: float) -> None:
+        """Apply the deadlines (the server's sweep): a request begun and not whole in time gets
+        ``408``; a connection idle too long is closed quietly. An answer in progress has none."""
+        if self.current is not None or self.phase == _BUSY:
+            return
+        if self.phase == _READING:
+            if now - self.since > request_timeout_s:
+                self.server.timed_out += 1
+                self._fail(408, f"the request was not whole within {request_timeout_s:g} s")
+        elif now - self.since > idle_timeout_s:
+            self.close()
+
+    def _fail(self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> None:
         if self.closed:
             return
-        body = json.dumps({"error": {"message": message, "type": "BadRequestError", "param": None,
+        body = json.dumps({"error": {"message": message, "type": kind, "param": param,
                                      "code": status}}).encode()
         self.queued.clear()
         if self.current is None:
@@ -283,6 +306,22 @@ class _Connection(asyncio.Protocol):
         self.transport.abort()
 
 
+def _offending_header(data: bytes) -> str | None:
+    """The name of the header in ``data`` whose value holds a bare CR or LF, or is followed by a
+    folded (whitespace-led) line: what an attempt to inject a header looks like; None if none."""
+    prev = None
+    for line in data.split(b"\r\n")[1:]:
+        if not line:
+            break
+        if line[:1] in (b" ", b"\t"):
+            return prev
+        name = line.split(b":", 1)[0].strip().decode("latin-1")[:64]
+        if b"\r" in line or b"\n" in line:
+            return name
+        prev = name
+    return None
+
+
 class _TooLarge(Exception):
     def __init__(self, status: int, message: str):
         self.status, self.message = status, message
@@ -292,23 +331,29 @@ class HttpServer:
     """One listening socket and its connections. ``handler(exchange)``: answers a request (or
     returns an awaitable that does). ``start(host, port)`` binds (``port`` 0: a free one,
     :attr:`port` tells it); :meth:`stop_listening` refuses new connections (the open ones go
-    on), :meth:`reset_all` drops every open one with a TCP reset."""
+    on), :meth:`reset_all` drops every open one with a TCP reset.
 
-    def __init__(self, handler, *, max_body_bytes: int = MAX_BODY_BYTES, head_timeout_s: float = HEAD_TIMEOUT_S,
+    Limits (see the module docstring): ``max_body_bytes``, ``request_timeout_s`` (a request begun
+    must be whole by then: else 408), ``idle_timeout_s`` (a kept-alive connection with no request
+    is closed), ``max_connections`` (a connection past it gets 503). Counted: :attr:`timed_out`
+    (408s), :attr:`refused` (connections over the limit), :attr:`errors` (handler crashes)."""
+
+    def __init__(self, handler, *, max_body_bytes: int = MAX_BODY_BYTES, request_timeout_s: float = REQUEST_TIMEOUT_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS):
         self.handler = handler
         self.max_body_bytes = max_body_bytes
-        self.head_timeout_s = head_timeout_s
+        self.request_timeout_s = request_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_connections = max_connections
-        self.refused = 0      # connections refused at the bound
-        self.timed_out = 0    # requests not whole within head_timeout_s
-        self._sweeper = None
         self.connections: set = set()
         self.server = None
         self.host = None
         self.port = None
         self.errors = 0
+        self.timed_out = 0
+        self.refused = 0
+        self.loop_time = time.monotonic   # the loop's clock once started
+        self._sweeper = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, field: str = "host") -> "HttpServer":
         """Listen on ``host:port``; an address that cannot be bound is a one-line error naming ``field``
@@ -324,24 +369,19 @@ class HttpServer:
                              "give an address of this machine (127.0.0.1) and a free port (0 picks one)") from None
         self.host = host
         self.port = self.server.sockets[0].getsockname()[1]
-        self._sweeper = asyncio.ensure_future(self._sweep())
+        self.loop_time = loop.time
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep())
         return self
 
     async def _sweep(self) -> None:
-        """Once a second (or faster for short limits): close connections past their deadline."""
-        period = min(1.0, self.head_timeout_s / 4, self.idle_timeout_s / 4)
+        """Every quarter of the shorter deadline (at most every second): each connection's deadlines."""
+        tick = min(max(min(self.request_timeout_s, self.idle_timeout_s) / 4, 0.01), 1.0)
         while True:
-            await asyncio.sleep(period)
-            now = time.monotonic()
+            await asyncio.sleep(tick)
+            now = self.loop_time()
             for c in list(self.connections):
-                if c.closed:
-                    continue
-                if c.reading:
-                    if now - c.since > self.head_timeout_s:
-                        self.timed_out += 1
-                        c._fail(408, f"the request was not received within {self.head_timeout_s:g} s")
-                elif c.current is None and not c.queued and now - c.since > self.idle_timeout_s:
-                    c.close()
+                c.expire(now, self.request_timeout_s, self.idle_timeout_s)
 
     def stop_listening(self) -> None:
         if self.server is not None:

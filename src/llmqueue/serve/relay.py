@@ -8,15 +8,25 @@ the engine reports (``completion_tokens``), else the token events counted. A who
 any error answer) is kept, up to :data:`MAX_WHOLE_BYTES`, and sent when it ends, with the
 engine's status. Nothing of the client's request or of the engine's headers is passed on but the
 body and the status.
+
+Garbage is not passed on: a streamed answer's events must be server-sent events whose lines are
+``data:`` (a JSON object or ``[DONE]``), ``event:``, ``id:``, ``retry:`` or a ``:`` comment, and
+the stream must not end inside an event; a whole ``200`` answer must be a JSON object. The
+client's stream begins only with the first whole event (lines may end with LF or CR LF), so an answer that is garbage from its
+start fails before any byte reached the client (the gateway tries another replica, or answers
+502); garbage later fails the send and the gateway ends the client's stream with an error event.
+Checking costs a prefix test per event.
 """
 
 from __future__ import annotations
 
 import re
 
-from llmqueue.bench.http import Response
+from llmqueue.bench.http import Response, StreamError
 
 MAX_WHOLE_BYTES = 64 * 1024 * 1024
+MAX_EVENT_BYTES = 1 << 20   # an event (or the bytes before the first) longer than this is garbage
+_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 
@@ -25,7 +35,7 @@ class Relay(Response):
     ``stream``: the client asked for server-sent events; ``clock()``: the gateway's time."""
 
     __slots__ = ("ex", "stream", "clock", "started", "first", "last", "events", "usage_tokens", "gaps", "carry",
-                 "whole", "too_large", "on_first")
+                 "whole", "too_large", "on_first", "bad", "crlf")
 
     def __init__(self, ex, stream: bool, clock, on_first=None):
         super().__init__()
@@ -42,19 +52,28 @@ class Relay(Response):
         self.whole: list = []
         self.too_large = False
         self.on_first = on_first    # called once, at the first token
+        self.bad = None             # why the answer is garbage, once it is found to be
+        self.crlf = None            # the engine ends its event lines with CR LF (sse-starlette's way)
 
     @property
     def output_tokens(self) -> int:
         return self.usage_tokens if self.usage_tokens is not None else self.events
 
     def payload(self, data: bytes) -> None:
+        if self.bad is not None:
+            return
         if self.stream and self.http_status == 200:
-            if not self.started:
-                self.started = True
-                self.ex.start_stream(200, first=data)  # the head and the first bytes in one write
-            else:
+            whole = self._scan(data)
+            if self.bad is not None:
+                self.fail(StreamError(self.bad))
+            elif self.started:
                 self.ex.write(data)
-            self._scan(data)
+            elif whole:  # the first whole event: the client's stream begins
+                self.started = True
+                self.ex.start_stream(200, first=b"".join(self.whole) + data)
+                self.whole.clear()
+            else:
+                self.whole.append(data)
             return
         n = sum(map(len, self.whole)) + len(data)
         if n > MAX_WHOLE_BYTES:
@@ -62,15 +81,24 @@ class Relay(Response):
             return
         self.whole.append(data)
 
-    def _scan(self, data: bytes) -> None:
-        """Time the token events in ``data`` (events end with a blank line; one may span chunks)."""
+    def _scan(self, data: bytes) -> bool:
+        """Check and time the events that ``data`` ends (events end with a blank line; one may span
+        chunks): sets :attr:`bad` at one that is not a server-sent event; whether any ended."""
+        if self.crlf is None and b"\n" in data:
+            self.crlf = b"\r\n" in data  # JSON holds no raw CR LF: these are line ends
+        if self.crlf:
+            data = data.replace(b"\r\n", b"\n")
         buf = self.carry + data if self.carry else data
         parts = buf.split(b"\n\n")
         self.carry = parts.pop()
-        if len(self.carry) > 1 << 20:  # an event nobody ends: stop timing it, keep relaying
-            self.carry = b""
+        if len(self.carry) > MAX_EVENT_BYTES:
+            self.bad = f"no end of a server-sent event in {MAX_EVENT_BYTES} bytes"
+            return False
         t = None
         for ev in parts:
+            if not (ev.startswith((b"data: {", b"data:{", b"data: [DONE]")) and b"\n" not in ev) and _not_sse(ev):
+                self.bad = f"not a server-sent event: {bytes(ev[:40])!r}"
+                return False
             if b'"choices":[]' in ev or b"[DONE]" in ev or not ev.strip():
                 m = _USAGE.search(ev)
                 if m:
@@ -90,8 +118,20 @@ class Relay(Response):
                 self.gaps.append(t - self.last)
             self.last = t
             self.events += 1
+        return bool(parts)
 
     def finish(self) -> None:
+        if self.bad is not None:
+            return
+        if self.stream and self.http_status == 200 and (self.carry.strip() or not self.started):
+            self.bad = "the engine's stream ended inside an event" if self.started else "no server-sent event"
+        elif self.http_status == 200 and not self.stream and not self.too_large and \
+                b"".join(self.whole).lstrip()[:1] != b"{":
+            self.bad = "the engine's answer is not a JSON object"
+        if self.bad is not None:
+            self.complete = True
+            self.fail(StreamError(self.bad))
+            return
         if not self.stream or self.http_status != 200:
             body = b"".join(self.whole)
             if self.http_status == 200:
@@ -112,3 +152,19 @@ class Relay(Response):
             self.ex.respond(e.status, e.body())
             return
         self.ex.respond(self.http_status or 502, b"".join(self.whole))
+
+
+def _not_sse(ev: bytes) -> bool:
+    """Whether an event's lines are not all server-sent-event fields (``data:`` holding a JSON
+    object or ``[DONE]``)."""
+    for line in ev.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if not line:
+            continue
+        if not line.startswith(_FIELDS):
+            return True
+        if line.startswith(b"data:"):
+            v = line[5:].strip()
+            if v[:1] != b"{" and v != b"[DONE]":
+                return True
+    return False
