@@ -195,6 +195,45 @@ def replica_share(run_dir: Path) -> list:
     return [int(np.sum(rep == k)) for k in range(2)]
 
 
+def diagnose(out: Path, res: dict) -> dict:
+    """Where the time went (a diagnosis beside the bar): each replica's speed in each load run
+    against the pooled step model, from its iteration log (the busy step cycles over the model's
+    price of the same steps, :func:`llmqueue.bench.calibrate.profile_level`; 1: the model's speed),
+    over the run and per 10-s window (min, max), the same level on the saturation runs, and the
+    client's send lateness (p50 / p99 ms: a client starved of CPU sends late)."""
+    import numpy as np
+
+    from llmqueue.bench.calibrate import profile_level
+    from llmqueue.bench.steplog import steps_from_log
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.records import read_records, read_run
+
+    cal = res["calibration"]
+    model = parse_step_time(cal["step_time_linear"])
+    bs = VLLM_TEST_SERVER["block_size"]
+
+    def level(steps, lo, hi):
+        x, n = profile_level(steps, model, (lo, hi), block_size=bs)
+        return None if n < 20 else round(float(x), 3)
+
+    diag: dict = {"saturation": {k: level(read_run(out / f"sat-{k}").steps, *cal["window"]) for k in "AB"}, "runs": []}
+    for row in res["runs"]:
+        rd = out / f"{row['router']}-x{row['factor']}"
+        b = json.loads((rd / "client" / "summary.json").read_text())["bench"]
+        c = read_records(rd / "client").to_dict()
+        late = 1e3 * (c["dispatched_s"] - c["arrival_s"])
+        d = {"run": rd.name, "send_lateness_ms": [float(np.nanpercentile(late, q)) for q in (50, 99)], "replicas": {}}
+        for k in "AB":
+            steps, _ = steps_from_log(out / f"server-{k}.log", t0_epoch_s=b["t0_epoch_s"], t_end_s=b["t_end_s"],
+                                      M=cal["M"])
+            wins = [level(steps, t, t + 10) for t in np.arange(0, b["t_end_s"], 10)]
+            wins = [w for w in wins if w is not None]
+            d["replicas"][k] = {"level": level(steps, 0, b["t_end_s"]), "level_10s_min": min(wins, default=None),
+                                "level_10s_max": max(wins, default=None)}
+        diag["runs"].append(d)
+    return diag
+
+
 def errors(row: dict, sim: str = "sim_linear") -> dict:
     """Relative errors of the simulated figures against the client's and the gateway's."""
     out = {}
@@ -239,15 +278,19 @@ def main(argv=None) -> int:
     ap.add_argument("--routers", default="least-outstanding", help="comma list of the pool's routers to run")
     ap.add_argument("--factors", default=",".join(map(str, FACTORS)))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--analyze-only", action="store_true",
+                    help="no server: redo the figures, the verdicts and the diagnosis on the saved runs of --out")
     a = ap.parse_args(argv)
     if a.quick:
         a.sat_s, a.run_s, a.warmup_s = min(a.sat_s, 15.0), min(a.run_s, 20.0), min(a.warmup_s, 5.0)
     out = Path(a.out).absolute()
+    path = out / "gateway_fidelity.json"
+    if a.analyze_only:
+        return finish(out, json.loads(path.read_text()))
     out.mkdir(parents=True, exist_ok=True)
     model_dir, work, version = vf.engine_setup(f"{VLLM_TEST_MODEL['hidden_size']}x{VLLM_TEST_MODEL['num_layers']}")
     res: dict = {"vllm": version, "model": VLLM_TEST_MODEL, "server": VLLM_TEST_SERVER, "shape": vf.SHAPES[SHAPE],
                  "args": vars(a), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": []}
-    path = out / "gateway_fidelity.json"
     servers = start_servers(model_dir, work, out)
     with servers[0], servers[1]:
         cal = res["calibration"] = calibrate_fleet(servers, out, a)
@@ -262,13 +305,28 @@ def main(argv=None) -> int:
                 res["runs"].append(row)
                 path.write_text(json.dumps(res, indent=2, default=str))
                 print(f"{router} {f}x: {row['requests']} requests, replicas {row['replica_share']}", flush=True)
+    return finish(out, res)
+
+
+def finish(out: Path, res: dict) -> int:
+    """The errors, the verdict count and the diagnosis into ``gateway_fidelity.json``; the table printed."""
+    path = out / "gateway_fidelity.json"
     for row in res["runs"]:
         row["errors"] = errors(row)
         row["errors_constant"] = errors(row, "sim_constant")
     res["within"] = sum(abs(v) <= BAR for row in res["runs"] for v in row["errors"].values() if v is not None)
     res["checks"] = sum(len(row["errors"]) for row in res["runs"])
+    res["diagnosis"] = diagnose(out, res)
     path.write_text(json.dumps(res, indent=2, default=str))
-    print("\n" + table(res) + f"\n\nwithin 15 %: {res['within']} of {res['checks']} ({path})", flush=True)
+    dg = res["diagnosis"]
+    lines = [f"saturation runs: replica speed level A {dg['saturation']['A']}, B {dg['saturation']['B']} (1: the pooled model)"]
+    for d in dg["runs"]:
+        lines.append(f"{d['run']}: client send lateness p50/p99 {d['send_lateness_ms'][0]:.1f} / "
+                     f"{d['send_lateness_ms'][1]:.1f} ms; " + "; ".join(
+                         f"{k} level {x['level']} (10-s windows {x['level_10s_min']}-{x['level_10s_max']})"
+                         for k, x in d["replicas"].items()))
+    print("\n" + table(res) + f"\n\nwithin 15 %: {res['within']} of {res['checks']} ({path})\n\n" + "\n".join(lines),
+          flush=True)
     return 0
 
 
