@@ -24,6 +24,7 @@ from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel
 from llmqueue.errors import InputError
 from llmqueue.knobs import BY_NAME
+from llmqueue.theory.judged import reconcile
 from llmqueue.theory.prediction import theory_for
 
 UNLIMITED_KV_TOKENS = 1 << 40
@@ -299,7 +300,7 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
 
         summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
                                          **fleet_accounts(spec))
-    theory = theory_for(spec, requests, res.steps)
+    theory = judge_fleet(theory_for(spec, requests, res.steps), spec, requests, recs, res.horizon_s)
     if margin is not None:
         from llmqueue.margin import margin_verdict, regime_margin
 
@@ -308,11 +309,44 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         said = margin_verdict(m)
         if said is not None and str(summary.get("verdict", "")).startswith("stable"):
             summary["verdict"] = said
+    why = reconcile(theory, summary)
+    if why:
+        theory["why_they_differ"] = why
     if notes:
         summary["notes"] = notes
     if res.explained:
         summary["explained"] = [e.to_dict() for e in res.explained]
     return SimOutcome(result=res, summary=summary, theory=theory, records=recs, stream=requests)
+
+
+def judge_fleet(theory: dict, spec, requests, recs, horizon_s) -> dict:
+    """The theory section with what the simulated records add: the retries' offered load
+    (attempts per user request) and, for a fleet of several pools, each pool's closed forms fed
+    the arrivals the simulated routing sent it (:mod:`llmqueue.theory.judged`)."""
+    from llmqueue.metrics.fleet import retry_amplification
+    from llmqueue.theory.judged import judge_retries, pool_theory, pools_verdict
+
+    cols = {k: recs[k] for k in ("request_id", "arrival_s", "class")}
+    amp = retry_amplification(cols, warmup_s=spec.warmup_s, horizon_s=horizon_s).get("amplification")
+    judge_retries(theory, amp)
+    if "pool" in recs.columns:
+        pools = pool_theory(spec, requests, {k: recs[k] for k in ("request_id", "arrival_s", "pool")},
+                            warmup_s=spec.warmup_s, horizon_s=horizon_s)
+        if pools:
+            peak, lam = theory.pop("peak", None), None
+            if peak is not None:
+                a = np.asarray(requests.arrival_s, dtype=np.float64)
+                H = horizon_s or (float(a[-1]) if len(a) else 0.0)
+                lam = len(a) / H if H else None
+            for p in pools.values():
+                if peak is not None and lam and p.get("rho") is not None:
+                    p["rho_peak"] = p["rho"] * peak["lam_peak"] / lam
+                judge_retries(p, amp)
+            theory["pools"] = pools
+            theory["verdict"] = pools_verdict(pools)
+            if peak is not None:
+                theory["peak_source"] = peak["source"]
+    return theory
 
 
 def _stoppable(progress, interrupt: CtrlC):

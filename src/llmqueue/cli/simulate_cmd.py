@@ -139,14 +139,26 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         if "mu" in th:
             trows += [("capacity mu (binding: " + th["binding"] + ")", th["mu"])]
         if th.get("rho") is not None:
-            trows += [("rho = lam / mu", th["rho"]), ("theory verdict", th.get("verdict"))]
+            trows += [("lam (req/s, mean over the run" + (", per replica)" if th.get("per_replica") else ")"),
+                       th.get("lam")),
+                      ("rho = lam / mu", th["rho"]), ("theory verdict (the mean rate)", th.get("verdict"))]
+        if th.get("rho_peak") is not None:
+            trows += [(f"peak lam ({th.get('peak_source')})", th.get("lam_peak")),
+                      ("rho at the peak", th["rho_peak"]), ("theory verdict at the peak", th.get("verdict_peak"))]
+        if th.get("retry_amplification"):
+            trows.append((f"rho offered with retries (x{th['retry_amplification']:.3g} attempts, simulated)",
+                          th.get("rho_offered")))
         if "mg1" in th and "mean_e2el_ms" in th["mg1"]:
             trows.append((th["mg1"]["model"].split(" ")[0] + " mean E2EL (ms)", th["mg1"]["mean_e2el_ms"]))
         if th.get("per_replica"):
             trows.append(("per replica", th["per_replica"]))
         if "note" in th:
             trows.append(("note", th["note"]))
+        if th.get("why_they_differ"):
+            trows.append(("why theory and simulation differ", th["why_they_differ"]))
         print_kv(trows, title="\nTheory")
+        if th.get("pools"):
+            print_pool_theory(th["pools"], th.get("peak_source"))
     from llmqueue.metrics.slo import slo_verdict_rows
 
     slo_rows = slo_verdict_rows(s.get("slo"))
@@ -160,6 +172,21 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
             click.echo(f"- {n}")
     if out_dir:
         click.echo(f"\nrecords written to {out_dir}/ (requests, steps, timeseries .parquet; summary.json)")
+
+
+def print_pool_theory(pools: dict, peak_source: str | None) -> None:
+    """Each pool's (or P/D stage's) closed forms: lam per replica (from the simulated routing),
+    mu and what binds, rho, its peak and the verdict."""
+    def f(x, spec=".4g"):
+        return "-" if x is None else format(x, spec)
+
+    rows = [[name, p.get("stage", "-"), p.get("replicas", "-"), f(p.get("lam")), f(p.get("mu")),
+             p.get("binding", "-"), f(p.get("rho")), f(p.get("rho_peak")),
+             p.get("verdict") or p.get("note", "-")] for name, p in pools.items()]
+    print_table(["pool", "stage", "replicas", "lam/replica", "mu/replica", "binding", "rho",
+                 "rho at the peak", "verdict"], rows,
+                title="\nTheory per pool (lam from the simulated routing" +
+                      (f"; the peak: {peak_source})" if peak_source else ")"))
 
 
 def print_explained(explained: list, steps: tuple, num_steps: int) -> None:

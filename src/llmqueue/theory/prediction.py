@@ -9,7 +9,8 @@ replica's share ``lam / c`` of the arrivals):
 - ``mu_seqs``: the slot bound ``max_num_seqs / (b E[steps per request])`` (Little's law on the
   running set: at most ``max_num_seqs`` requests hold a slot, each for its steps);
 - ``mu_tokens``: the token-budget bound ``max_num_batched_tokens / (b E[s + o - 1])``;
-- ``mu = min`` of the three, and which one binds, with the verdict for the arrival rate;
+- ``mu = min`` of the three, and which one binds, with the verdict for the arrival rate (the
+  mean over the run) and, for a time-varying arrival, for its peak (:mod:`llmqueue.theory.judged`);
 - for one request at a time (``max_num_seqs = 1``), Poisson arrivals and fixed lengths: the
   replica is an M/G/1 queue with service time = the request's steps, and the
   Pollaczek-Khinchine mean response time is given beside the simulated one
@@ -29,6 +30,7 @@ from llmqueue.engine.step_model import constant_step
 from llmqueue.knobs import load_registry
 from llmqueue.engine.step_time import parse_step_time
 from llmqueue.theory.classic import mmc
+from llmqueue.theory.judged import judge_peak, peak_rate
 from llmqueue.theory.replica import one_at_a_time, replica_capacity, saturated_capacity
 from llmqueue.workload.arrivals import Poisson
 from llmqueue.workload.lengths import Fixed
@@ -52,8 +54,11 @@ def theory_for(spec, requests, steps: dict | None = None) -> dict:
     if fleet is not None:
         pools = fleet.pools
         if len(pools) > 1 or fleet.disaggregation is not None:
-            return {"note": "a fleet of several pools: the closed forms are per replica of one engine (see the "
-                            "per-pool table)"}
+            out = {"note": "a fleet of several pools: judged pool by pool (below)"}
+            peak = _peak(spec, requests)
+            if peak is not None:
+                out["peak"] = peak
+            return out
         cfg, model, replicas = pools[0].config, parse_step_time(pools[0].step_time), max(pools[0].replicas, 1)
     b = constant_step(model)
     if b is not None:
@@ -66,7 +71,7 @@ def theory_for(spec, requests, steps: dict | None = None) -> dict:
         out["b_source"] = "mean simulated step (Nie et al.'s b-bar)"
     wl = spec.workload
     dists = _length_dists(wl)
-    lam = _arrival_rate(wl, requests)
+    lam = _arrival_rate(wl, requests, spec.duration_s)
     if lam is not None and replicas > 1:
         lam = lam / replicas  # each replica's share (every router spreads the load evenly)
         out["per_replica"] = f"lam / {replicas} replicas" + (
@@ -95,6 +100,7 @@ def theory_for(spec, requests, steps: dict | None = None) -> dict:
     out.update(mu_seqs=cap.mu_seqs, mu_tokens=cap.mu_tokens, mu=cap.mu, binding=cap.binding)
     if lam is not None:
         out.update(rho=cap.rho, verdict=cap.verdict)
+        judge_peak(out, _peak(spec, requests), replicas)
     mg1 = None if fleet is not None else (
         mg1_prediction(spec, lam, b) if spec.replicas == 1 else mmc_prediction(spec, lam, b))
     if mg1 is not None:
@@ -146,8 +152,20 @@ def _samples(dists, requests):
     return (rng.choice(np.asarray(sv, dtype=np.float64), n, p=sp), rng.choice(np.asarray(ov, dtype=np.float64), n, p=op))
 
 
-def _arrival_rate(wl, requests) -> float | None:
+def _peak(spec, requests) -> dict | None:
+    wl = spec.workload
+    return peak_rate(getattr(wl, "arrival", None) if wl is not None else None, requests.arrival_s, spec.duration_s)
+
+
+def _arrival_rate(wl, requests, horizon_s: float | None = None) -> float | None:
+    """``lam``: the process's long-run rate; for a time-varying one the mean over the simulated
+    horizon ``Lambda(H) / H`` (a one-off spike's long-run rate is its base rate, which would hide
+    the spike); for a trace, the arrivals counted."""
+    from llmqueue.workload.nonstationary import TimeVarying
+
     arrival = getattr(wl, "arrival", None) if wl is not None else None
+    if isinstance(arrival, TimeVarying) and horizon_s:
+        return float(arrival.cumulative(np.asarray([float(horizon_s)]))[0]) / float(horizon_s)
     rate = getattr(arrival, "rate", None)
     if rate:
         return float(rate)
