@@ -324,7 +324,7 @@ def judge_fleet(theory: dict, spec, requests, recs, horizon_s) -> dict:
     (attempts per user request) and, for a fleet of several pools, each pool's closed forms fed
     the arrivals the simulated routing sent it (:mod:`llmqueue.theory.judged`)."""
     from llmqueue.metrics.fleet import retry_amplification
-    from llmqueue.theory.judged import judge_retries, pool_theory, pools_verdict
+    from llmqueue.theory.judged import jackson_tandem, judge_retries, pool_theory, pools_verdict
 
     cols = {k: recs[k] for k in ("request_id", "arrival_s", "class")}
     amp = retry_amplification(cols, warmup_s=spec.warmup_s, horizon_s=horizon_s).get("amplification")
@@ -344,6 +344,9 @@ def judge_fleet(theory: dict, spec, requests, recs, horizon_s) -> dict:
                 judge_retries(p, amp)
             theory["pools"] = pools
             theory["verdict"] = pools_verdict(pools)
+            tandem = jackson_tandem(spec) if spec.fleet.disaggregation is not None else None
+            if tandem is not None:
+                theory["tandem"] = tandem
             if peak is not None:
                 theory["peak_source"] = peak["source"]
     return theory

@@ -166,6 +166,8 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         print_kv(slo_rows, title="\nSLOs (per class)")
     if s.get("fleet"):
         print_fleet(s["fleet"])
+        if s["fleet"].get("stages"):
+            print_stages(s["fleet"]["stages"], (th or {}).get("tandem"))
     if s.get("notes"):
         click.echo("\nCaveats")
         for n in s["notes"]:
@@ -187,6 +189,31 @@ def print_pool_theory(pools: dict, peak_source: str | None) -> None:
                  "rho at the peak", "verdict"], rows,
                 title="\nTheory per pool (lam from the simulated routing" +
                       (f"; the peak: {peak_source})" if peak_source else ")"))
+
+
+STAGES = (("prefill_wait", "prefill: wait (arrival -> first scheduled)"),
+          ("prefill", "prefill: prompt steps (-> first token)"), ("transfer", "KV transfer (link queue + transfer)"),
+          ("decode_wait", "decode: admission wait (KV arrived -> scheduled)"),
+          ("decode", "decode: o - 1 steps (-> last token)"), ("decode_tpot", "decode: time per output token"))
+
+
+def print_stages(st: dict, tandem: dict | None) -> None:
+    """A P/D request's time station by station (:func:`llmqueue.metrics.fleet.pd_stages`), the
+    means' sum beside the mean E2EL and, where exact, the Jackson tandem's prediction."""
+    def ms(x):
+        return "-" if x is None else f"{x:,.1f}"
+
+    rows = [[label, ms(st[k]["mean_ms"]), ms(st[k]["p99_ms"])] for k, label in STAGES if k in st]
+    rows.append(["sum of the stages' means (= mean E2EL)", ms(st.get("sum_ms")), "-"])
+    if tandem is not None and tandem.get("mean_e2el_ms") is not None:
+        rows.append([f"{tandem['model']}: mean E2EL", ms(tandem["mean_e2el_ms"]), "-"])
+    elif tandem is not None:
+        rows.append([f"{tandem['model']}: unstable ({tandem.get('note')})", "-", "-"])
+    else:
+        rows.append(["Jackson tandem: no closed form here (batching stations; each pool's capacity and rho "
+                     "are in 'Theory per pool')", "-", "-"])
+    click.echo("")
+    print_table(["P/D stage", "mean ms", "p99 ms"], rows, title=f"Fleet: P/D stages ({st.get('requests')} requests)")
 
 
 def print_explained(explained: list, steps: tuple, num_steps: int) -> None:

@@ -132,15 +132,19 @@ class FleetRecords:
             req["lane"] = np.full(n, "", dtype=object)
         pre = np.full(n, -1, dtype=np.int64)
         kv = np.full(n, np.nan)
+        dec = np.full(n, np.nan)
         if self.pd_info:
-            disp = req["dispatched_s"]
+            disp, first = req["dispatched_s"], req["first_scheduled_s"]
             for j, (k, _, q) in enumerate(rows):
                 if self.pools[k] is self.decode:
                     info = self.pd_info.pop(q.seq, None)
-                    if info is not None:
-                        pre[j], kv[j], disp[j] = info
+                    if info is not None:  # the request's times are its prefill's; decode's admission apart
+                        dec[j] = first[j]
+                        pre[j], kv[j], disp[j], first[j] = info
         req["prefill_replica"] = pre
         req["kv_transfer_s"] = kv
+        if self.decode is not None:
+            req["decode_scheduled_s"] = dec
 
     def _pool_columns(self) -> dict:
         s = self.samples

@@ -159,7 +159,7 @@ class _Fleet(FleetRecords):
         self.decode = self.by_name[d.decode] if d else None
         self.link: Any = KVLinkQueue(d) if d else None
         self.pd_out: dict = {}        # prefill-side request -> the user's output length
-        self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch time)
+        self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch, first scheduled)
         self.in_transfer = 0
         self.lane_of: dict = {}       # seq -> lane name (only with lanes)
         self.batches: dict = {}       # lane name -> requests its batch window holds
@@ -228,11 +228,11 @@ class _Fleet(FleetRecords):
                         priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,
                         predicted_output_tokens=r.predicted_output_tokens, seq=r.seq, session_id=r.session_id)
             d.num_computed_tokens, d.num_output_tokens = r.num_prompt_tokens, 1
-            d.first_scheduled_time, d.first_token_time = r.first_scheduled_time, t_end
+            d.first_token_time = t_end  # first_scheduled_time: set when the decode replica admits it
             d.num_cached_tokens, d.num_preemptions = r.num_cached_tokens, r.num_preemptions
             arrive = self.link.transfer(t_end, r.num_prompt_tokens * pool.spec.kv_bytes_per_token)
             disp = r.dispatch_time if r.dispatch_time == r.dispatch_time else r.arrival_time
-            self.pd_info[r.seq] = (pool.gid[i], arrive - t_end, disp)
+            self.pd_info[r.seq] = (pool.gid[i], arrive - t_end, disp, r.first_scheduled_time)
             self.in_transfer += 1
             self._push(arrive, KV, d)
             return

@@ -269,7 +269,8 @@ class ReferenceReplica:
             if r.is_finished:
                 continue
             if kind == DEADLINE_SHED:
-                if r.status is RequestStatus.WAITING and math.isnan(r.first_scheduled_time):
+                if (r.status is RequestStatus.WAITING and math.isnan(r.first_scheduled_time)
+                        and r.num_output_tokens == 0):  # a P/D decode side has its first token
                     self.scheduler.abort(r)
                     self._finish(r, "rejected", when, "queue time limit")
                 continue

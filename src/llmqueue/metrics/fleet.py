@@ -13,6 +13,8 @@ station: servers serving and starting, and each class's requests waiting and run
   percentiles, completed/failed counts, the wait before admission and the KV transfer time;
 - :func:`retry_amplification`: attempts per user request (the extra load retries put on the
   stations: a retry is a new arrival);
+- :func:`pd_stages`: a P/D request's time split over the tandem's stations (prefill wait and
+  prefill, KV transfer, decode admission wait and decode), whose means sum to the mean E2EL;
 - :func:`pool_tracks`, :func:`replica_summary`, :func:`queue_depth`: the pools series per pool;
 - :func:`cost_account`, :func:`quality_account`, :func:`model_mix`: what the fleet paid and served;
 - :func:`recovery_time`: the transient after a load spike, until the waiting queue is back within
@@ -157,11 +159,58 @@ def _group_rows(q: _Req, prefill_pool: str | None = None) -> dict:
         if pre is not None and p == prefill_pool:
             mp = mp | pre  # the prefill pool served every P/D request's prompt and first token
         row = q.row(mp)
+        if pre is not None and p == prefill_pool:  # the prefill station makes the first token only
+            row.update(p50_tpot_ms=None, p99_tpot_ms=None, kv_transfers=None, mean_kv_transfer_ms=None,
+                       p99_kv_transfer_ms=None)
+        elif pre is not None and p != prefill_pool and np.any(mp & pre):
+            row.update(p50_ttft_ms=None, p99_ttft_ms=None)  # its first token was made on the prefill side
+            if "decode_scheduled_s" in q.r:  # the decode station's own wait: KV arrived -> admitted
+                w = q.r["decode_scheduled_s"] - q.r["first_token_s"] - q.r["kv_transfer_s"]
+                x = w[q.arrived & mp & pre & q.ok]
+                x = x[np.isfinite(x)]
+                row.update(mean_admission_wait_ms=_ms(_mean(x)), p99_admission_wait_ms=_ms(_pct(x, 99)))
         row["served_share"] = row["completed"] / total if total else None
         out["pools"][p] = row
         out["pool_class"][p] = {c: q.row(mp & (cls == c)) for c in classes if np.any(mp & (cls == c))}
     for c in classes:
         out["classes"][c] = q.row(cls == c)
+    return out
+
+
+def pd_stages(requests, *, warmup_s: float = 0.0, horizon_s: float | None = None) -> dict | None:
+    """A P/D request's time through the tandem, station by station (``ok`` requests arriving in
+    the window that were prefilled on the prefill pool; None when the records have none):
+
+    - ``prefill_wait``: arrival -> first scheduled on a prefill replica (the gateway and the
+      prefill queue);
+    - ``prefill``: first scheduled -> first token (its prompt's steps, shared with others');
+    - ``transfer``: the KV crossing the link (its queue and its transfer);
+    - ``decode_wait``: the KV arrived -> first scheduled on a decode replica (a slot and KV room);
+    - ``decode``: admitted -> the last token (``o - 1`` decode steps); ``decode_tpot`` that over
+      ``o - 1`` (the decode station's own time per token, without the transfer and the wait).
+
+    Each has ``mean_ms`` and ``p99_ms``; the five means sum to ``mean_e2el_ms`` (the stages
+    partition each request's latency), given as ``sum_ms``."""
+    need = ("prefill_replica", "kv_transfer_s", "decode_scheduled_s")
+    if any(c not in requests for c in need):
+        return None
+    t0, t1 = window(requests, warmup_s, horizon_s)
+    a = requests["arrival_s"]
+    m = (requests["prefill_replica"] >= 0) & (requests["status"] == "ok") & (a >= t0) & (a < t1)
+    if not m.any():
+        return None
+    first, ft, fin = requests["first_scheduled_s"][m], requests["first_token_s"][m], requests["finish_s"][m]
+    kv, dec, arr = requests["kv_transfer_s"][m], requests["decode_scheduled_s"][m], a[m]
+    o = requests["output_tokens"][m].astype(np.float64)
+    parts = {"prefill_wait": first - arr, "prefill": ft - first, "transfer": kv, "decode_wait": dec - ft - kv,
+             "decode": fin - dec}
+    out = {k: {"mean_ms": _ms(_mean(v)), "p99_ms": _ms(_pct(v, 99))} for k, v in parts.items()}
+    many = o > 1
+    tp = (fin - dec)[many] / (o[many] - 1)
+    out["decode_tpot"] = {"mean_ms": _ms(_mean(tp)), "p99_ms": _ms(_pct(tp, 99))}
+    out["sum_ms"] = sum(out[k]["mean_ms"] for k in parts)
+    out["mean_e2el_ms"] = _ms(_mean(fin - arr))
+    out["requests"] = int(m.sum())
     return out
 
 
@@ -454,6 +503,8 @@ def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: flo
     out: dict = {"window_s": [t0, t1]}
     out.update(_group_rows(q, prefill_pool))
     out["model_mix"] = _model_mix(q)
+    if prefill_pool is not None:
+        out["stages"] = pd_stages(requests, warmup_s=warmup_s, horizon_s=horizon_s)
     out["retries"] = _retries(requests, t0, t1)
     out["quality"] = quality_account(out, pool_quality)
     if pools is not None and len(pools):

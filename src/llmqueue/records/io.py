@@ -367,7 +367,7 @@ class RunWriter:
     ``journal=True``: each file is written through a journal (see :class:`RecordWriter`).
     ``step_optional`` lists optional step columns (``["steps"]``) the simulator emits;
     ``optional`` maps any kind to its optional columns (``{"requests": ["pool", "lane",
-    "model", "prefill_replica", "kv_transfer_s"], "timeseries": ["pool"]}`` for a fleet).
+    "model", "prefill_replica", "kv_transfer_s", "decode_scheduled_s"], "timeseries": ["pool"]}`` for a fleet).
     ``run.write("pools", batch)`` writes a fleet's pools series (``pools.parquet``).
     """
 

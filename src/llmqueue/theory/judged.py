@@ -237,3 +237,55 @@ def _pd_theory(spec, s, o, lam: float) -> dict:
             out["KV link"] = {"lam": q * lam, "stage": "transfer", "mu": cap_l, "rho": rho,
                               "verdict": "stable" if rho < 1 else "unstable"}
     return out
+
+
+def jackson_tandem(spec) -> dict | None:
+    """The P/D fleet as a Jackson tandem where that is exact: Poisson arrivals at ``lam``, one
+    prompt step and one decode step per request (a prompt within the token budget, two output
+    tokens), one request at a time (``max_num_seqs`` 1) with exponential steps of mean ``b`` on
+    both pools, each pool one replica or ``c`` behind a central queue. Each station is then M/M/c
+    (Erlang C, :func:`llmqueue.theory.classic.mmc`; M/M/1 for one replica) and, by Burke's
+    theorem, feeds the next a Poisson stream; the link is an M/D/1 server of service
+    ``S = beta s / r`` plus its latency (a pure delay when ``S`` is negligible). Mean E2EL
+    ``= W_P + (Wq_L + S + latency) + W_D``. Returns ``{"model", "mean_e2el_ms", "stations"}``,
+    or None when the fleet is not that network (batching stations have no such closed form;
+    their capacities are the pools' rows)."""
+    from llmqueue.cluster.routers import ROUTERS
+    from llmqueue.engine.step_model import constant_step
+    from llmqueue.engine.step_time import parse_step_time
+    from llmqueue.theory.classic import mmc
+    from llmqueue.theory.pd import link_rate
+    from llmqueue.workload.arrivals import Poisson
+    from llmqueue.workload.lengths import Fixed
+
+    d, wl = spec.fleet.disaggregation, spec.workload
+    arrival = getattr(wl, "arrival", None) if wl is not None else None
+    p, o = getattr(wl, "prompt", None), getattr(wl, "output", None)
+    if not (isinstance(arrival, Poisson) and isinstance(p, Fixed) and isinstance(o, Fixed) and o.mean() == 2):
+        return None
+    lam, s = float(arrival.rate), float(p.mean())
+    pools = {x.name: x for x in spec.fleet.pools}
+    stations, total = {}, 0.0
+    for name in (d.prefill, d.decode):
+        pool = pools[name]
+        model = parse_step_time(pool.step_time)
+        b = constant_step(model)
+        c = max(pool.replicas, 1)
+        router = pool.router
+        central = getattr(ROUTERS.get(router) if isinstance(router, str) else router, "central", False)
+        if (b is None or getattr(model, "noise", "none") != "exp" or pool.config.max_num_seqs != 1
+                or s > pool.config.max_num_batched_tokens or (c > 1 and not central)):
+            return None
+        if lam >= c / b:
+            return {"model": "Jackson tandem", "stable": False, "note": f"pool {name}: lam >= c / b"}
+        r = mmc(lam=lam, mu=1.0 / b, c=c)
+        stations[name] = {"model": f"M/M/{c}", "mean_ms": r.W * 1e3}
+        total += r.W
+    S = pools[d.prefill].kv_bytes_per_token * s / link_rate(d.kv_link_gbps)
+    if lam * S >= 1:
+        return {"model": "Jackson tandem", "stable": False, "note": "KV link: lam S >= 1"}
+    link = lam * S * S / (2 * (1 - lam * S)) + S + d.kv_link_latency_ms / 1e3
+    stations["KV link"] = {"model": "M/D/1 + latency", "mean_ms": link * 1e3}
+    total += link
+    return {"model": "Jackson tandem (prefill -> KV link -> decode)", "mean_e2el_ms": total * 1e3,
+            "stations": stations}

@@ -432,7 +432,7 @@ class Replica:
             if st is FINISHED:
                 continue
             if kind == DEADLINE_SHED:  # shedding applies only to requests that never started
-                if st is WAITING and r.first_scheduled_time != r.first_scheduled_time:
+                if st is WAITING and r.first_scheduled_time != r.first_scheduled_time and r.num_output_tokens == 0:
                     s.abort(r)
                     self.finish(r, "rejected", when, "queue time limit")
                 continue
