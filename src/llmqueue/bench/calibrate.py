@@ -322,8 +322,10 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     (``server.json``, or a simulated run's summary); a setting neither gives is an
     :class:`InputError` naming the flag that supplies it (never a default: vLLM's differ by
     version and hardware, :mod:`llmqueue.bench.server_info`). ``profile``: a directory of
-    ``llmqueue profile``: its step-time surface, set to this run's level (:func:`profile_level`;
-    needs the run's step records), becomes ``step_time``.
+    ``llmqueue profile``: its step-time surface, set to this run's level (:func:`profile_level`,
+    from the run's step records; without them, the profile's own level, x1), becomes
+    ``step_time``; the engine settings the run lacks are taken from the profile's ``server.json``
+    (a server that publishes neither log nor cache info: given to ``profile`` as flags).
     """
     from llmqueue.records import read_run
 
@@ -343,6 +345,9 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     from llmqueue.bench.server_info import require
 
     known = {**((run.summary or {}).get("engine") or {}), **{k: v for k, v in server.items() if v is not None}}
+    if profile is not None:  # a server publishing neither log nor cache info: the profile's settings
+        server = _settings_from_profile(profile, known, server, notes)
+        known.update({k: v for k, v in server.items() if v is not None and k not in known})
     for name, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
         if v is not None:
             if isinstance(v, bool) or int(v) < 1:
@@ -440,14 +445,19 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
 
         pm = load_profile_model(profile, field="profile")
         if steps is None or not len(steps) or "prefill_tokens" not in steps:
-            raise InputError("profile", f"{run_dir} has no step records to set the profile's level from",
-                             "benchmark with --server-log (the server's iteration log), or simulate with --out")
-        scale, n = profile_level(steps, pm, window, block_size=block)
-        if not math.isfinite(scale):
-            raise InputError("profile", f"{run_dir} has {n} busy steps; need >= 20 to set the profile's level",
-                             "run longer")
+            # no step log (a server that publishes none): the profile's own level, which its
+            # probes measured on this server (a run's level differs by the engine's day-to-day
+            # speed, which a run with --server-log would measure)
+            scale, n = 1.0, 0
+            notes.append(f"step_time: the profile {profile} at its own level (x1): {run_dir} has no step "
+                         "records to measure this run's level (bench --server-log gives them)")
+        else:
+            scale, n = profile_level(steps, pm, window, block_size=block)
+            if not math.isfinite(scale):
+                raise InputError("profile", f"{run_dir} has {n} busy steps; need >= 20 to set the profile's level",
+                                 "run longer")
+            notes.append(f"step_time: the profile {profile} at this run's level (x{scale:.4g}, from {n} busy steps)")
         prof_spec = f"profile:{profile_path(profile, 'profile').parent.resolve()}:scale={scale:.6g}"
-        notes.append(f"step_time: the profile {profile} at this run's level (x{scale:.4g}, from {n} busy steps)")
         step_time = prof_spec
         front, front_src = _profile_frontend(profile, front, front_src, notes)
     return Calibration(source=str(run_dir), capacity_tokens=M, block_size=block, b=b, b_estimator=estimator,
@@ -456,6 +466,28 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                        frontend_latency_s=front, frontend_source=front_src,
                        speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0,
                        step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
+
+
+def _settings_from_profile(profile, known: dict, server: dict, notes: list) -> dict:
+    """``server`` completed with the engine settings the profile recorded (its ``server.json``:
+    read from the server, or given to ``profile`` as ``--server-*`` flags) that the run lacks:
+    ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``num_gpu_blocks``, ``M_usable``
+    (so ``M``). Each taken is named in ``notes``."""
+    from llmqueue.engine.profile_step import profile_path
+
+    pj = profile_path(profile, "profile").parent / "server.json"
+    try:
+        prof = json.loads(pj.read_text()) if pj.is_file() else {}
+    except (OSError, ValueError):
+        return server
+    out, taken = dict(server), []
+    for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "M_usable", "max_model_len"):
+        if known.get(k) is None and out.get(k) is None and prof.get(k) is not None:
+            out[k] = prof[k]
+            taken.append(f"{k} {prof[k]}")
+    if taken:
+        notes.append(f"from the profile's server.json (the run recorded none): {', '.join(taken)}")
+    return out
 
 
 def _profile_frontend(profile, front, front_src, notes: list):

@@ -385,7 +385,9 @@ def _record_server(res, out_dir, flags: dict, server_log) -> None:
     missing = [k for k in REQUIRED if server.get(k) is None]
     if missing:  # in the report, not on stderr: most runs are not calibrated
         res.summary.setdefault("notes", []).append(
-            f"server.json lacks {', '.join(missing)}: calibrate and validate will ask for "
+            f"server.json lacks {', '.join(missing)}: give them to calibrate ("
+            + ", ".join(f"--{k.replace('_', '-')} N" for k in missing)
+            + ", or --profile DIR of a profile given them), or to bench as "
             + ", ".join(f"--server-{k.replace('_', '-')}" for k in missing))
 
 
