@@ -88,7 +88,7 @@ def test_an_unbounded_run_is_refused_in_one_line(args, flag, fragment, trace, tm
     args = [str(trace) if a == "{trace}" else a for a in args]
     t0 = time.perf_counter()
     r = _run(args, cwd=tmp_path)
-    assert time.perf_counter() - t0 < 10  # a refusal, not a run (under 1 s here)
+    assert time.perf_counter() - t0 < 30  # a refusal, not a run (under 1 s alone; a guard beside busy processes)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, r.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"llmqueue: error: {flag}"), r.stderr[-2000:]

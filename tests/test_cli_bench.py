@@ -287,8 +287,8 @@ def test_wait_for_steps_returns_once_the_last_answers_step_is_logged(tmp_path):
     assert note is None and list(steps["step"]) == [7]
     t = time.monotonic()
     assert not wait_for_steps(log, offset=log.stat().st_size, after_epoch_s=time.time(), quiet_s=0.2,
-                              timeout_s=10.0)
-    assert time.monotonic() - t < 5.0  # quiet for 0.2 s: gave up long before the 10-s cap
+                              timeout_s=60.0)
+    assert time.monotonic() - t < 30.0  # quiet for 0.2 s: gave up long before the 60-s cap
 
 
 def test_trace_replay_builds_prompts_from_prefix_hashes(stub, tmp_path):

