@@ -78,6 +78,14 @@ def test_the_command_line_says_metastable():
     assert d["verdict"].startswith("stable") and d["regime_margin"]["regime"] == "clear"
 
 
+def test_a_path_that_preempts_without_queue_growth_is_at_the_cliff_not_stable():
+    """The verdict line agrees with the margin (issue 36 item 2): at 2.6 req/s the path preempts
+    but its queue does not grow; "stable" beside "preempting" contradicted itself."""
+    d = _run(2.6, "--margin", "0.1")
+    assert d["regime_margin"]["regime"] == "preempting"
+    assert d["verdict"].startswith("at the cliff") and "preempts" in d["verdict"], d["verdict"]
+
+
 @pytest.mark.parametrize("extra,fragment", [(["--margin", "0"], "margin"), (["--margin", "5"], "margin"),
                                             (["--margin", "0.1", "--replicas", "2"], "margin")])
 def test_bad_margins_are_one_line(extra, fragment):

@@ -118,7 +118,14 @@ def regime_margin(spec, requests, *, margin: float = 0.1, max_factor: float = 2.
 
 
 def margin_verdict(m: dict) -> str | None:
-    """The verdict's wording for a metastable run (None otherwise)."""
+    """The verdict's wording, replacing a "stable" one, for a run near or past the cliff: a
+    metastable run, or one whose path already preempts without its queue growing ("at the
+    cliff": between the two capacities of a KV-bound engine, seed 004's gap between
+    ``mu (1 - delta)`` and ``mu``, where recomputation eats the margin). None for a clear run."""
+    if m.get("regime") == "preempting":
+        k = m.get("rate_without_preemption")
+        return (f"at the cliff: no queue growth on this path, but it preempts ({m.get('preemptions')} "
+                "preemptions, recomputed)" + (f"; {k:.4g} req/s is sustained without preemption" if k else ""))
     if m.get("regime") != "metastable":
         return None
     parts = []

@@ -95,7 +95,8 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     ``progress``: one bar on stderr over every simulation (the prediction, the speed band's two, each
     drift draw), in simulated seconds. ``margin``: also the prediction's distance to the preemption
     cliff (:func:`llmqueue.margin.regime_margin` on the same stream, engine and seed; key
-    ``regime_margin``); a simulated "stable" within ``1 + margin`` of it becomes "metastable".
+    ``regime_margin``); a simulated "stable" within ``1 + margin`` of it becomes "metastable",
+    and one whose path already preempts without queue growth "at the cliff".
     ``verdict_copies``: the simulated verdict judges the system at the run's rate, not one finite
     path: the stream is replayed that many times back to back (:func:`~llmqueue.bench.replay.tiled_stream`) and the
     verdict is the long path's (the replay's own is kept as ``verdicts["simulated_path"]``). A run

@@ -148,7 +148,7 @@ def calibrate(run, out, capacity_tokens, estimator, t_from, t_to, probe, steps_f
 @click.option("--margin", type=float, metavar="FRACTION",
               help="Also the prediction's distance to the preemption cliff: the same stream re-simulated with a "
                    "slower engine and more traffic (about 15 more runs); within FRACTION (e.g. 0.1) the simulated "
-                   "verdict is metastable.")
+                   "verdict is metastable (at the cliff when its path already preempts).")
 @click.option("--verdict-copies", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Judge the simulated verdict on the run's stream replayed N times back to back: the system at "
                    "this rate, not one finite path (a few minutes at 1.2x capacity may not show growth).")
