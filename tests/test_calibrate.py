@@ -469,6 +469,13 @@ def test_validate_margin_gives_the_distance_to_the_preemption_cliff(tmp_path):
     ran = run_cli(*args)
     assert ran.code == 0
     assert "Distance to the preemption cliff" in ran.out
+    # the probability that the engine's run-to-run speed spread tips it (issue 36 item 5): the
+    # calibration's spread (here the stated default: one run), beside the verdict
+    from llmqueue.margin import DEFAULT_SPEED_SPREAD
+
+    t = m["tipping"]
+    assert t["spread"] == DEFAULT_SPEED_SPREAD and "default" in t["spread_source"] and 0 <= t["probability"] <= 1
+    assert "tipping probability" in ran.out and "of engine speeds" in ran.out
 
 
 def test_validate_leaves_out_server_errors_and_applies_the_client_deadlines(tmp_path):

@@ -101,7 +101,7 @@ def _spec(extra):
 
     ctx = simulate.make_context("simulate", [*ENGINE, *LONG, *extra])
     flags = {k: v for k, v in ctx.params.items()
-             if k not in ("scenario", "sets", "out_dir", "progress", "as_json", "margin")}
+             if k not in ("scenario", "sets", "out_dir", "progress", "as_json", "margin", "speed_spread")}
     return spec_from_flags(flags, scenario=None, given=set(), sets=())
 
 

@@ -32,7 +32,7 @@ def margins():
     for rate in (1.5, 2.3, 2.6):
         ctx = cmd.make_context("simulate", [*FLAGS, "--rate", str(rate)])
         flags = {k: v for k, v in ctx.params.items()
-                 if k not in ("scenario", "sets", "out_dir", "progress", "as_json", "margin")}
+                 if k not in ("scenario", "sets", "out_dir", "progress", "as_json", "margin", "speed_spread")}
         spec = spec_from_flags(flags, scenario=None, given=given_flags(ctx, flags), sets=())
         spec.options.horizon_s = spec.duration_s
         reqs = generate_requests(spec)
@@ -92,3 +92,46 @@ def test_bad_margins_are_one_line(extra, fragment):
     code, _, err = run_cli("simulate", *FLAGS, "--rate", "1", *extra)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("rate", [2.3, 2.6])
+def test_the_stated_tipping_probability_matches_a_lab_whose_engine_speed_varies(margins, rate):
+    """A simulated lab (issue 36 item 5): the same arrivals served by an engine whose speed varies
+    run to run with a known spread (step time x exp(0.05 Z)); the share of its 80 runs that
+    preempted is within 10 points of the probability stated from one margin search."""
+    import numpy as np
+
+    from llmqueue.margin import tipping
+
+    spec, reqs, m = margins[rate]
+    stated = tipping(m, 0.05, "the lab's")["probability"]
+    speeds = np.exp(0.05 * np.random.default_rng(7).standard_normal(80))
+    tipped = np.mean([preemptions(spec, reqs, speed=float(s)) > 0 for s in speeds])
+    assert abs(stated - tipped) <= 0.10, (stated, tipped)
+    assert 0.02 < stated < 0.98   # a case where the spread matters, not a certainty either way
+
+
+def test_calibrate_measures_the_run_to_run_spread_or_states_its_default(tmp_path):
+    """calibrate's speed_spread: from --steps-from runs of the same engine at other speeds (the
+    simulator's steps, step time 0.0372 against x1.1 and x0.92), else the stated default."""
+    from llmqueue.margin import DEFAULT_SPEED_SPREAD
+
+    runs = []
+    for k, st in enumerate(("0.0372", "0.04092", "0.034224")):
+        d = tmp_path / f"r{k}"
+        code, _, err = run_cli("simulate", *FLAGS[:2], "--step-time", st, *FLAGS[4:], "--rate", "1.5",
+                               "--duration", "300", "--out", str(d), "--json")
+        assert code == 0, err
+        runs.append(d)
+    r = run_cli("calibrate", str(runs[0]), "-o", str(tmp_path / "c1.yaml"), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["speed_spread"] == DEFAULT_SPEED_SPREAD and "default" in doc["speed_spread_source"]
+    r = run_cli("calibrate", str(runs[0]), "--steps-from", str(runs[1]), "--steps-from", str(runs[2]),
+                "-o", str(tmp_path / "c2.yaml"), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    import numpy as np
+
+    want = float(np.std(np.log([1.0, 1.1, 0.92]), ddof=1))
+    assert doc["speed_spread"] == pytest.approx(want, rel=0.05), doc["speed_spread"]

@@ -118,6 +118,7 @@ LAYERS = (
     ("engine",),
     ("cluster", "records"),
     ("metrics", "scenario"),
+    ("theory.judged",),  # what the closed forms judge for a run: its arrival process, its pools, P/D
     ("margin", "theory.prediction"),  # theory.prediction: the closed forms fed a run's engine and workload
     ("simulate",),
     ("spec",),

@@ -103,10 +103,13 @@ def regime_margin(spec, requests, *, margin: float = 0.1, max_factor: float = 2.
     arr = np.asarray(requests.arrival_s)
     lam = (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None
     if base > 0:
-        # already past the cliff: the rate it would sustain without preemption, from below
+        # already past the cliff: the rate it would sustain without preemption, from below, and
+        # the engine speed (a factor below one: faster) at which these arrivals would not preempt
         k = _cliff_below(lambda x: count(rate=x), 1.0 / max_factor, steps)
+        g = _cliff_below(lambda x: count(speed=x), 1.0 / max_factor, steps)
         out.update(regime="preempting", preemptions=base, speed_factor=1.0, rate_factor=1.0,
-                   rate_without_preemption=None if k is None or lam is None else k * lam, simulations=n[0])
+                   rate_without_preemption=None if k is None or lam is None else k * lam,
+                   speed_without_preemption=g, simulations=n[0])
         return out
     f = _cliff(lambda x: count(speed=x), max_factor, steps)
     k = _cliff(lambda x: count(rate=x), max_factor, steps)
@@ -115,6 +118,43 @@ def regime_margin(spec, requests, *, margin: float = 0.1, max_factor: float = 2.
                rate_factor=k, rate_without_preemption=None if k is None or lam is None else k * lam,
                simulations=n[0])
     return out
+
+
+DEFAULT_SPEED_SPREAD = 0.07   # run-to-run spread of an engine's speed when none was measured: vLLM's
+# CPU build on one server moved about 7 % between runs (issue 36's held-out measurements)
+
+
+def tipping(m: dict, spread: float, source: str = "") -> dict:
+    """The probability that the engine's run-to-run speed spread tips these arrivals over the
+    preemption cliff, from the margin search ``m`` (no extra simulation).
+
+    The engine's step-time factor on a given run is modelled as ``S = exp(sigma Z)``, ``Z``
+    standard normal, ``sigma = spread`` (a log-scale sd: a speed is a positive factor, and 7 %
+    either way is as likely). Preemption is monotone in the slow-down (the margin's premise), so a
+    run tips when ``S`` passes the cliff's factor ``f``: ``P = 1 - Phi(ln f / sigma)``. A clear or
+    metastable run's ``f`` is its ``speed_factor`` (none up to ``max_factor``: ``P <= 1 - Phi(ln
+    max_factor / sigma)``); a preempting run's is the speed below one at which it would not
+    preempt (``speed_without_preemption``; none down to ``1 / max_factor``: ``P ~ 1``).
+    Returns ``{"probability", "spread", "spread_source", "cliff_speed_factor", "bound"}``
+    (``bound``: "<=" or ">=" when the cliff lay outside the search)."""
+    from scipy.stats import norm
+
+    sigma = float(spread)
+    if m.get("regime") == "preempting":
+        f, bound = m.get("speed_without_preemption"), (">=" if m.get("speed_without_preemption") is None else "")
+        f = f if f is not None else 1.0 / m.get("max_factor", 2.0)
+    else:
+        f, bound = m.get("speed_factor"), ("<=" if m.get("speed_factor") is None else "")
+        f = f if f is not None else m.get("max_factor", 2.0)
+    p = float(norm.sf(math.log(f) / sigma)) if sigma > 0 else float(f <= 1.0)
+    return {"probability": p, "spread": sigma, "spread_source": source, "cliff_speed_factor": f, "bound": bound}
+
+
+def tipping_text(t: dict) -> str:
+    """One line: how likely the engine's speed spread tips the run."""
+    share = f"{t['bound']}{100 * t['probability']:.0f} %"
+    return (f"{share} of engine speeds (run-to-run spread {100 * t['spread']:.3g} %, {t['spread_source']}) "
+            f"tip it into preemption (the cliff at x{t['cliff_speed_factor']:.3g} the calibrated step time)")
 
 
 def margin_verdict(m: dict) -> str | None:
@@ -141,7 +181,10 @@ def margin_rows(m: dict) -> list[tuple]:
     def factor(x):
         return "none up to x%g" % m["max_factor"] if x is None else f"x{x:.3g}"
 
-    return [("preemption regime (margin %g%%)" % (100 * m["margin"]), m["regime"]),
+    rows = [("preemption regime (margin %g%%)" % (100 * m["margin"]), m["regime"]),
             ("engine slow-down that tips it", factor(m["speed_factor"])),
             ("traffic factor that tips it", factor(m["rate_factor"])),
             ("rate sustained without preemption (req/s)", m["rate_without_preemption"])]
+    if m.get("tipping"):
+        rows.append(("tipping probability (engine speed spread)", tipping_text(m["tipping"])))
+    return rows

@@ -207,7 +207,7 @@ def check_prompts_fit(engine, requests) -> None:
 
 
 def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | None = None,
-                   interrupt: CtrlC | None = None) -> SimOutcome:
+                   interrupt: CtrlC | None = None, speed_spread: tuple | None = None) -> SimOutcome:
     """Generate, simulate, summarise; returns the records, the summary and the theory.
 
     The stream is served by one replica of ``spec.engine``, by ``spec.replicas`` of them behind
@@ -218,7 +218,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     run within ``1 + margin`` of it is judged "metastable". The decisions of the engine steps
     ``spec.options.explain`` asks for are kept (``result.explained``, ``summary["explained"]``; one
     replica). ``interrupt``: a :class:`CtrlC` whose Ctrl-C ends the run between two steps; the
-    outcome then covers the simulated time up to there (``summary["interrupted_s"]``, a note)."""
+    outcome then covers the simulated time up to there (``summary["interrupted_s"]``, a note).
+    ``speed_spread``: ``(spread, source)``, with ``margin``: the probability that the engine's
+    run-to-run speed spread tips the run (:func:`llmqueue.margin.tipping`, from the margin search)."""
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, StepRecords, TimeSeries
 
@@ -305,6 +307,10 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         from llmqueue.margin import margin_verdict, regime_margin
 
         m = regime_margin(spec, requests, margin=margin)
+        if speed_spread is not None:  # (spread, source): the probability the engine's speed tips it
+            from llmqueue.margin import tipping
+
+            m["tipping"] = tipping(m, *speed_spread)
         summary["regime_margin"] = m
         said = margin_verdict(m)
         if said is not None and str(summary.get("verdict", "")).startswith("stable"):

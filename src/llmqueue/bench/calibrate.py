@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from llmqueue._result import Result
+from llmqueue.bench.cycles import step_cycles
 from llmqueue.errors import InputError
 
 
@@ -71,6 +72,8 @@ class Calibration(Result):
     frontend_source: str | None = None
     speed_sd: float | None = None
     speed_windows: int = 0
+    speed_spread: float | None = None
+    speed_spread_source: str | None = None
     step_time_constant: str | None = None
     step_time_profile: str | None = None
     profile_scale: float | None = None
@@ -103,38 +106,6 @@ def _itl_from_steps(steps) -> tuple[np.ndarray, np.ndarray]:
     per = d / np.maximum(k, 1)
     m = w > 0
     return per[m], w[m]
-
-
-def step_cycles(steps, window: tuple[float, float] | None = None, *, max_gap_s: float | None = None):
-    """Engine-step cycles: the wall time from one step's start to the next's, per step.
-
-    A real engine spends time between steps too (scheduling, sampling, output processing: the
-    iteration log's elapsed time leaves it out), and Nie et al.'s conservation argument counts
-    steps per second, so the representative step time ``b`` is the mean *cycle* while the
-    engine is busy. Returns ``(mask, cycles, weights)`` over the step rows: ``cycles[i] =
-    (start[i+1] - start[i]) / k[i]`` for a row of ``k`` steps (the simulator's decode stretches),
-    kept where the engine went straight on to the next step (the idle part of the gap at most
-    ``max_gap_s``, default ``max(5 x the median gap, 5 ms)``) and the step starts in ``window``.
-    """
-    start = np.asarray(steps["start_s"], dtype=np.float64)
-    dur = np.asarray(steps["duration_s"], dtype=np.float64)
-    k = np.asarray(steps["steps"], dtype=np.float64) if "steps" in steps else np.ones(len(start))
-    n = len(start)
-    mask = np.zeros(n, dtype=bool)
-    cyc = np.full(n, np.nan)
-    if n < 2:
-        return mask, cyc, k
-    o = np.argsort(start, kind="stable")
-    span = np.diff(start[o])
-    gap = span - dur[o][:-1]
-    if max_gap_s is None:
-        max_gap_s = max(5.0 * float(np.median(np.maximum(gap, 0.0))), 0.005)
-    ok = (gap <= max_gap_s) & (span > 0)
-    cyc[o[:-1]] = span / np.maximum(k[o][:-1], 1.0)
-    mask[o[:-1]] = ok
-    if window is not None:
-        mask &= (start >= window[0]) & (start < window[1])
-    return mask, cyc, k
 
 
 def _weighted_quantile(x, w, q):
@@ -415,6 +386,9 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         extra.append(st)
     lin = fit_linear(steps, extra=extra) if steps is not None and len(steps) and "prefill_tokens" in steps else None
     stage(CALIBRATE_STAGES[3])
+    from llmqueue.bench.speed import run_to_run_spread
+
+    spread, spread_src = run_to_run_spread(steps, extra, window, steps_from, notes)
     if lin is not None and extra:
         notes.append(f"linear step model fitted on this run's steps and those of {', '.join(map(str, steps_from))}")
     engine = {k: known[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
@@ -465,6 +439,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                        step_time_linear=step_linear, engine=engine, notes=tuple(notes),
                        frontend_latency_s=front, frontend_source=front_src,
                        speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0,
+                       speed_spread=spread, speed_spread_source=spread_src,
                        step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
 
 

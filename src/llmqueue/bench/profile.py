@@ -234,8 +234,8 @@ def _level_steps(run_dir: Path, server_log, offset: int, res, M) -> object | Non
 
 def logged_decode_cycles(steps, batch: int) -> tuple[np.ndarray, np.ndarray]:
     """``(cycles, elapsed)`` of the logged pure-decode steps of exactly ``batch`` sequences that
-    the engine went straight on from (:func:`llmqueue.bench.calibrate.step_cycles`)."""
-    from llmqueue.bench.calibrate import step_cycles
+    the engine went straight on from (:func:`llmqueue.bench.cycles.step_cycles`)."""
+    from llmqueue.bench.cycles import step_cycles
 
     mask, cyc, _ = step_cycles(steps)
     pure = (np.asarray(steps["prefill_tokens"]) == 0) & (np.asarray(steps["decode_seqs"]) == batch)

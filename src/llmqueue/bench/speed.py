@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmqueue.bench.calibrate import step_cycles
+from llmqueue.bench.cycles import step_cycles
 
 
 def _cells(steps, window, prefill_bin: int, decode_bin: int, ctx_bin: int):
@@ -66,3 +66,28 @@ def matched_speed(steps, ref_steps, *, prefill_bin: int = 32, decode_bin: int = 
     q1, q3 = np.exp(np.percentile(lr, [25, 75]))
     return {"speed": float(np.exp(np.sum(w * lr) / w.sum())), "cells": len(lr), "steps": int(matched),
             "share": matched / len(ka), "ratios_iqr": (float(q1), float(q3))}
+
+
+def run_to_run_spread(steps, extra: list, window, names, notes: list) -> tuple[float, str]:
+    """The engine's run-to-run speed spread (a log-scale sd): each ``--steps-from`` run's speed
+    against this run's on steps of the same composition (:func:`matched_speed`,
+    a service-time ratio ``mu_ref / mu`` at equal work), this run counting one; with fewer than two
+    runs measured, :data:`llmqueue.margin.DEFAULT_SPEED_SPREAD`, said so. The figure ``validate``
+    and ``simulate --margin`` turn into a probability of tipping over the preemption cliff."""
+    import math
+
+    from llmqueue.margin import DEFAULT_SPEED_SPREAD
+
+    logs = [0.0]
+    if steps is not None and len(steps) and "prefill_tokens" in steps:
+        for st in extra:
+            m = matched_speed(st, steps, ref_window=window)
+            if m is not None and m["speed"] > 0:
+                logs.append(math.log(m["speed"]))
+    if len(logs) >= 2:
+        sd = float(np.std(logs, ddof=1))
+        src = f"measured over {len(logs)} runs (this and --steps-from {', '.join(map(str, names))})"
+        notes.append(f"engine speed run to run: sd {100 * sd:.3g} % over {len(logs)} runs")
+        return sd, src
+    return DEFAULT_SPEED_SPREAD, ("a stated default (vLLM's CPU build moved about 7 % run to run on one server); "
+                                  "calibrate --steps-from other runs of the server measures it")

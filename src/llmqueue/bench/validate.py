@@ -312,13 +312,15 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         verdicts.update(simulated=long_verdict, simulated_path=sim.get("verdict"), simulated_copies=verdict_copies)
     regime = None
     if margin is not None:
-        from llmqueue.margin import margin_verdict, regime_margin
+        from llmqueue.margin import margin_verdict, regime_margin, tipping_text
 
         spec = SimSpec(engine=cfg, step_time=step, requests=stream, seed=seed, warmup_s=warm,
                        predictor_cv=predictor_cv, options=SimOptions(seed=seed, horizon_s=horizon, hash_ids=hash_ids,
                                                                      hash_block_tokens=H, timeout_s=client_to,
                                                                      ttft_timeout_s=client_ttft))
         regime = regime_margin(spec, stream, margin=margin)
+        regime["tipping"] = speed_spread_tipping(regime, calibration)
+        verdicts["tipping"] = tipping_text(regime["tipping"])
         said = margin_verdict(regime)
         if said is not None and str(verdicts["simulated"]).startswith("stable"):
             verdicts["simulated"] = said
@@ -332,7 +334,18 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
             "drift": drift, "drift_reps": drift_reps if drift > 0 else 0,
             "calibration": {k: calibration.get(k) for k in ("capacity_tokens", "b", "b_estimator", "step_time",
                                                             "step_time_linear", "step_time_profile", "frontend_latency_s",
-                                                            "speed_sd")}}
+                                                            "speed_sd", "speed_spread")}}
+
+
+def speed_spread_tipping(regime: dict, calibration: dict) -> dict:
+    """:func:`llmqueue.margin.tipping` with the calibration's run-to-run speed spread (else the
+    stated default)."""
+    from llmqueue.margin import DEFAULT_SPEED_SPREAD, tipping
+
+    spread = calibration.get("speed_spread")
+    if spread is None:
+        return tipping(regime, DEFAULT_SPEED_SPREAD, "a stated default: the calibration measured none")
+    return tipping(regime, float(spread), calibration.get("speed_spread_source") or "the calibration's")
 
 
 def _mean_summary(reps: list[dict]) -> dict:

@@ -28,6 +28,10 @@ def _explain_steps(ctx, param, value):
               help="Also measure the distance to the preemption cliff: the same arrivals re-simulated with a "
                    "slower engine and with more traffic (bisection, about 15 more runs); a run a FRACTION (e.g. "
                    "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica.")
+@click.option("--speed-spread", type=click.FloatRange(0.0, 1.0), metavar="FRACTION",
+              help="With --margin: the engine's run-to-run speed spread (log-scale sd, e.g. 0.07) turned into the "
+                   "probability of tipping into preemption [default: the calibration's, with --step-time "
+                   "fitted:FILE; else 0.07, stated].")
 @click.option("--explain", metavar="STEP[,STEP...]", expose_value=False, callback=_explain_steps,
               help="Print the scheduler's decision of these engine steps (counted from 0, as the steps records' "
                    "step column): the requests scheduled with their new tokens, those preempted, the step's "
@@ -36,7 +40,7 @@ def _explain_steps(ctx, param, value):
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @json_option
 @click.pass_context
-def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
+def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, speed_spread, **flags):
     """Simulate a serving replica, or a fleet of them, step by step with vLLM v1's scheduling semantics.
 
     One replica by default; --replicas N puts N behind --router, --disaggregate P:D splits prefill
@@ -73,7 +77,8 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
     if progress is None:
         progress = sys.stderr.isatty()
     with CtrlC() as ctrl_c:  # Ctrl-C: the run stops between two steps; what it simulated is kept
-        out = run_simulation(spec, progress=progress, margin=margin, interrupt=ctrl_c)
+        out = run_simulation(spec, progress=progress, margin=margin, interrupt=ctrl_c,
+                             speed_spread=_speed_spread(speed_spread, flags.get("step_time")) if margin else None)
         if out_dir:
             write_outcome(out, out_dir)
     report = {**out.summary, "theory": out.theory}
@@ -89,6 +94,23 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, **flags):
 
 def _share(x) -> str:
     return "-" if x is None else f"{100 * x:.3g}%"
+
+
+def _speed_spread(given, step_time) -> tuple[float, str]:
+    """(spread, source) for the tipping probability: ``--speed-spread``, else the calibration file's
+    of ``--step-time fitted:FILE``, else the stated default."""
+    from llmqueue.margin import DEFAULT_SPEED_SPREAD
+
+    if given is not None:
+        return float(given), "--speed-spread"
+    if isinstance(step_time, str) and step_time.lower().startswith("fitted:"):
+        from llmqueue._files import load_yaml
+
+        path = step_time.split(":", 1)[1]
+        doc = load_yaml("step_time", path, what="calibration file") or {}
+        if isinstance(doc, dict) and isinstance(doc.get("speed_spread"), (int, float)):
+            return float(doc["speed_spread"]), doc.get("speed_spread_source") or f"from {path}"
+    return DEFAULT_SPEED_SPREAD, "a stated default (vLLM's CPU build moved about 7 % run to run); --speed-spread sets it"
 
 
 def print_report(s: dict, th: dict, out_dir=None) -> None:
