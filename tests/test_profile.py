@@ -388,3 +388,59 @@ def test_a_calibration_moved_with_its_profile_still_loads(tmp_path):
     assert rebase_spec("linear:c0=0.01:decode=1e-4", tmp_path, relative=True) == "linear:c0=0.01:decode=1e-4"
     assert rebase_spec("profile:p:scale=2:noise=gamma:cv=0.1", "/base", relative=False) == \
         "profile:/base/p:scale=2:noise=gamma:cv=0.1"
+
+
+# --- the ladder sized for the saturation range (issue 36 item 4) -------------------------------------
+
+def test_each_context_measures_its_smallest_and_largest_batch_first():
+    from llmqueue.bench.profile import coverage_order
+
+    assert coverage_order([1, 2, 4, 8, 16, 32]) == [1, 32, 4, 2, 8, 16]
+    assert coverage_order([1, 2, 4, 8, 16, 32, 48])[:2] == [1, 48]
+    assert sorted(coverage_order([1, 2, 4, 8, 12])) == [1, 2, 4, 8, 12] and coverage_order([1]) == [1]
+
+
+def test_a_short_budget_still_reaches_the_largest_batch_and_says_how_long_the_ladder_takes(tmp_path):
+    """A slow engine (40-60 ms steps) and a budget too short for the whole ladder at 60 output
+    tokens (about 50 s): sized by the first step measured, the levels are cut to fewer tokens and every batch
+    up to the largest (what a saturation run holds) is measured, within 5 % of the engine's step;
+    a note gives the time the whole ladder needs; two passes give profile.json's repeat_spread."""
+    from llmqueue.bench.stub_server import StubServer
+
+    with StubServer(decode_steps="1:0.04,2:0.042,4:0.046,8:0.05,16:0.06", first_token_delay_s=0.01,
+                    max_model_len=4096) as s:
+        out = tmp_path / "p"
+        r = run_cli("profile", "--url", s.url, "--out", str(out), "--contexts", "32", "--output-tokens", "60",
+                    "--prefill-lengths", "16,64", "--prefill-repeats", "2", "--budget", "20",
+                    "--server-max-num-seqs", "16", "--server-num-gpu-blocks", "10000", "--server-block-size", "16",
+                    "--no-progress", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads((out / "profile.json").read_text())
+    batches = {c["batch"] for c in doc["decode"]}
+    assert {1, 16} <= batches, batches              # the ends of the range first
+    steps = {1: 0.04, 2: 0.042, 4: 0.046, 8: 0.05, 16: 0.06}
+    for c in doc["decode"]:
+        assert c["median_s"] == pytest.approx(steps[c["batch"]], rel=0.05), c
+    assert any("takes about" in n and "cut to" in n for n in doc["notes"]), doc["notes"]
+    assert doc["output_tokens_measured"] < doc["output_tokens"] == 60
+    if any(c["passes"] > 1 for c in doc["decode"]):
+        assert doc["repeat_spread"] is not None and doc["repeat_spread"] >= 0
+
+
+def test_the_profiles_level_on_a_run_is_taken_at_the_batches_the_profile_measured():
+    """A run's steps at batch 4 (10 ms) and 32 (40 ms) against a profile measured up to batch 8
+    that extrapolates batch 32 to 30 ms: the level from the batches it measured is 1.0; from all
+    steps it would carry the extrapolation's error (x1.2) into every batch."""
+    from llmqueue.bench.calibrate import profile_level
+
+    class Model:
+        def base(self, p, d, c):
+            return 0.010 if d <= 8 else 0.030
+
+    d = np.array([4] * 40 + [32] * 40)
+    dur = np.where(d == 4, 0.010, 0.040)
+    start = np.concatenate([[0.0], np.cumsum(dur)[:-1]])
+    steps = {"start_s": start, "duration_s": dur, "prefill_tokens": np.zeros(80, int), "decode_seqs": d,
+             "kv_tokens": d * 100}
+    assert profile_level(steps, Model(), max_batch=8)[0] == pytest.approx(1.0, rel=1e-6)
+    assert profile_level(steps, Model())[0] > 1.15

@@ -211,14 +211,20 @@ def run_speed(steps, lin: dict) -> float | None:
 
 
 def profile_level(steps, model, window: tuple[float, float] | None = None,
-                  block_size: int | None = None, decode_only: bool = False) -> tuple[float, int]:
+                  block_size: int | None = None, decode_only: bool = False,
+                  max_batch: int | None = None) -> tuple[float, int]:
     """The level of a profile's step times on a run: ``(scale, steps)``, scale the run's busy step
     cycles (:func:`step_cycles`, in ``window``) over ``model``'s price of the same steps (each row
     at its prefill tokens, decodes and KV tokens; the KV tokens are whole blocks, so half a block
     a sequence is taken off: the context it attends over). A profile measured on another day, or
     on an engine that has since slowed, keeps its shape and takes the run's speed. ``decode_only``: from
-    the decode-only steps alone (the engine's speed, whatever the workload's shape)."""
+    the decode-only steps alone (the engine's speed, whatever the workload's shape). ``max_batch``:
+    only the steps of at most that many sequences (the batches the profile measured: its surface
+    beyond them is extrapolated, and one factor fitted there would carry the extrapolation's
+    error into every small batch)."""
     mask, cyc, k = step_cycles(steps, window)
+    if max_batch is not None:
+        mask &= np.asarray(steps["decode_seqs"], dtype=np.int64) <= int(max_batch)
     if decode_only:  # the same work on any workload's shape: two runs' levels differ by the engine's speed alone
         mask &= (np.asarray(steps["prefill_tokens"]) == 0) & (np.asarray(steps["decode_seqs"]) > 0)
     if mask.sum() < 20:
@@ -426,11 +432,17 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             notes.append(f"step_time: the profile {profile} at its own level (x1): {run_dir} has no step "
                          "records to measure this run's level (bench --server-log gives them)")
         else:
-            scale, n = profile_level(steps, pm, window, block_size=block)
+            top = _profile_top_batch(profile)
+            scale, n = profile_level(steps, pm, window, block_size=block, max_batch=top)
+            within = f"at batches <= {top}, those the profile measured"
+            if not math.isfinite(scale):  # the run's steps lie beyond the profile's batches
+                scale, n = profile_level(steps, pm, window, block_size=block)
+                within = f"at every batch: fewer than 20 at batches <= {top}, the profile's largest"
             if not math.isfinite(scale):
                 raise InputError("profile", f"{run_dir} has {n} busy steps; need >= 20 to set the profile's level",
                                  "run longer")
-            notes.append(f"step_time: the profile {profile} at this run's level (x{scale:.4g}, from {n} busy steps)")
+            notes.append(f"step_time: the profile {profile} at this run's level, x{scale:.4g} of its own "
+                         f"(x1), from {n} busy steps {within}")
         prof_spec = f"profile:{profile_path(profile, 'profile').parent.resolve()}:scale={scale:.6g}"
         step_time = prof_spec
         front, front_src = _profile_frontend(profile, front, front_src, notes)
@@ -441,6 +453,15 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
                        speed_sd=drift["sd"] if drift else None, speed_windows=drift["windows"] if drift else 0,
                        speed_spread=spread, speed_spread_source=spread_src,
                        step_time_constant=f"{b:.6g}", step_time_profile=prof_spec, profile_scale=scale)
+
+
+def _profile_top_batch(profile) -> int | None:
+    """The largest decode batch the profile measured (None when it records none)."""
+    from llmqueue.engine.profile_step import read_profile
+
+    cells = read_profile(profile, field="profile").get("decode") or []
+    b = [int(c["batch"]) for c in cells if isinstance(c, dict) and isinstance(c.get("batch"), int)]
+    return max(b) if b else None
 
 
 def _settings_from_profile(profile, known: dict, server: dict, notes: list) -> dict:

@@ -19,9 +19,12 @@ decode step's cost is concave in the batch. The profile measures the surface dir
   ``intercept + per_token x P`` is fitted; with the iteration log the prefill steps' own times
   are fitted and the frontend delay (TTFT less the step) is kept apart.
 
-Everything runs within a time budget (default 180 s): a level whose estimated time (from the
-levels already measured) does not fit its context's share of what is left is skipped, with a
-note. ``DIR/profile.json`` holds the surface (per context and batch: the median, quartiles and
+Everything runs within a time budget (default 180 s): each context's batches are measured
+smallest and largest first (the range a saturation run reaches), then the middles; a level whose
+estimated time (from the levels already measured) does not fit its context's share of what is
+left is skipped, with a note, and once the first step time is measured a note says how long
+the whole ladder takes (and the ``--budget`` that would measure all of it). ``repeat_spread``:
+how far the passes' levels moved (the spread of a profile taken again). ``DIR/profile.json`` holds the surface (per context and batch: the median, quartiles and
 count of the step times, and the per-sequence context), the prefill fit, the server settings
 used (``server.json`` beside it) and notes; ``DIR/runs/`` the raw per-request records of every
 level (the benchmark client's run directories). ``--step-time profile:DIR`` prices steps from
@@ -47,6 +50,36 @@ DEFAULT_PREFILL_LENGTHS = (16, 128, 512, 2048)
 PREFILL_OUTPUT_TOKENS = 2
 MIN_LOG_STEPS = 10
 """Logged pure-decode steps of a level needed to prefer the iteration log over the client's ITLs."""
+
+
+def coverage_order(batches) -> list[int]:
+    """The order a context's batches are measured in: the smallest and the largest first (the
+    range a saturation run reaches, up to ``max_num_seqs`` or the KV limit, is covered before the
+    budget runs short), then the middles by halving (``1, 32, 4, 16, 2, 8``: the surface
+    interpolates between measured batches, so spread points first)."""
+    b = sorted(set(int(x) for x in batches))
+    if len(b) <= 2:
+        return b
+    out, spans = [b[0], b[-1]], [(0, len(b) - 1)]
+    while spans:
+        nxt = []
+        for lo, hi in spans:
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            out.append(b[mid])
+            nxt += [(lo, mid), (mid, hi)]
+        spans = nxt
+    return out
+
+
+def repeat_spread(cells: list[dict]) -> float | None:
+    """How far a repeated profile's levels move: the sd of ``ln(pass median / cell median)`` over
+    every cell measured in more than one pass (the engine's speed wandering between passes minutes
+    apart; the noise of a profile taken again). None with one pass."""
+    logs = [math.log(m / c["median_s"]) for c in cells if len(c.get("pass_medians_s") or []) > 1 and c["median_s"] > 0
+            for m in c["pass_medians_s"] if m > 0]
+    return float(np.std(logs, ddof=1)) if len(logs) >= 2 else None
 
 
 def ladder(cap: int) -> list[int]:
@@ -296,6 +329,30 @@ def _estimate(cells: list[dict], prompt: int, batch: int, output: int, prefill: 
     return pre + (output - 1) * step
 
 
+MIN_SIZED_OUTPUT_TOKENS = 24   # the fewest output tokens a level is cut to when the budget is short
+
+
+def _sized_output(cells, ctx_list, passes: int, output: int, prefill, budget, notes: list) -> int:
+    """The output tokens of the levels still to measure, sized by the first step time measured:
+    the whole ladder's estimated time ``passes x sum(prefill + (o - 1) step(c))`` against the time
+    left; when it does not fit, ``o`` shrinks in proportion (not below
+    :data:`MIN_SIZED_OUTPUT_TOKENS`) so every batch up to the saturation range is still measured,
+    each with fewer samples. A note says how long the ladder takes and what was done."""
+    levels = [(q, b) for q, bs in ctx_list for b in bs]
+    need = passes * sum(_estimate(cells, q, b, output, prefill) or 0.0 for q, b in levels)
+    left = budget.left()
+    text = (f"the planned ladder ({len(levels)} levels x {passes} passes) takes about {need:.0f} s by the first "
+            f"step measured; {left:.0f} s of the budget {budget.budget_s:g} s left")
+    o = output
+    if need > left > 0 and output > MIN_SIZED_OUTPUT_TOKENS:
+        o = max(MIN_SIZED_OUTPUT_TOKENS, int(output * 0.85 * left / need))
+        text += f": each level's output cut to {o} tokens so that every batch is measured"
+    if need * o / output > left:
+        text += f" (give --budget {math.ceil(need * 1.2 + budget.elapsed()):d} to measure all at {output} tokens)"
+    notes.append(text)
+    return o
+
+
 def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
                 output_tokens: int = DEFAULT_OUTPUT_TOKENS, prefill_lengths=None, prefill_repeats: int = 5,
                 budget_s: float = DEFAULT_BUDGET_S, server_log=None, server_flags: dict | None = None,
@@ -387,25 +444,33 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     # -- decode ladders, ``passes`` times over (an engine's speed wanders: pooled passes average it) --
     measured: dict[tuple[int, int], list[dict]] = {}
     skipped: list[str] = []
-    ctx_list = list(levels["contexts"].items())
+    ctx_list = [(p, coverage_order(b)) for p, b in levels["contexts"].items()]
+    told, out_tok = False, output_tokens
     for k in range(passes):
         pass_end = budget.elapsed() + budget.left() / (passes - k)
         for ci, (p, batch_list) in enumerate(ctx_list):
             share_end = budget.elapsed() + (pass_end - budget.elapsed()) / (len(ctx_list) - ci)
             todo = batch_list if k == 0 else [c for c in batch_list if (p, c) in measured]
-            for bi, c in enumerate(todo):
-                est = _estimate(pool_cells(measured), p, c, output_tokens, prefill)
+            left_out = []
+            for c in todo:
+                cells_now = pool_cells(measured)
+                if cells_now and not told:  # sized by the first step time measured: say how long it takes
+                    told = True
+                    out_tok = _sized_output(cells_now, ctx_list, passes, output_tokens, prefill, budget, notes)
+                    tell(notes[-1], total)
+                est = _estimate(cells_now, p, c, out_tok, prefill)
                 if budget.left() <= 0 or (est is not None and budget.elapsed() + est > share_end):
-                    if k == 0:
-                        skipped.append(f"context {p}: batches {', '.join(map(str, todo[bi:]))} (time budget)")
-                    break
+                    left_out.append(c)  # a smaller level may still fit: the next is tried
+                    continue
                 tell(f"pass {k + 1}: context {p}, batch {c}", total)
                 level_s = max(share_end - budget.elapsed(), 1.0)  # the level's requests end within it
-                cell = measure_level(url, model, p, c, output_tokens, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
+                cell = measure_level(url, model, p, c, out_tok, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
                                      server_log=server_log, M=M, notes=notes, drain_timeout_s=level_s,
                                      timeout_s=level_s, **net)
                 if cell is not None:
                     measured.setdefault((p, c), []).append(cell)
+            if left_out and k == 0:
+                skipped.append(f"context {p}: batches {', '.join(map(str, sorted(left_out)))} (time budget)")
     cells = pool_cells(measured)
     if not cells:
         raise InputError("budget", f"no decode level was measured within {budget_s:g} s",
@@ -414,7 +479,9 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
     doc = {"format": FORMAT, "version": 1, "url": url, "model": model,
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "source": srcs.pop() if len(srcs) == 1 else "mixed", "output_tokens": int(output_tokens),
-           "decode": cells, "prefill": prefill, "skipped": skipped, "notes": notes,
+           "output_tokens_measured": int(out_tok),
+           "decode": sorted(cells, key=lambda c: (c["prompt_tokens"], c["batch"])), "prefill": prefill,
+           "repeat_spread": repeat_spread(cells), "skipped": skipped, "notes": notes,
            "budget_s": float(budget_s), "elapsed_s": round(budget.elapsed(), 3),
            "server": {k: v for k, v in server.items() if k != "cache_config_info"}}
     write_atomic(out / PROFILE_FILE, json.dumps(doc, indent=2, default=str) + "\n")
