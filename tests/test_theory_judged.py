@@ -107,3 +107,18 @@ def test_a_pd_fleet_is_judged_stage_by_stage(tmp_path):
 def test_a_theory_verdict_never_contradicts_the_simulation_without_a_reason(theory, summary, differs):
     why = reconcile(theory, summary)
     assert bool(why) == differs
+
+
+def test_an_indeterminate_theory_verdict_says_its_gap_and_names_the_margin(tmp_path):
+    """Inside seed 004's gap [mu (1 - delta), mu] the theorems decide nothing (issue 36 item 6):
+    the verdict says so, with the gap, and names the simulator's margin verdict (or how to get it)."""
+    flags = ["--capacity-tokens", "131000", "--step-time", "0.0372", "--chunk", "512", "--prompt-len",
+             "uniform:10:1600", "--output-len", "uniform:10:1600", "--duration", "900", "--seed", "1", "--rate", "3.2"]
+    d = _simulate([*flags, "--out", str(tmp_path / "a")])
+    th = d["theory"]
+    assert th["verdict"] == "indeterminate"
+    lo, hi = th["mu"] * (1 - th["delta"]), th["mu"]
+    assert lo < 3.2 < hi
+    assert "gap" in th["verdict_detail"] and "--margin" in th["verdict_detail"]
+    d = _simulate([*flags, "--margin", "0.1", "--out", str(tmp_path / "b")])
+    assert f"the simulator's margin: {d['regime_margin']['regime']}" in d["theory"]["verdict_detail"]

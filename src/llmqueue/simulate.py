@@ -24,7 +24,7 @@ from llmqueue.engine.run import SimResult, simulate
 from llmqueue.engine.step_time import StepTimeModel
 from llmqueue.errors import InputError
 from llmqueue.knobs import BY_NAME
-from llmqueue.theory.judged import reconcile
+from llmqueue.theory.judged import indeterminate_text, reconcile
 from llmqueue.theory.prediction import theory_for
 
 UNLIMITED_KV_TOKENS = 1 << 40
@@ -318,6 +318,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     why = reconcile(theory, summary)
     if why:
         theory["why_they_differ"] = why
+    said = indeterminate_text(theory, summary.get("regime_margin"))
+    if said:
+        theory["verdict_detail"] = said
     if notes:
         summary["notes"] = notes
     if res.explained:

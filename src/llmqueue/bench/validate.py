@@ -324,6 +324,11 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
         said = margin_verdict(regime)
         if said is not None and str(verdicts["simulated"]).startswith("stable"):
             verdicts["simulated"] = said
+    from llmqueue.theory.judged import indeterminate_text
+
+    said = indeterminate_text({**theory, "lam": lam}, regime)
+    if said:
+        verdicts["theory_detail"] = said
     return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
             "replay": replay, "notes": run.notes,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}

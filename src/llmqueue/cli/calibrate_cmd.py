@@ -219,6 +219,8 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
             for c, v in (d or {}).items()))
     if rp.get("retries_replayed") is False:
         notes.append("the run retried failed attempts; the replay sends each request once")
+    if v.get("theory_detail"):
+        notes.append("theory: " + v["theory_detail"])
     for line in notes:
         click.echo(f"note: {line}")
     m = res.get("regime_margin")

@@ -176,6 +176,8 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
             trows.append(("per replica", th["per_replica"]))
         if "note" in th:
             trows.append(("note", th["note"]))
+        if th.get("verdict_detail"):
+            trows.append(("theory verdict, said", th["verdict_detail"]))
         if th.get("why_they_differ"):
             trows.append(("why theory and simulation differ", th["why_they_differ"]))
         print_kv(trows, title="\nTheory")

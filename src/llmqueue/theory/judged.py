@@ -289,3 +289,18 @@ def jackson_tandem(spec) -> dict | None:
     total += link
     return {"model": "Jackson tandem (prefill -> KV link -> decode)", "mean_e2el_ms": total * 1e3,
             "stations": stations}
+
+
+def indeterminate_text(theory: dict, margin: dict | None) -> str | None:
+    """For a theory verdict of "indeterminate" (``lam`` inside seed 004's gap ``[mu (1 - delta),
+    mu]``, where the theorems decide nothing: a path may or may not preempt), the line that says
+    so with the gap and names what decides it: the simulator's margin verdict (``--margin``), or
+    how to get it. None for any other verdict."""
+    if theory.get("verdict") != "indeterminate" or not theory.get("mu"):
+        return None
+    mu, d = theory["mu"], theory.get("delta") or 0.0
+    text = (f"indeterminate: lam {theory.get('lam', float('nan')):.4g} lies inside seed 004's gap "
+            f"[mu (1 - delta), mu] = [{mu * (1 - d):.4g}, {mu:.4g}] req/s, which the theorems do not decide")
+    if margin is None:
+        return text + "; the simulator decides it: --margin 0.1 measures this path's distance to the cliff"
+    return text + f"; the simulator's margin: {margin.get('regime')}"
