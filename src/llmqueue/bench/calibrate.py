@@ -350,7 +350,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             known[name] = int(v)
             notes.append(f"{name} {int(v)} given (the run recorded {server.get(name, 'none')})")
         known[name] = require(known, name, where="server.json" if sj.exists() else f"{run_dir}/server.json",
-                              here_flag=f"--{name.replace('_', '-')}")
+                              here_flag=f"--{name.replace('_', '-')}", imported="imported" in (run.summary or {}))
     M = capacity_tokens
     block = server.get("block_size")
     if M is None:
