@@ -532,6 +532,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
     records, tokens, workload, more = build_run(cols, time_origin=time_origin, status_map=smap)
     notes += more
+    sampled = cc = None  # the /metrics scrapes, read whole before anything is written
+    if metrics is not None:
+        sampled, cc = _metrics(metrics, records, time_origin, zero, _UNITS[time_unit])
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -554,9 +557,7 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     else:
         (out / "tokens.parquet").unlink(missing_ok=True)
     (out / "server.json").unlink(missing_ok=True)
-    sampled = None
-    if metrics is not None:
-        sampled, cc = _metrics(metrics, records, time_origin, zero, _UNITS[time_unit])
+    if sampled is not None:
         if cc is not None:
             from llmqueue._files import write_atomic
             from llmqueue.bench.sampler import cache_server
@@ -571,7 +572,8 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     ts = _write_metrics(out, sampled, server.get("M"), notes)
     warm, horizon = run_window(recs, warmup_s, 0.0, notes)
     if warm > 0:
-        notes.append(f"the first {warm:g} s left out of the statistics (a bench run's warm-up; --warmup S to change)")
+        notes.append(f"the first {warm:g} s left out of the statistics (the warm-up of the project's measured bench "
+                     "runs; --warmup S to change)")
     if tokens is not None:  # a bench run's ITL: the ok requests arriving in the window
         itl = _window_itl(tokens, recs, (warm, horizon))
     s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, itl_s=itl, send_s=recs["dispatched_s"],

@@ -61,7 +61,8 @@ _HELP = """Import per-request measurements taken by another client as a run dire
               "bench's sampler records them (metrics.parquet, timeseries.parquet, the summary's server_counters): "
               "Prometheus text scrapes, each after a '# time T' line (T on the requests' clock and unit) or with the "
               "exposition's own timestamps (epoch ms); or a CSV with a time column (t_s, time_s, time or timestamp) "
-              "and a column per metric (num_waiting, preemptions, ... or vllm:num_requests_waiting, ...) or name,value.")
+              "and a column per metric (num_waiting, preemptions, ... or vllm:num_requests_waiting, ...) or "
+              "name,value.")
 @click.option("--warmup", "warmup_s", type=float, default=RUN_WARMUP_S, show_default=True, metavar="S",
               help="Seconds left out of the statistics, as a bench run's warm-up (ignored, with a note, when not "
                    "shorter than the run).")
