@@ -4,9 +4,11 @@ The acceptance: one run against the stub server, benchmarked natively, and the S
 written as another client would log them (a gzipped JSONL, times counted from the run's start with
 the run's epoch kept aside, its own status words, null token counts on the requests it aborted, and
 a CSV of the server's /metrics samples), imported with flags only: ``calibrate`` and ``validate``
-give the same figures on both runs (relative tolerance :data:`RTOL`: the import knows the run's end
-from its last answer, a benchmark from its own clock a few ms later, and the epoch shift rounds the
-times by about 1e-7 s). Then one small test per flag, each failing on the code before it.
+give the same figures on both runs: the same calibration (every number within 1e-9, relative) and
+``validate``'s measured and simulated figures within :data:`RTOL` plus twice the two runs' ends'
+difference over the run's length (the import knows the run's end from its last answer, a benchmark
+from its own clock a few ms later: a rate over the run moves by that share; measured: 1e-4 at
+most on an idle machine). Then one small test per flag, each failing on the code before it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from _cli import run_cli
 from llmqueue.bench.stub_server import StubServer
 from llmqueue.records import read_records
 
-#: relative tolerance of the figures compared between the native and the imported run (measured: 0.3 % at most)
-RTOL = 0.01
+#: relative tolerance of validate's figures compared between the native and the imported run
+RTOL = 1e-3
 #: the engine settings both runs are given (bench's --server-* flags, import's own)
 SETTINGS = {"max-num-seqs": "16", "max-num-batched-tokens": "512", "block-size": "16", "num-gpu-blocks": "257"}
 #: the other client's status words
@@ -108,8 +110,10 @@ def test_a_run_logged_by_another_client_calibrates_and_validates_as_benched(nati
         assert np.allclose(a[c], b[c], atol=1e-5, equal_nan=True), c
     # the server's samples: the same queue lengths and counters as bench's sampler recorded
     assert s_imp["server_counters"] == pytest.approx(s_nat["server_counters"])
+    rtol = RTOL + 2 * abs(s_imp["horizon_s"] - s_nat["horizon_s"]) / (s_nat["horizon_s"] - s_nat["warmup_s"])
+    assert s_imp["warmup_s"] == s_nat["warmup_s"] == 0.4
     for k in ("mean_num_waiting", "mean_num_running"):
-        assert s_imp[k] == pytest.approx(s_nat[k], rel=RTOL, abs=1e-3), k
+        assert s_imp[k] == pytest.approx(s_nat[k], rel=rtol, abs=1e-3), k
     figures = {}
     for name, run in (("native", native), ("imported", imp)):
         code, out, err = run_cli("calibrate", run, "-o", tmp_path / f"{name}.yaml", "--json")
@@ -119,9 +123,11 @@ def test_a_run_logged_by_another_client_calibrates_and_validates_as_benched(nati
         assert code == 0, err
         figures[name] = (cal, json.loads(out))
     (cn, vn), (ci, vi) = figures["native"], figures["imported"]
-    for k in ("b", "capacity_tokens"):
-        assert ci[k] == pytest.approx(cn[k], rel=RTOL), k
-    assert ci["engine"] == cn["engine"]
+    numbers = [k for k, v in cn.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    assert "b" in numbers and "capacity_tokens" in numbers
+    for k in numbers:
+        assert ci[k] == pytest.approx(cn[k], rel=1e-9), k
+    assert ci["engine"] == cn["engine"] and ci["step_time"] == cn["step_time"]
     rows_n = {r["quantity"]: r for r in vn["rows"]}
     rows_i = {r["quantity"]: r for r in vi["rows"]}
     assert set(rows_n) == set(rows_i)
@@ -131,7 +137,7 @@ def test_a_run_logged_by_another_client_calibrates_and_validates_as_benched(nati
             if x is None or y is None:
                 assert x is y, (q, k)
             else:
-                assert y == pytest.approx(x, rel=RTOL, abs=1e-6), (q, k, x, y)
+                assert y == pytest.approx(x, rel=rtol, abs=1e-6), (q, k, x, y)
     assert vi["verdicts"] == vn["verdicts"]
 
 

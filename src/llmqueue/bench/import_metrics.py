@@ -7,10 +7,11 @@ growth over the run: preemptions, tokens, finished requests).
 Two forms of the file (gzip-compressed or not):
 
 - **Prometheus text exposition**, the scrapes one after another, each placed in time by a line
-  ``# time T`` before it (``T`` on the requests' clock, in their unit: ``--time-zero`` and
-  ``--time-unit`` apply to it as to the requests' times); without such lines, by the samples' own
-  exposition timestamps (milliseconds since the epoch, as Prometheus writes them: epoch time,
-  never shifted), the samples of one timestamp making one scrape;
+  ``# time T`` before it (``T`` on the requests' clock, in their unit: ``--time-unit`` applies to
+  it as to the requests' times); without such lines, by the samples' own exposition timestamps
+  (milliseconds since the epoch, as Prometheus writes them: epoch time, placed on the requests'
+  clock by ``--time-zero`` when theirs count from the run's start), the samples of one timestamp
+  making one scrape;
 - **CSV** with a time column (:data:`TIME_COLUMNS`, on the requests' clock and unit) and either a
   column per quantity, named as the sampler names it (``num_waiting``, ``preemptions``,
   ``ttft_sum``: :data:`~llmqueue.bench.prom.ALIASES`, :data:`~llmqueue.bench.prom.HISTOGRAMS`) or
@@ -41,8 +42,9 @@ _FORMS = ("Prometheus text scrapes, each after a '# time T' line (or with the ex
 
 
 def read_metrics(path, *, time_zero: float = 0.0, time_unit: float = 1.0) -> tuple[list[dict], object]:
-    """The scrapes of ``path`` as the sampler's rows (``t_s`` on the requests' absolute clock: the
-    file's times times ``time_unit`` plus ``time_zero``; exposition timestamps as they are) and
+    """The scrapes of ``path`` as the sampler's rows (``t_s`` on the requests' clock: the file's
+    times times ``time_unit``; exposition timestamps, epoch seconds, less ``time_zero``, the epoch
+    second the requests' times count from) and
     the server's cache shape (:class:`~llmqueue.bench.prom.CacheConfig`, None without
     ``vllm:cache_config_info``). A file that is neither form, a time that is no time, or a value
     that is no number is one line naming the row."""
@@ -55,7 +57,8 @@ def read_metrics(path, *, time_zero: float = 0.0, time_unit: float = 1.0) -> tup
     if not first:
         raise InputError("metrics", f"{str(p)!r} is empty", f"give {_FORMS}")
     csv_form = not first.startswith("#") and "," in first and "{" not in first
-    scrapes = (_csv_scrapes if csv_form else _text_scrapes)(text, repr(str(p)), time_zero, time_unit)
+    scrapes = (_csv_scrapes(text, repr(str(p)), time_unit) if csv_form
+               else _text_scrapes(text, repr(str(p)), time_zero, time_unit))
     if not scrapes:
         raise InputError("metrics", f"{str(p)!r} holds no vLLM samples", f"give {_FORMS}")
     cc = next((cache_config(s) for _, s in scrapes if "vllm:cache_config_info" in s), None)
@@ -80,13 +83,13 @@ def run_rows(rows: list[dict], start: float, end: float, source: str) -> list[di
     return keep
 
 
-def _time(x, where: str, time_zero: float, time_unit: float) -> float:
+def _time(x, where: str, time_unit: float) -> float:
     from llmqueue.bench.import_fields import number
 
     v = number(x, "metrics", where, "time", scale=time_unit)
     if math.isnan(v):
         raise InputError("metrics", f"{where}: no time", f"give every scrape its time ({_FORMS})")
-    return v + time_zero
+    return v
 
 
 def _text_scrapes(text: str, source: str, time_zero: float, time_unit: float) -> list[tuple[float, object]]:
@@ -104,7 +107,7 @@ def _text_scrapes(text: str, source: str, time_zero: float, time_unit: float) ->
         for k, (i, t) in enumerate(marks):
             end = marks[k + 1][0] if k + 1 < len(marks) else len(lines)
             snap = parse_metrics("\n".join(lines[i + 1:end]) + "\n", SAMPLED_NAMES)
-            out.append((_time(t, f"{source} line {i + 1}", time_zero, time_unit), snap))
+            out.append((_time(t, f"{source} line {i + 1}", time_unit), snap))
         return out
     snap = parse_metrics(text, SAMPLED_NAMES)
     groups: dict = defaultdict(list)
@@ -115,12 +118,12 @@ def _text_scrapes(text: str, source: str, time_zero: float, time_unit: float) ->
                              "or give the samples the exposition's own timestamps (epoch milliseconds)")
         groups[s.timestamp].append(s)
     for t in sorted(groups):
-        _time(t, f"{source} sample at {t!r}", 0.0, 1.0)  # in range
-        out.append((float(t), MetricsSnapshot(groups[t], snap.types)))
+        _time(t, f"{source} sample at {t!r}", 1.0)  # in range
+        out.append((float(t) - time_zero, MetricsSnapshot(groups[t], snap.types)))
     return out
 
 
-def _csv_scrapes(text: str, source: str, time_zero: float, time_unit: float) -> list[tuple[float, object]]:
+def _csv_scrapes(text: str, source: str, time_unit: float) -> list[tuple[float, object]]:
     """A CSV of samples: a column per metric (one scrape a row) or ``name``/``value`` rows."""
     import csv
     import io
@@ -147,7 +150,7 @@ def _csv_scrapes(text: str, source: str, time_zero: float, time_unit: float) -> 
     for i, row in enumerate(reader, 2):
         row = {(k or "").strip(): v for k, v in row.items()}
         where = f"{source} row {i}"
-        t = _time(row.get(tcol), where, time_zero, time_unit)
+        t = _time(row.get(tcol), where, time_unit)
         pairs = ([((row.get(ncol) or "").strip(), row.get("value"))] if long_form
                  else [(name, row.get(c)) for c, name in metric_cols.items()])
         for name, v in pairs:

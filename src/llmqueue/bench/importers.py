@@ -454,7 +454,8 @@ def build_run(cols: dict, *, time_origin: float | None = None,
         attempt=att)
     tokens = None
     if chunks is not None:
-        keep = [i for i in range(n) if ok[i] and len(chunks[i])]
+        # a bench run's: what streamed, finished or not (an unfinished request's chunks in order)
+        keep = [i for i in range(n) if len(chunks[i]) and (ok[i] or not (np.diff(chunks[i]) < 0).any())]
         cnt = np.array([len(chunks[i]) for i in keep], dtype=np.int64)
         tokens = {"request_id": np.repeat(rid[keep], cnt) if keep else np.zeros(0, np.int64),
                   "attempt": np.repeat(att[keep], cnt) if keep else np.zeros(0, np.int64),
@@ -480,9 +481,11 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
                settings: dict | None = None, server_log=None, benchmark: int | None = None,
                status_map: str | None = None, metrics=None, warmup_s: float = RUN_WARMUP_S) -> dict:
     """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`IMPORTERS`);
-    ``time_zero``: the epoch second the file's times count from (added to every time: for a
-    file whose times count from the run's start; the run's 0 is then the file's 0 unless
-    ``time_origin``, on the file's own clock, says otherwise); ``status_map``: the file's own
+    ``time_zero``: the epoch second the file's times count from (for a file whose times count
+    from the run's start: it places them on the server log's clock and the /metrics samples'
+    timestamps; the run's 0 is then the file's 0 unless ``time_origin``, on the file's own clock,
+    says otherwise; the times themselves are kept as the file has them, not rounded through an
+    epoch); ``status_map``: the file's own
     status words onto the schema's (:func:`parse_status_map`); ``settings``: engine settings
     (``max_num_seqs``...) the user gives, recorded in ``server.json`` with their source;
     ``server_log``: the server's log, read for them too, and for its per-step lines
@@ -521,13 +524,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     zero = 0.0 if time_zero is None else check_origin(time_zero, field="time_zero")
     cols, notes = imp.read(path, **opts)
     meta = cols.pop("meta", None)
-    if zero:  # the file's times count from epoch second `zero`
-        cols = {k: (v + zero if k in _ABS else [c + zero for c in v] if k == "chunks" else v) for k, v in cols.items()}
-    if time_origin is not None:
-        time_origin += zero
-    elif time_zero is not None:  # the run starts where the file's clock does
-        time_origin = zero
-    else:  # the earliest send (build_run's default), kept to place the server log's steps
+    if time_origin is None and time_zero is not None:  # the run starts where the file's clock does
+        time_origin = 0.0
+    elif time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
         t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])
         time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
     records, tokens, workload, more = build_run(cols, time_origin=time_origin, status_map=smap)
@@ -567,8 +566,9 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
         else json.loads((out / "server.json").read_text()) if (out / "server.json").exists() else {}
     kv = server.get("M_usable") or server.get("M") or None
     (out / "steps.parquet").unlink(missing_ok=True)
+    t0_epoch = None if time_origin is None else time_origin + zero  # the run's 0 on the epoch clock (if it is)
     if server_log is not None:
-        notes += _log_steps(out, server_log, time_origin, records["finish_s"], kv)
+        notes += _log_steps(out, server_log, t0_epoch, records["finish_s"], kv)
     ts = _write_metrics(out, sampled, server.get("M"), notes)
     warm, horizon = run_window(recs, warmup_s, 0.0, notes)
     if warm > 0:
@@ -585,7 +585,7 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
                      "dropped": int(cols["n"]) - int(len(recs)),
                      "chunk_times": tokens is not None, "warmup_s": warm,
-                     "time_zero_epoch_s": time_zero, "t0_epoch_s": time_origin if (time_origin or 0) >= 1e9 else None,
+                     "time_zero_epoch_s": time_zero, "t0_epoch_s": t0_epoch if (t0_epoch or 0) >= 1e9 else None,
                      "status_map": smap or None, "metrics": None if metrics is None else str(metrics),
                      **({"result": meta} if meta else {})}
     if notes:
