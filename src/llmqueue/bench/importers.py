@@ -25,7 +25,16 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
   (``[0.1, 0.2]``) or ``;``-separated.
 
 Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
-(default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+(default: the earliest send, so the run starts at 0). ``time_zero`` is the epoch second a file's
+times count from when they count from the run's start (the run's 0 is then the file's 0): it places
+them on the server log's clock and the /metrics samples' timestamps. A missing column is one line
+naming it. Files are shipped as they are: gzip-compressed or not (read by their magic bytes);
+``status_map`` maps a client's own status words onto the schema's (a word neither knows is one
+line naming it, its row and ``--status-map``); a null token count is allowed on a request that
+did not finish (refused on an ok one); ``metrics`` brings the server's /metrics samples in as
+bench's sampler records them (:mod:`llmqueue.bench.import_metrics`); the statistics leave out the
+first ``warmup_s`` seconds (:data:`~llmqueue.bench.options.RUN_WARMUP_S` by default, as the
+project's measured bench runs), as a bench run's window (:mod:`llmqueue.bench.run_window`).
 Every number of every format passes :mod:`llmqueue.bench.import_fields` (finite, in range, whole
 counts: else one line naming the row and the field); a request whose times cannot have happened
 (TTFT longer than its latency, a finish before its send) is dropped, counted in the notes and in
@@ -104,19 +113,23 @@ _REL = ("ttft_s", "e2el_s")
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
+def _pairs(text: str | None, flag: str, form: str, example: str):
+    """The ``A=B`` items of a comma-separated option value (stripped, empty items skipped); an
+    item that is not one is one line naming ``flag``."""
+    for part in ("" if text is None else str(text)).split(","):
+        if not part.strip():
+            continue
+        a, sep, b = part.partition("=")
+        a, b = a.strip(), b.strip()
+        if not sep or not a or not b:
+            raise InputError(flag, f"{part.strip()!r} is not {form}", f"e.g. {example}")
+        yield a, b
+
+
 def parse_map(text: str | None) -> dict:
     """``"send_s=t0,first_token_s=ttft_abs"`` -> ``{"send_s": "t0", ...}`` (checked)."""
     out: dict = {}
-    if text is None:
-        return out
-    for part in str(text).split(","):
-        if not part.strip():
-            continue
-        field, sep, col = part.partition("=")
-        field, col = field.strip(), col.strip()
-        if not sep or not field or not col:
-            raise InputError("map", f"{part.strip()!r} is not FIELD=COLUMN",
-                             "e.g. --map send_s=t0,ttft_s=ttft,prompt_tokens=n_in")
+    for field, col in _pairs(text, "map", "FIELD=COLUMN", "--map send_s=t0,ttft_s=ttft,prompt_tokens=n_in"):
         if field == "dispatched_s":
             field = "send_s"
         if field not in FIELDS:
@@ -135,16 +148,8 @@ def parse_status_map(text: str | None) -> dict:
     from llmqueue.records.schema import STATUSES
 
     out: dict = {}
-    if text is None:
-        return out
-    for part in str(text).split(","):
-        if not part.strip():
-            continue
-        word, sep, status = part.partition("=")
-        word, status = word.strip().lower(), status.strip().lower()
-        if not sep or not word or not status:
-            raise InputError("status_map", f"{part.strip()!r} is not FROM=TO",
-                             "e.g. --status-map aborted_drain_cap=cancelled,failed=error")
+    for word, status in _pairs(text, "status_map", "FROM=TO", "--status-map aborted_drain_cap=cancelled,failed=error"):
+        word, status = word.lower(), status.lower()
         if status not in STATUSES:
             raise InputError("status_map", f"{word}={status}: {status!r} is not a status",
                              f"map onto one of {', '.join(STATUSES)}")
@@ -602,7 +607,7 @@ def _log_steps(out: Path, server_log, origin: float | None, finish, M) -> list[s
 
     if origin is None or origin < 1e9:  # not epoch seconds (e.g. vllm bench's perf_counter start_times)
         return [f"the file's times are not epoch seconds: the steps in {server_log} cannot be placed on them "
-                "(no steps.parquet)"]
+                "(no steps.parquet; --time-zero EPOCH gives the epoch second they count from)"]
     fin = np.asarray(finish, dtype=np.float64)
     end = float(np.nanmax(fin)) if np.isfinite(fin).any() else None
     steps, note = steps_from_log(server_log, t0_epoch_s=origin, t_end_s=end, M=M)
