@@ -561,12 +561,11 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
     else:
         (out / "tokens.parquet").unlink(missing_ok=True)
     (out / "server.json").unlink(missing_ok=True)
-    if sampled is not None:
-        if cc is not None:
-            from llmqueue._files import write_atomic
-            from llmqueue.bench.sampler import cache_server
+    if cc is not None:  # the scrapes' vllm:cache_config_info, as bench's sampler records it
+        from llmqueue._files import write_atomic
+        from llmqueue.bench.sampler import cache_server
 
-            write_atomic(out / "server.json", json.dumps(cache_server(cc), indent=2, default=str) + "\n")
+        write_atomic(out / "server.json", json.dumps(cache_server(cc), indent=2, default=str) + "\n")
     server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) \
         else json.loads((out / "server.json").read_text()) if (out / "server.json").exists() else {}
     kv = server.get("M_usable") or server.get("M") or None
