@@ -2,7 +2,7 @@
 by decode batch size, from a run's iteration log.
 
 For each run directory (its ``steps.parquet``, the server's iteration log as the benchmark wrote
-it), the busy step cycles (:func:`llmqueue.bench.calibrate.step_cycles`: start to next start while
+it), the busy step cycles (:func:`llmqueue.bench.cycles.step_cycles`: start to next start while
 the engine went straight on) are grouped by kind and batch: decode-only steps by their number of
 sequences ``n`` (bins 1, 2-3, 4-7, ..., 48-64, 65+), and the steps with prompt tokens as one group.
 Each group prints its measured mean cycle and, for each step model of the calibration (the profile,
@@ -49,7 +49,7 @@ def _bin_name(lo: int, hi: int) -> str:
 def pricing(run_dir, models: dict, block_size: int) -> dict:
     """``{"groups": [...], "steps": n}``: per group, ``n`` steps, ``measured_ms`` and each model's
     relative error on the same steps."""
-    from llmqueue.bench.calibrate import step_cycles
+    from llmqueue.bench.cycles import step_cycles
     from llmqueue.errors import InputError
     from llmqueue.records import read_run
 

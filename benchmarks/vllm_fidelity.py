@@ -75,6 +75,8 @@ import sys
 import time
 from pathlib import Path
 
+from llmqueue.bench.options import RUN_WARMUP_S
+
 SHAPES = {  # (prompt, output): seed 004's 1:1, 2:1, 1:2 mixes scaled to max_model_len 512
     "balanced": ("uniform:10:200", "uniform:10:200"),
     "prompt": ("uniform:10:266", "uniform:10:133"),
@@ -828,7 +830,7 @@ def main(argv=None) -> int:
                     help="arrival period (s) of the saturation run's schedule (its sends go on while the backlog lasts)")
     ap.add_argument("--run-s", type=float, default=100.0,
                     help="percent of the default arrival periods of the load runs (RUN_S: 150 s at 0.5x, 100 s at the others)")
-    ap.add_argument("--warmup-s", type=float, default=15.0)
+    ap.add_argument("--warmup-s", type=float, default=RUN_WARMUP_S)
     ap.add_argument("--out", default="runs/fidelity")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--seeds", default=None,

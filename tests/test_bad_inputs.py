@@ -66,6 +66,8 @@ def _write_files(d: Path) -> None:
     (d / "text.csv").write_text("time,prompt,output\n1,10,10\n2,many,20\n")
     (d / "nan.csv").write_text("time,prompt,output\n1,10,10\nnan,5,20\n")
     (d / "cols.csv").write_text("a,b,c\n1,2,3\n")
+    (d / "reqs.csv").write_text("send_s,ttft_s,e2el_s,prompt_tokens,output_tokens\n"
+                                + "".join(f"{i * 0.5},0.05,0.2,{10 + i},8\n" for i in range(20)))
     (d / "zero.csv").write_text("time,prompt,output\n1,0,0\n2,0,0\n3,0,0\n")
     (d / "strhash.jsonl").write_text(
         '{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": "abc"}\n'
@@ -409,6 +411,17 @@ CASES: list[tuple[str, str, str]] = [
     ("import-map-absent-column", "import csv t.csv --out imp --map send_s=t0", "t0"),
     ("import-vllm-binary", "import vllm-bench bin.yaml --out imp", "bin.yaml"),
     ("import-time-origin-text", "import csv t.csv --out imp --time-origin soon", "--time-origin"),
+    ("import-time-zero-text", "import csv reqs.csv --out imp --time-zero soon", "--time-zero"),
+    ("import-time-zero-inf", "import csv reqs.csv --out imp --time-zero inf", "--time-zero"),
+    ("import-status-map-no-equals", "import csv reqs.csv --out imp --status-map aborted", "--status-map"),
+    ("import-status-map-unknown-status", "import csv reqs.csv --out imp --status-map aborted=gone", "--status-map"),
+    ("import-metrics-missing", "import csv reqs.csv --out imp --metrics nope.prom", "nope.prom"),
+    ("import-metrics-no-time-column", "import csv reqs.csv --out imp --metrics cols.csv", "--metrics"),
+    ("import-metrics-binary", "import csv reqs.csv --out imp --metrics bin.yaml", "--metrics"),
+    ("import-metrics-truncated-gz", "import csv reqs.csv --out imp --metrics trunc.csv.gz", "trunc.csv.gz"),
+    ("import-metrics-text-no-time", "import csv reqs.csv --out imp --metrics header.csv", "--metrics"),
+    ("import-warmup-negative", "import csv reqs.csv --out imp --warmup -1", "--warmup"),
+    ("import-warmup-nan", "import csv reqs.csv --out imp --warmup nan", "--warmup"),
     # --- profile --------------------------------------------------------------------------------
     ("profile-unreachable", f"{PROF} --server-max-num-seqs 4", "--url"),
     ("profile-url-not-http", "profile --url ftp://x --model m --out o", "--url"),

@@ -152,7 +152,7 @@ def test_generic_jsonl_imports_calibrates_and_validates(tmp_path):
     run_dir = tmp_path / "run"
     code, out, err = run_cli("import", "jsonl", src, "--out", run_dir, "--map", JSONL_MAP,
                              "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--block-size", "16",
-                             "--num-gpu-blocks", "257", "--json")
+                             "--num-gpu-blocks", "257", "--warmup", "0", "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["imported"]["requests"] == 120 and s["status_counts"]["ok"] == 120
@@ -341,7 +341,8 @@ def test_guidellm_report_imports_validates_and_renders(tmp_path):
     assert "2 benchmarks" in line and "1 synchronous" in line and "2 constant@2 req/s" in line
     assert "--benchmark K" in line
     run_dir = tmp_path / "run"
-    code, out, err = run_cli("import", "guidellm", src, "--benchmark", "2", "--out", run_dir, "--json")
+    code, out, err = run_cli("import", "guidellm", src, "--benchmark", "2", "--out", run_dir, "--warmup", "0",
+                             "--json")
     assert code == 0, err
     s = json.loads(out)
     groups = report["benchmarks"][1]["requests"]
@@ -391,7 +392,8 @@ def test_aiperf_export_imports_calibrates_validates_and_renders(tmp_path):
     prof = [d for d in recs if d["metadata"]["benchmark_phase"] == "profiling"]
     run_dir = tmp_path / "run"
     code, out, err = run_cli("import", "aiperf", src, "--out", run_dir, "--max-num-seqs", "64",
-                             "--max-num-batched-tokens", "2048", "--capacity-tokens", "65536", "--json")
+                             "--max-num-batched-tokens", "2048", "--capacity-tokens", "65536", "--warmup", "0",
+                             "--json")
     assert code == 0, err
     s = json.loads(out)
     assert s["imported"]["requests"] == len(prof) == 40 and any("2 warmup" in n for n in s["notes"])

@@ -86,7 +86,7 @@ def jsonl_objects(field: str, path, fix: str):
     line that is not a JSON object is one InputError naming it (``fix``: what to give instead).
     The caller reads inside :func:`reading`."""
     p = str(path)
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -99,11 +99,21 @@ def jsonl_objects(field: str, path, fix: str):
             yield i, d
 
 
+def open_text(path, *, encoding: str = "utf-8", newline: str | None = None):
+    """``path`` opened for reading text: through gzip when its name ends in ``.gz`` or its first
+    bytes are gzip's magic number (a compressed file under any name), else as it is. The caller
+    reads inside :func:`reading`."""
+    with open(path, "rb") as fb:
+        magic = fb.read(2) == b"\x1f\x8b"
+    if magic or Path(path).name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding=encoding, newline=newline)
+    return open(path, encoding=encoding, newline=newline)
+
+
 def read_text(field: str, path, *, what: str = "file") -> str:
-    """The text of the regular UTF-8 file ``path`` (gzip-compressed when it ends in ``.gz``)."""
+    """The text of the regular UTF-8 file ``path`` (gzip-compressed: :func:`open_text`)."""
     p = input_file(field, path, what=what)
-    opener = gzip.open if p.name.lower().endswith(".gz") else open
-    with reading(field, path), opener(p, "rt", encoding="utf-8-sig") as fh:
+    with reading(field, path), open_text(p, encoding="utf-8-sig") as fh:
         return fh.read()
 
 

@@ -325,6 +325,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
     if profile is not None:  # a server publishing neither log nor cache info: the profile's settings
         server = _settings_from_profile(profile, known, server, notes)
         known.update({k: v for k, v in server.items() if v is not None and k not in known})
+    imported = "imported" in (run.summary or {})  # llmqueue import wrote it: its messages name import's flags
     for name, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
         if v is not None:
             if isinstance(v, bool) or int(v) < 1:
@@ -332,7 +333,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             known[name] = int(v)
             notes.append(f"{name} {int(v)} given (the run recorded {server.get(name, 'none')})")
         known[name] = require(known, name, where="server.json" if sj.exists() else f"{run_dir}/server.json",
-                              here_flag=f"--{name.replace('_', '-')}")
+                              here_flag=f"--{name.replace('_', '-')}", imported=imported)
     M = capacity_tokens
     block = server.get("block_size")
     if M is None:
@@ -360,6 +361,8 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         src = "step durations weighted by decoded sequences (steps.parquet)"
     else:
         raise InputError("run", f"{run_dir} has neither tokens.parquet nor steps.parquet",
+                         "import it with the chunk times (--map chunk_times=COLUMN or itl_s=COLUMN) or the server's "
+                         "iteration log (--server-log FILE)" if imported else
                          "benchmark with per-token times, or simulate with --out")
     if len(x) < 10:
         raise InputError("run", f"only {len(x)} inter-token samples in {run_dir}", "run longer")
@@ -388,7 +391,7 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
         st = read_run(Path(other)).steps if Path(other).is_dir() else None
         if st is None or not len(st) or "prefill_tokens" not in st:
             raise InputError("steps_from", f"{other} has no step records (steps.parquet)",
-                             "give a run benchmarked with --server-log, or a simulated one")
+                             "give a run benchmarked or imported with --server-log, or a simulated one")
         extra.append(st)
     lin = fit_linear(steps, extra=extra) if steps is not None and len(steps) and "prefill_tokens" in steps else None
     stage(CALIBRATE_STAGES[3])
@@ -430,7 +433,8 @@ def calibrate(run_dir, *, capacity_tokens: float | None = None, estimator: str =
             # speed, which a run with --server-log would measure)
             scale, n = 1.0, 0
             notes.append(f"step_time: the profile {profile} at its own level (x1): {run_dir} has no step "
-                         "records to measure this run's level (bench --server-log gives them)")
+                         "records to measure this run's level ("
+                         + ("import --server-log FILE" if imported else "bench --server-log") + " gives them)")
         else:
             top = _profile_top_batch(profile)
             scale, n = profile_level(steps, pm, window, block_size=block, max_batch=top)

@@ -64,6 +64,7 @@ from llmqueue.bench.http import Pool, base_url, conn_message, endpoint_url
 from llmqueue.bench.options import BenchOptions
 from llmqueue.bench.prompts import Prompts, token_id_range
 from llmqueue.bench.recorder import Recorder
+from llmqueue.bench.run_window import run_window, window_itl
 from llmqueue.bench.sampler import METRICS_FILE, SERVER_FILE, start_sampler, stop_sampler
 from llmqueue.bench.sender import OVER_ASKED, Sender
 from llmqueue.errors import InputError, LlmqueueError
@@ -267,9 +268,9 @@ class _Run:
         recs = RequestRecords.from_columns({k: v[order] for k, v in cols.items()})
         sched = np.frombuffer(rec.c_sched, dtype=np.float64)[order] if len(order) else np.zeros(0)
         n_tok = np.frombuffer(rec.c_ntok, dtype=np.int64) if len(order) else np.zeros(0, dtype=np.int64)
-        window = self.window(recs, t_end)
-        itl = _itl(recs, n_tok[order], (np.cumsum(n_tok) - n_tok)[order], np.frombuffer(rec.tok_t, dtype=np.float64),
-                   window)
+        window = run_window(recs, self.opts.warmup_s, t_end, self.notes)
+        itl = window_itl(recs, n_tok[order], (np.cumsum(n_tok) - n_tok)[order],
+                         np.frombuffer(rec.tok_t, dtype=np.float64), window)
         tokens = rec.token_columns()
         if ts is not None and not isinstance(ts, TimeSeries):
             try:
@@ -303,19 +304,6 @@ class _Run:
         return BenchResult(records=recs, summary=summary, tokens=tokens, error=self.error,
                            interrupted=self.interrupted, out_dir=out_dir, notes=list(self.notes),
                            written=rec.written)
-
-    def window(self, recs, t_end: float) -> tuple[float, float]:
-        """``(warm-up, horizon)`` of the statistics: the horizon is the run's end or its last
-        finish or arrival; a warm-up not shorter than it is ignored (a note)."""
-        n = len(recs)
-        fin = recs["finish_s"]
-        horizon = max(t_end, float(np.nanmax(fin)) if n and np.isfinite(fin).any() else t_end,
-                      float(recs["arrival_s"].max()) if n else 0.0)
-        warm = float(self.opts.warmup_s)
-        if not horizon > warm:
-            self.notes.append(f"warm-up {warm:g} s is not shorter than the run ({horizon:.3g} s): ignored")
-            warm = 0.0
-        return warm, (horizon if horizon > 0 else 1e-9)
 
     def summarize(self, recs, sched, itl, window, t_end: float, ts, kv_capacity: float | None = None) -> dict:
         """The summary of the records (``sched``: each attempt's send start; ``itl``: the chunk
@@ -375,21 +363,6 @@ class _Run:
         if self.notes:
             s["notes"] = list(self.notes)
         return s
-
-
-def _itl(recs, counts, offs, tt, window) -> np.ndarray:
-    """vLLM's ITL: the inter-chunk gaps of the ok attempts arriving in the window, in time order."""
-    warm, horizon = window
-    arr = recs["arrival_s"]
-    ok = (recs["status"] == "ok") & (arr >= warm) & (arr < horizon)
-    gaps_t, gaps = [], []
-    for r in np.flatnonzero(ok & (counts > 1)).tolist():
-        t = tt[offs[r]:offs[r] + counts[r]]
-        gaps_t.append(t[1:])
-        gaps.append(np.diff(t))
-    if not gaps:
-        return np.zeros(0)
-    return np.concatenate(gaps)[np.argsort(np.concatenate(gaps_t), kind="stable")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,15 +40,16 @@ _INFO_STATUS = {"completed": "ok", "errored": "error", "cancelled": "cancelled"}
 
 
 def _load(path: Path):
-    from llmqueue._files import input_file, load_json, reading
+    from llmqueue._files import input_file, load_json, read_text, reading
 
     p = input_file("file", path)
-    if p.suffix.lower() in (".yaml", ".yml"):
+    if p.name.lower().removesuffix(".gz").endswith((".yaml", ".yml")):
         import yaml
 
+        text = read_text("file", p)
         with reading("file", p):
             try:
-                return p, yaml.safe_load(p.read_text(encoding="utf-8"))
+                return p, yaml.safe_load(text)
             except yaml.YAMLError as e:
                 raise InputError("file", f"{str(p)!r} is not YAML ({str(e).splitlines()[0]})") from None
     return p, load_json("file", p)

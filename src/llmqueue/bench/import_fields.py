@@ -69,12 +69,13 @@ def _fix(kind: str) -> str:
     return f"give {what} between {lo:g} and {hi:g}, or leave it empty (null) when it was not recorded"
 
 
-def check_origin(origin: float) -> float:
-    """``--time-origin``: a finite absolute time in :data:`LIMITS`."""
+def check_origin(origin: float, field: str = "time_origin") -> float:
+    """``--time-origin`` (or ``--time-zero``: ``field``): a finite absolute time in :data:`LIMITS`."""
     lo, hi, _ = LIMITS["time"]
     if not (math.isfinite(origin) and lo <= origin <= hi):
-        raise InputError("time_origin", f"{origin!r} is not an absolute time in seconds ({lo:g} to {hi:g})",
-                         "e.g. --time-origin 1715000000.0 (subtracted from every time), or first")
+        fix = ("e.g. --time-origin 1715000000.0 (subtracted from every time), or first" if field == "time_origin"
+               else "e.g. --time-zero 1715000000.0 (the epoch second the file's times count from)")
+        raise InputError(field, f"{origin!r} is not an absolute time in seconds ({lo:g} to {hi:g})", fix)
     return origin
 
 

@@ -25,7 +25,16 @@ request ids, ``tokens.parquet`` when the file has per-chunk times, ``summary.jso
   (``[0.1, 0.2]``) or ``;``-separated.
 
 Absolute times are in seconds (``time_unit`` scales them) and ``time_origin`` is subtracted
-(default: the earliest send, so the run starts at 0). A missing column is one line naming it.
+(default: the earliest send, so the run starts at 0). ``time_zero`` is the epoch second a file's
+times count from when they count from the run's start (the run's 0 is then the file's 0): it places
+them on the server log's clock and the /metrics samples' timestamps. A missing column is one line
+naming it. Files are shipped as they are: gzip-compressed or not (read by their magic bytes);
+``status_map`` maps a client's own status words onto the schema's (a word neither knows is one
+line naming it, its row and ``--status-map``); a null token count is allowed on a request that
+did not finish (refused on an ok one); ``metrics`` brings the server's /metrics samples in as
+bench's sampler records them (:mod:`llmqueue.bench.import_metrics`); the statistics leave out the
+first ``warmup_s`` seconds (:data:`~llmqueue.bench.options.RUN_WARMUP_S` by default, as the
+project's measured bench runs), as a bench run's window (:mod:`llmqueue.bench.run_window`).
 Every number of every format passes :mod:`llmqueue.bench.import_fields` (finite, in range, whole
 counts: else one line naming the row and the field); a request whose times cannot have happened
 (TTFT longer than its latency, a finish before its send) is dropped, counted in the notes and in
@@ -48,6 +57,7 @@ import numpy as np
 
 from llmqueue._files import staged
 from llmqueue.bench.import_fields import check_origin, impossible, numbers
+from llmqueue.bench.options import RUN_WARMUP_S
 from llmqueue.errors import InputError
 from llmqueue.records.columns import request_record_columns
 
@@ -103,19 +113,23 @@ _REL = ("ttft_s", "e2el_s")
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
+def _pairs(text: str | None, flag: str, form: str, example: str):
+    """The ``A=B`` items of a comma-separated option value (stripped, empty items skipped); an
+    item that is not one is one line naming ``flag``."""
+    for part in ("" if text is None else str(text)).split(","):
+        if not part.strip():
+            continue
+        a, sep, b = part.partition("=")
+        a, b = a.strip(), b.strip()
+        if not sep or not a or not b:
+            raise InputError(flag, f"{part.strip()!r} is not {form}", f"e.g. {example}")
+        yield a, b
+
+
 def parse_map(text: str | None) -> dict:
     """``"send_s=t0,first_token_s=ttft_abs"`` -> ``{"send_s": "t0", ...}`` (checked)."""
     out: dict = {}
-    if text is None:
-        return out
-    for part in str(text).split(","):
-        if not part.strip():
-            continue
-        field, sep, col = part.partition("=")
-        field, col = field.strip(), col.strip()
-        if not sep or not field or not col:
-            raise InputError("map", f"{part.strip()!r} is not FIELD=COLUMN",
-                             "e.g. --map send_s=t0,ttft_s=ttft,prompt_tokens=n_in")
+    for field, col in _pairs(text, "map", "FIELD=COLUMN", "--map send_s=t0,ttft_s=ttft,prompt_tokens=n_in"):
         if field == "dispatched_s":
             field = "send_s"
         if field not in FIELDS:
@@ -123,6 +137,25 @@ def parse_map(text: str | None) -> dict:
         if field in out:
             raise InputError("map", f"{field} mapped twice")
         out[field] = col
+    return out
+
+
+def parse_status_map(text: str | None) -> dict:
+    """``--status-map "aborted_drain_cap=cancelled,fail=error"`` -> ``{"aborted_drain_cap":
+    "cancelled", ...}``: a client's own status words onto the record schema's
+    :data:`~llmqueue.records.schema.STATUSES` (compared as :func:`build_run` reads statuses:
+    stripped, lower case); checked."""
+    from llmqueue.records.schema import STATUSES
+
+    out: dict = {}
+    for word, status in _pairs(text, "status_map", "FROM=TO", "--status-map aborted_drain_cap=cancelled,failed=error"):
+        word, status = word.lower(), status.lower()
+        if status not in STATUSES:
+            raise InputError("status_map", f"{word}={status}: {status!r} is not a status",
+                             f"map onto one of {', '.join(STATUSES)}")
+        if word in out:
+            raise InputError("status_map", f"{word} mapped twice")
+        out[word] = status
     return out
 
 
@@ -150,7 +183,7 @@ def _as_list(x) -> list:
 
 
 def _read_rows(path: Path, fmt: str) -> list[dict]:
-    from llmqueue._files import input_file, jsonl_objects, reading
+    from llmqueue._files import input_file, jsonl_objects, open_text, reading
 
     p = input_file("file", path)
     rows: list[dict] = []
@@ -160,7 +193,7 @@ def _read_rows(path: Path, fmt: str) -> list[dict]:
         else:
             import csv
 
-            with open(p, encoding="utf-8", newline="") as f:
+            with open_text(p, newline="") as f:
                 rows = [dict(r) for r in csv.DictReader(f)]
     if not rows:
         raise InputError("file", f"{str(p)!r} holds no requests")
@@ -201,12 +234,8 @@ def _table_columns(rows: list[dict], mapping: dict, source: str, time_unit: floa
         if f in col:
             out[f] = numbers(col[f], f, row, "time" if f in _ABS else "duration", scale=time_unit)
     for f in ("request_id", "prompt_tokens", "output_tokens", "cached_prompt_tokens", "attempt"):
-        if f in col:
-            v = numbers(col[f], f, row, "count")
-            if f in ("prompt_tokens", "output_tokens") and np.isnan(v).any():
-                i = int(np.flatnonzero(np.isnan(v))[0])
-                raise InputError(f, f"{row(i)}: {col[f][i]!r} is not a token count", "give whole numbers >= 0")
-            out[f] = v
+        if f in col:  # a null token count: allowed on a request that did not finish (build_run)
+            out[f] = numbers(col[f], f, row, "count")
     if "class" in col:
         out["class"] = np.array(["default" if x in (None, "") else str(x) for x in col["class"]], dtype=object)
     if "status" in col:
@@ -310,11 +339,15 @@ def _csv(path: Path, mapping: str | None = None, time_unit: str = "s") -> tuple[
     return _table_columns(_read_rows(path, "csv"), parse_map(mapping), repr(str(path)), _UNITS[time_unit]), []
 
 
-def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, dict | None, dict, list[str]]:
+def build_run(cols: dict, *, time_origin: float | None = None,
+              status_map: dict | None = None) -> tuple[dict, dict | None, dict, list[str]]:
     """Records (request schema columns), token chunk columns (or None) and the workload's
-    columns from the raw fields; and notes. A request whose times cannot have happened
-    (:func:`~llmqueue.bench.import_fields.impossible`) is dropped, counted in a note by reason;
-    a file where every request is is one line."""
+    columns from the raw fields; and notes. ``status_map``: the file's own status words -> the
+    schema's (:func:`parse_status_map`); a word neither knows is one line naming it. A null token
+    count is allowed on a request that did not finish (its output: 0 in the records; its prompt:
+    the median's, said in a note) and refused on an ok one. A request whose times cannot have
+    happened (:func:`~llmqueue.bench.import_fields.impossible`) is dropped, counted in a note by
+    reason; a file where every request is is one line."""
     from llmqueue.records.schema import STATUSES
 
     n = cols["n"]
@@ -348,6 +381,7 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
     st = cols.get("status")
     err = cols.get("error")
     status = []
+    status_map = status_map or {}
     for i in range(n):
         s = st[i] if st is not None else None
         if s is None:
@@ -355,11 +389,27 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
                 s = "error"
             else:
                 s = "ok" if np.isfinite(fin[i]) and np.isfinite(first[i]) else "unfinished"
+        s = status_map.get(s, s)
         if s not in STATUSES:
-            raise InputError("status", f"row {i + 1}: {s!r} is not a status", f"statuses: {', '.join(STATUSES)}")
+            raise InputError("status", f"row {i + 1}: {s!r} is not a status",
+                             f"map it with --status-map {s}=STATUS (statuses: {', '.join(STATUSES)})")
         status.append(s)
     status = np.array(status, dtype=object)
     ok = status == "ok"
+    prompt = np.asarray(cols["prompt_tokens"], dtype=np.float64)
+    for f, v in (("prompt_tokens", prompt), ("output_tokens", np.asarray(out_tok, dtype=np.float64))):
+        null = ok & np.isnan(v)
+        if null.any():
+            i = int(np.flatnonzero(null)[0])
+            raise InputError(f, f"row {i + 1} is ok but its {f} is null",
+                             "give the token counts of every finished request (a null count is allowed only on "
+                             "a request that did not finish; map its status with --status-map)")
+    if np.isnan(prompt).any():  # requests that did not finish, their prompt not counted
+        known = prompt[np.isfinite(prompt)]
+        fill = int(round(float(np.median(known)))) if len(known) else 1
+        notes.append(f"{int(np.isnan(prompt).sum())} request(s) that did not finish without a prompt length: "
+                     f"{fill} prompt tokens given them (the median)")
+        cols = {**cols, "prompt_tokens": np.where(np.isnan(prompt), fill, prompt)}
     bad = ok & ~(np.isfinite(first) & np.isfinite(fin))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -409,7 +459,8 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
         attempt=att)
     tokens = None
     if chunks is not None:
-        keep = [i for i in range(n) if ok[i] and len(chunks[i])]
+        # a bench run's: what streamed, finished or not (an unfinished request's chunks in order)
+        keep = [i for i in range(n) if len(chunks[i]) and (ok[i] or not (np.diff(chunks[i]) < 0).any())]
         cnt = np.array([len(chunks[i]) for i in keep], dtype=np.int64)
         tokens = {"request_id": np.repeat(rid[keep], cnt) if keep else np.zeros(0, np.int64),
                   "attempt": np.repeat(att[keep], cnt) if keep else np.zeros(0, np.int64),
@@ -431,18 +482,29 @@ def build_run(cols: dict, *, time_origin: float | None = None) -> tuple[dict, di
 
 
 def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_origin: float | None = None,
-               time_unit: str = "s", request_rate: float | None = None, settings: dict | None = None,
-               server_log=None, benchmark: int | None = None) -> dict:
+               time_zero: float | None = None, time_unit: str = "s", request_rate: float | None = None,
+               settings: dict | None = None, server_log=None, benchmark: int | None = None,
+               status_map: str | None = None, metrics=None, warmup_s: float = RUN_WARMUP_S) -> dict:
     """Write the run directory ``out_dir`` from ``path`` in format ``fmt`` (:data:`IMPORTERS`);
-    ``settings``: engine settings (``max_num_seqs``...) the user gives, recorded in
-    ``server.json`` with their source; ``server_log``: the server's log, read for them too, and
-    for its per-step lines (``--enable-logging-iteration-details``) in the run's time window,
-    written as ``steps.parquet`` when the file's times are epoch seconds (the log's clock);
-    ``benchmark``: which benchmark of a guidellm report (1 = the first). Returns the summary
-    written."""
+    ``time_zero``: the epoch second the file's times count from (for a file whose times count
+    from the run's start: it places them on the server log's clock and the /metrics samples'
+    timestamps; the run's 0 is then the file's 0 unless ``time_origin``, on the file's own clock,
+    says otherwise; the times themselves are kept as the file has them, not rounded through an
+    epoch); ``status_map``: the file's own
+    status words onto the schema's (:func:`parse_status_map`); ``settings``: engine settings
+    (``max_num_seqs``...) the user gives, recorded in ``server.json`` with their source;
+    ``server_log``: the server's log, read for them too, and for its per-step lines
+    (``--enable-logging-iteration-details``) in the run's time window, written as
+    ``steps.parquet`` when the file's times are epoch seconds (the log's clock); ``metrics``:
+    the server's ``/metrics`` samples (:mod:`llmqueue.bench.import_metrics`), brought in as a
+    benchmark's sampler records them; ``warmup_s``: the seconds left out of the statistics (a
+    bench run's window: :data:`~llmqueue.bench.options.RUN_WARMUP_S` by default; one not
+    shorter than the run is ignored, said in a note); ``benchmark``: which benchmark of a
+    guidellm report (1 = the first). Returns the summary written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from llmqueue.bench.run_window import run_window
     from llmqueue.bench.server_info import record
     from llmqueue.metrics import summarize
     from llmqueue.records import RequestRecords, dump_summary, write_records
@@ -459,15 +521,24 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
             takers = [i.name for i in IMPORTERS.values() if opt in i.options]
             raise InputError(OPTIONS[opt], f"applies to {' and '.join(takers)} files only, not {fmt}")
     opts = {k: v for k, v in {**given, "time_unit": time_unit}.items() if k in imp.options and v is not None}
-    cols, notes = imp.read(path, **opts)
-    meta = cols.pop("meta", None)
+    smap = parse_status_map(status_map)
+    if not (isinstance(warmup_s, (int, float)) and warmup_s >= 0):  # inf: everything left out (the run: a note)
+        raise InputError("warmup", f"must be a number of seconds >= 0 (got {warmup_s!r})", "e.g. --warmup 15, or 0")
     if time_origin is not None:
         check_origin(time_origin)
-    if time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
+    zero = 0.0 if time_zero is None else check_origin(time_zero, field="time_zero")
+    cols, notes = imp.read(path, **opts)
+    meta = cols.pop("meta", None)
+    if time_origin is None and time_zero is not None:  # the run starts where the file's clock does
+        time_origin = 0.0
+    elif time_origin is None:  # the earliest send (build_run's default), kept to place the server log's steps
         t = np.concatenate([cols[k] for k in ("send_s", "arrival_s") if k in cols])
         time_origin = float(np.nanmin(t)) if np.isfinite(t).any() else None
-    records, tokens, workload, more = build_run(cols, time_origin=time_origin)
+    records, tokens, workload, more = build_run(cols, time_origin=time_origin, status_map=smap)
     notes += more
+    sampled = cc = None  # the /metrics scrapes, read whole before anything is written
+    if metrics is not None:
+        sampled, cc = _metrics(metrics, records, time_origin, zero, _UNITS[time_unit])
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -481,28 +552,46 @@ def import_run(fmt: str, path, out_dir, *, mapping: str | None = None, time_orig
                                  "arrival_s": pa.array(workload["arrival_s"], pa.float64()),
                                  "prompt_tokens": pa.array(workload["prompt_tokens"], pa.int64()),
                                  "output_tokens": pa.array(workload["output_tokens"], pa.int64())}), tmp)
-    itl = None
+    itl = None  # without chunk times: summarize's from TPOT
     if tokens is not None:
         from llmqueue.bench.recorder import token_schema
 
         with staged(out / "tokens.parquet") as tmp:
             pq.write_table(pa.table(tokens, schema=token_schema()), tmp)
-        t = np.asarray(tokens["t_s"])
-        same = (np.diff(tokens["request_id"]) == 0) & (np.diff(tokens["attempt"]) == 0) if len(t) > 1 \
-            else np.zeros(0, bool)
-        gaps, gt = np.diff(t)[same], t[1:][same]
-        itl = gaps[np.argsort(gt, kind="stable")]
     else:
         (out / "tokens.parquet").unlink(missing_ok=True)
-    server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) else {}
+    (out / "server.json").unlink(missing_ok=True)
+    if cc is not None:  # the scrapes' vllm:cache_config_info, as bench's sampler records it
+        from llmqueue._files import write_atomic
+        from llmqueue.bench.sampler import cache_server
+
+        write_atomic(out / "server.json", json.dumps(cache_server(cc), indent=2, default=str) + "\n")
+    server = record(out, flags=settings, log=server_log, flag_source="import") if (settings or server_log) \
+        else json.loads((out / "server.json").read_text()) if (out / "server.json").exists() else {}
     kv = server.get("M_usable") or server.get("M") or None
     (out / "steps.parquet").unlink(missing_ok=True)
+    t0_epoch = None if time_origin is None else time_origin + zero  # the run's 0 on the epoch clock (if it is)
     if server_log is not None:
-        notes += _log_steps(out, server_log, time_origin, records["finish_s"], kv)
-    s = summarize(recs, itl_s=itl, send_s=recs["dispatched_s"], kv_capacity=kv)
+        notes += _log_steps(out, server_log, t0_epoch, records["finish_s"], kv)
+    ts = _write_metrics(out, sampled, server.get("M"), notes)
+    warm, horizon = run_window(recs, warmup_s, 0.0, notes)
+    if warm > 0:
+        notes.append(f"the first {warm:g} s left out of the statistics (the warm-up of the project's measured bench "
+                     "runs; --warmup S to change)")
+    if tokens is not None:  # a bench run's ITL: the ok requests arriving in the window
+        itl = _window_itl(tokens, recs, (warm, horizon))
+    s = summarize(recs, timeseries=ts, warmup_s=warm, horizon_s=horizon, itl_s=itl, send_s=recs["dispatched_s"],
+                  kv_capacity=kv)
+    if sampled is not None:
+        from llmqueue.bench.prom import counter_deltas
+
+        s["server_counters"] = counter_deltas(sampled)
     s["imported"] = {"format": fmt, "source": str(path), "requests": int(len(recs)),
                      "dropped": int(cols["n"]) - int(len(recs)),
-                     "chunk_times": tokens is not None, **({"result": meta} if meta else {})}
+                     "chunk_times": tokens is not None, "warmup_s": warm,
+                     "time_zero_epoch_s": time_zero, "t0_epoch_s": t0_epoch if (t0_epoch or 0) >= 1e9 else None,
+                     "status_map": smap or None, "metrics": None if metrics is None else str(metrics),
+                     **({"result": meta} if meta else {})}
     if notes:
         s["notes"] = notes
     dump_summary(out / "summary.json", s)
@@ -517,7 +606,7 @@ def _log_steps(out: Path, server_log, origin: float | None, finish, M) -> list[s
 
     if origin is None or origin < 1e9:  # not epoch seconds (e.g. vllm bench's perf_counter start_times)
         return [f"the file's times are not epoch seconds: the steps in {server_log} cannot be placed on them "
-                "(no steps.parquet)"]
+                "(no steps.parquet; --time-zero EPOCH gives the epoch second they count from)"]
     fin = np.asarray(finish, dtype=np.float64)
     end = float(np.nanmax(fin)) if np.isfinite(fin).any() else None
     steps, note = steps_from_log(server_log, t0_epoch_s=origin, t_end_s=end, M=M)
@@ -525,3 +614,60 @@ def _log_steps(out: Path, server_log, origin: float | None, finish, M) -> list[s
         return [f"no steps.parquet: {note}"]
     write_records(out / "steps.parquet", steps)
     return [f"{len(steps)} engine steps from {server_log} (steps.parquet)"]
+
+
+def _window_itl(tokens: dict, recs, window) -> np.ndarray:
+    """vLLM's ITL of the imported chunk times (``tokens``: the ok requests', in the records'
+    order), as a bench run counts it (:func:`~llmqueue.bench.run_window.window_itl`)."""
+    from llmqueue.bench.run_window import window_itl
+
+    key = {k: i for i, k in enumerate(zip(recs["request_id"].tolist(), recs["attempt"].tolist()))}
+    counts = np.zeros(len(recs), dtype=np.int64)
+    rows = [key[k] for k in zip(tokens["request_id"].tolist(), tokens["attempt"].tolist())]
+    np.add.at(counts, rows, 1)
+    offs = np.zeros(len(recs), dtype=np.int64)
+    if rows:  # each request's chunks are contiguous, in the records' order
+        first = np.unique(np.asarray(rows), return_index=True)
+        offs[first[0]] = first[1]
+    return window_itl(recs, counts, offs, np.asarray(tokens["t_s"], dtype=np.float64), window)
+
+
+def _metrics(path, records: dict, origin: float | None, zero: float, unit: float):
+    """The ``--metrics`` scrapes of the run (the sampler's columns, ``t_s`` from the run's start)
+    and the server's cache shape (or None)."""
+    from llmqueue.bench.import_metrics import read_metrics, run_rows
+    from llmqueue.bench.prom import sampled_columns
+
+    rows, cc = read_metrics(path, time_zero=zero, time_unit=unit)
+    origin = 0.0 if origin is None else origin
+    for r in rows:
+        r["t_s"] -= origin
+    fin = np.asarray(records["finish_s"], dtype=np.float64)
+    end = float(np.nanmax(fin)) if np.isfinite(fin).any() else float(np.max(records["arrival_s"]))
+    start = float(np.min(records["arrival_s"]))
+    return sampled_columns(run_rows(rows, start, end, repr(str(path)))), cc
+
+
+def _write_metrics(out: Path, cols: dict | None, M, notes: list):
+    """``metrics.parquet`` and ``timeseries.parquet`` from the imported scrapes, as a bench run
+    writes them (each removed when there is none); the time series, or None."""
+    from llmqueue.bench.prom import timeseries_of, write_metrics
+    from llmqueue.bench.sampler import METRICS_FILE
+    from llmqueue.records import write_records
+
+    ts = None
+    if cols is not None:
+        write_metrics(out / METRICS_FILE, cols)
+        ts = timeseries_of(cols, M)
+        if len(ts):
+            notes.append(f"{len(cols['t_s'])} /metrics samples (metrics.parquet, timeseries.parquet)")
+        else:
+            ts = None
+            notes.append(f"{len(cols['t_s'])} /metrics samples without the queue lengths (metrics.parquet only)")
+    else:
+        (out / METRICS_FILE).unlink(missing_ok=True)
+    if ts is not None:
+        write_records(out / "timeseries.parquet", ts)
+    else:
+        (out / "timeseries.parquet").unlink(missing_ok=True)
+    return ts

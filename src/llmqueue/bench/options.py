@@ -57,6 +57,11 @@ def _check_mapping(name: str):
 
 _B = "bench"
 
+#: the warm-up (s) of the project's measured runs, left out of their statistics: the bench runs of
+#: the vLLM protocol (benchmarks/vllm_fidelity.py), README's ``calibrate --from 15``, and an
+#: imported run's default (``llmqueue import --warmup``); a bench run's own default stays 0
+RUN_WARMUP_S = 15.0
+
 #: the OpenAI endpoints a bench sends to (``--endpoint``), with what each sends
 ENDPOINTS = {"completions": "token-id prompts, exact lengths", "chat": "text prompts, the server's token counts"}
 

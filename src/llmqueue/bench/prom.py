@@ -44,7 +44,9 @@ __all__ = [
     "parse_iteration_log",
     "parse_metrics",
     "read_iteration_log",
+    "sampled_columns",
     "snapshot_row",
+    "timeseries_of",
 ]
 
 
@@ -52,11 +54,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Sample:
-    """One exposition line: ``name{labels} value``."""
+    """One exposition line: ``name{labels} value [timestamp]`` (the timestamp in epoch seconds, None
+    when the line has none, as a live scrape's lines)."""
 
     name: str
     labels: Mapping[str, str]
     value: float
+    timestamp: float | None = None
 
 
 class MetricsSnapshot:
@@ -127,7 +131,8 @@ def parse_metrics(text: str, names: Iterable[str] | None = None) -> MetricsSnaps
         for fam in text_string_to_metric_families(text):
             types[fam.name] = fam.type
             for s in fam.samples:
-                samples.append(Sample(s.name, dict(s.labels), float(s.value)))
+                ts = None if s.timestamp is None else float(s.timestamp)
+                samples.append(Sample(s.name, dict(s.labels), float(s.value), ts))
     except (ValueError, TypeError, IndexError) as e:
         raise InputError("metrics", f"not Prometheus text exposition ({e})") from None
     return MetricsSnapshot(samples, types)
@@ -355,11 +360,7 @@ class MetricsSampler:
     def to_columns(self) -> dict[str, np.ndarray]:
         """The samples as columns of float64 arrays (``t_s`` first), sorted by time."""
         with self._lock:
-            rows = sorted(self.rows, key=lambda r: r["t_s"])
-        keys = ["t_s", "scrape_s", *ALIASES]
-        for col in HISTOGRAMS:
-            keys += [f"{col}_sum", f"{col}_count"]
-        return {k: np.array([r.get(k, math.nan) for r in rows], dtype=np.float64) for k in keys}
+            return sampled_columns(self.rows)
 
     def to_timeseries(self, replica: int = 0, M: int | None = None):
         """A :class:`llmqueue.records.TimeSeries`: ``kv_tokens = round(kv_usage * M)``.
@@ -367,18 +368,34 @@ class MetricsSampler:
         ``M`` defaults to :attr:`cache_config`'s; without it ``kv_tokens`` is 0. Rows whose
         queue gauges are missing (failed parses) are dropped.
         """
-        from llmqueue.records import TimeSeries
-
-        c = self.to_columns()
-        ok = np.isfinite(c["num_running"]) & np.isfinite(c["num_waiting"])
         if M is None and self.cache_config is not None:
             M = self.cache_config.M
-        kv = c["kv_usage"][ok]
-        kv_tokens = np.rint(np.nan_to_num(kv) * M).astype(np.int64) if M else np.zeros(int(ok.sum()), np.int64)
-        return TimeSeries.from_columns(
-            t_s=c["t_s"][ok], replica=np.full(int(ok.sum()), replica, np.int64),
-            num_waiting=c["num_waiting"][ok].astype(np.int64),
-            num_running=c["num_running"][ok].astype(np.int64), kv_tokens=kv_tokens)
+        return timeseries_of(self.to_columns(), M, replica)
+
+
+def sampled_columns(rows: Iterable[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """Sampler rows (``t_s`` and :func:`snapshot_row`'s columns) as columns of float64 arrays,
+    ``t_s`` first, sorted by time: the columns of ``metrics.parquet``."""
+    rows = sorted(rows, key=lambda r: r["t_s"])
+    keys = ["t_s", "scrape_s", *ALIASES]
+    for col in HISTOGRAMS:
+        keys += [f"{col}_sum", f"{col}_count"]
+    return {k: np.array([r.get(k, math.nan) for r in rows], dtype=np.float64) for k in keys}
+
+
+def timeseries_of(cols: Mapping[str, np.ndarray], M: int | float | None, replica: int = 0):
+    """The sampled queue lengths as a :class:`llmqueue.records.TimeSeries`: ``kv_tokens =
+    round(kv_usage * M)`` (0 without ``M``); rows whose queue gauges are missing are dropped."""
+    from llmqueue.records import TimeSeries
+
+    c = cols
+    ok = np.isfinite(c["num_running"]) & np.isfinite(c["num_waiting"])
+    kv = c["kv_usage"][ok]
+    kv_tokens = np.rint(np.nan_to_num(kv) * M).astype(np.int64) if M else np.zeros(int(ok.sum()), np.int64)
+    return TimeSeries.from_columns(
+        t_s=c["t_s"][ok], replica=np.full(int(ok.sum()), replica, np.int64),
+        num_waiting=c["num_waiting"][ok].astype(np.int64),
+        num_running=c["num_running"][ok].astype(np.int64), kv_tokens=kv_tokens)
 
 
 COUNTERS = ("preemptions", "prompt_tokens", "generation_tokens", "requests_finished", "prefix_cache_queries",

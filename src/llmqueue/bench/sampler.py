@@ -51,16 +51,21 @@ def stop_sampler(s, metrics_url: str, finished_ok: int, notes: list):
             cols = s.to_columns()
         cc = getattr(s, "cache_config", None)
         if cc is not None:
-            from llmqueue.bench.server_info import from_cache_config
-
-            # every cache_config_info label, typed, each with its source (server_info)
-            labels = from_cache_config(cc.labels)
-            server = {"metrics_url": metrics_url, **labels, "num_gpu_blocks": cc.num_gpu_blocks,
-                      "block_size": cc.block_size, "M": cc.M, "M_usable": cc.M_usable,
-                      "cache_config_info": dict(cc.labels),
-                      "sources": {k: "metrics" for k in (*labels, "num_gpu_blocks", "block_size")}}
+            server = {"metrics_url": metrics_url, **cache_server(cc)}
         if getattr(s, "errors", 0):
             notes.append(f"metrics sampler: {s.errors} failed scrape(s) ({s.last_error})")
     except Exception as e:  # noqa: BLE001
         notes.append(f"metrics sampler failed: {e}")
     return ts, server, cols
+
+
+def cache_server(cc) -> dict:
+    """What the server's ``vllm:cache_config_info`` (``cc``: a :class:`~llmqueue.bench.prom.CacheConfig`)
+    says about it, for ``server.json``: every label typed (:func:`~llmqueue.bench.server_info.from_cache_config`),
+    the KV blocks and their size, ``M`` and ``M_usable``, each with its source ``metrics``."""
+    from llmqueue.bench.server_info import from_cache_config
+
+    labels = from_cache_config(cc.labels)
+    return {**labels, "num_gpu_blocks": cc.num_gpu_blocks, "block_size": cc.block_size, "M": cc.M,
+            "M_usable": cc.M_usable, "cache_config_info": dict(cc.labels),
+            "sources": {k: "metrics" for k in (*labels, "num_gpu_blocks", "block_size")}}

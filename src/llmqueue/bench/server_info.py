@@ -194,13 +194,14 @@ def record(out_dir, *, flags: dict | None = None, log=None, flag_source: str = "
     return server
 
 
-def require(known: dict, name: str, *, where: str, here_flag: str | None = None) -> int:
-    """``known[name]`` as an int, or one-line :class:`InputError` naming the flags that supply it."""
+def require(known: dict, name: str, *, where: str, here_flag: str | None = None, imported: bool = False) -> int:
+    """``known[name]`` as an int, or one-line :class:`InputError` naming the flags that supply it:
+    ``bench``'s, or ``import``'s for a run that ``llmqueue import`` wrote (``imported``)."""
     v = known.get(name)
     if v is None or isinstance(v, bool):
         here = f", or {here_flag} N here" if here_flag else ""
-        raise InputError(where, f"{name} unknown",
-                         f"pass {ENGINE_SETTINGS[name]} N (or --server-log FILE) to bench{here}")
+        flag, cmd = ("--" + name.replace("_", "-"), "import") if imported else (ENGINE_SETTINGS[name], "bench")
+        raise InputError(where, f"{name} unknown", f"pass {flag} N (or --server-log FILE) to {cmd}{here}")
     try:
         return int(v)
     except (TypeError, ValueError):
