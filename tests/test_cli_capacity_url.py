@@ -51,3 +51,22 @@ def test_capacity_url_no_rate_meets_an_slo_below_the_servers_ttft(stub):
     assert all(not e["meets"] and any("p99_ttft_ms" in r for r in e["reasons"]) for e in d["evaluations"])
     code, out, err = run_cli("capacity", "--slo-ttft-ms", "10", "--served-model", "m", *WL)
     assert code == 2 and "--served-model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_capacity_url_model_is_the_served_models_name(stub):
+    """--model with --url names the served model, as bench --model does (it was read as a catalog
+    model: 'unknown model'); --model and --served-model that disagree fail in one line."""
+    seen = stub.stats()["requests"]
+    code, out, err = run_cli("capacity", "--url", stub.url, "--model", stub.model, "--slo-ttft-ms", "1000", *WL,
+                             "--hi", "40", "--max-evals", "1")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["measured"] is True and d["target"] == {"url": stub.url, "model": stub.model}
+    assert stub.stats()["requests"] > seen
+    code, out, err = run_cli("capacity", "--url", stub.url, "--model", stub.model, "--served-model", "other",
+                             "--slo-ttft-ms", "1000", *WL)
+    assert code == 2 and "--model" in err and len(err.strip().splitlines()) == 1
+    # sweep --url reads it the same way
+    code, out, err = run_cli("sweep", "--url", stub.url, "--model", stub.model, "--rates", "20", "--prompt", "fixed:8",
+                             "--output", "fixed:2", "--num-requests", "10", "--json", "--no-progress")
+    assert code == 0, err

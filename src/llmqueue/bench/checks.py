@@ -2,9 +2,10 @@
 what ``max_tokens`` asked? (``summary["client"]``)
 
 Scheduling lag (actual - intended send, before any concurrency wait) percentiles and its trend
-over the run (drift), and a two-sample Kolmogorov-Smirnov test of the realized against the
-intended inter-arrival gaps (:func:`arrival_check`); :func:`peak_concurrency`, vLLM's
-``max_concurrent_requests``.
+over the run (drift), and a test of the realized inter-arrival gaps against what the schedule
+promised: a two-sample Kolmogorov-Smirnov test for random gaps, the constant gap itself for
+deterministic ones, nothing for all-at-once (:func:`arrival_check`); :func:`peak_concurrency`,
+vLLM's ``max_concurrent_requests``.
 """
 
 from __future__ import annotations
@@ -18,27 +19,49 @@ from llmqueue.errors import InputError
 LAG_TOLERANCE_MS = 2.0
 
 
+def schedule_kind(intended) -> str:
+    """What a schedule of send times promises: ``all at once`` (every time equal: vLLM's
+    ``--request-rate inf``), ``constant gaps`` (deterministic arrivals, every gap equal to within
+    1e-9 of the mean gap) or ``random gaps`` (a sampled process, e.g. Poisson or Gamma)."""
+    a = np.sort(np.asarray(intended, dtype=np.float64))
+    if len(a) < 2 or np.ptp(a) == 0:
+        return "all at once"
+    g = np.diff(a)
+    if len(g) >= 2 and np.ptp(g) <= 1e-9 * max(float(g.mean()), 1e-12):
+        return "constant gaps"
+    return "random gaps"
+
+
 def arrival_check(intended, realized, *, lag_tolerance_ms: float | None = None, alpha: float = 0.01) -> dict:
     """Did the client send on schedule? ``intended`` and ``realized`` send times (s) of the same requests.
+
+    Judges only what the schedule promises (``schedule``, :func:`schedule_kind`):
 
     - ``lag_ms``: percentiles of the scheduling lag ``realized - intended`` (mean, p50, p90, p99,
       p99.9, max); ``late_over_1ms`` / ``late_over_10ms``: fractions; ``lag_trend_ms_per_s``: the
       least-squares slope of the lag against the intended time (a client falling behind drifts);
-    - ``ks_gaps``: two-sample Kolmogorov-Smirnov test of the realized inter-arrival gaps against
-      the intended ones (``statistic`` D, ``pvalue``), and the p99 of the per-gap error
-      ``|realized gap - intended gap|``.
+      reported always, judged (p99 lag <= ``lag_tolerance_ms``, default 2 ms) except for a
+      schedule ``all at once``, which promises no send times: its lag is how long the client took
+      to send everything, not lateness;
+    - random gaps: ``ks_gaps``, a two-sample Kolmogorov-Smirnov test of the realized inter-arrival
+      gaps against the intended ones (``statistic`` D, ``pvalue``), and the p99 of the per-gap
+      error ``|realized gap - intended gap|``; the gaps fail when the test rejects at level
+      ``alpha`` and the p99 gap error exceeds the tolerance (a KS test on many gaps detects any
+      jitter at all);
+    - constant gaps: no KS test (the intended gaps are one value, so any jitter at all gives
+      D = 1): ``gap_check``, the realized gaps against that value, failing when their p99 error
+      exceeds the tolerance;
+    - all at once: no gap test (there are no gaps to keep).
 
-    ``arrivals_ok`` is true when the p99 lag is at most ``lag_tolerance_ms`` (default 2 ms) and
-    the gaps pass the KS test at level ``alpha``, or fail it only by sub-tolerance jitter (p99 gap
-    error <= the tolerance: a KS test on many gaps detects any jitter at all, e.g. on
-    deterministic arrivals, whose intended gaps are all equal).
+    ``arrivals_ok`` is true when every judged check passes.
     """
     tol = LAG_TOLERANCE_MS if lag_tolerance_ms is None else float(lag_tolerance_ms)
     a = np.asarray(intended, dtype=np.float64)
     r = np.asarray(realized, dtype=np.float64)
     if a.shape != r.shape:
         raise InputError("realized", f"needs one time per intended time ({r.shape} vs {a.shape})")
-    out: dict = {"requests": int(len(a))}
+    kind = schedule_kind(a)
+    out: dict = {"requests": int(len(a)), "schedule": kind}
     order = np.argsort(a, kind="stable")
     a, r = a[order], r[order]
     lag = r - a
@@ -52,30 +75,47 @@ def arrival_check(intended, realized, *, lag_tolerance_ms: float | None = None, 
                                      if len(a) > 2 and np.ptp(a) > 0 else None)
     else:
         out["lag_ms"] = None
-    ks = None
-    if len(a) >= 3:
+    ks = gaps = None
+    if len(a) >= 3 and kind != "all at once":
         ga = np.diff(a)
         gr = np.diff(np.sort(r))
-        stat, pvalue = ks_2samp(ga, gr)
         err = np.abs(np.diff(r) - ga)
-        ks = {"statistic": stat, "pvalue": pvalue, "n": int(len(ga)),
-              "mean_gap_intended_ms": 1e3 * float(ga.mean()), "mean_gap_realized_ms": 1e3 * float(gr.mean()),
-              "p99_gap_error_ms": 1e3 * float(np.percentile(err, 99))}
+        common = {"n": int(len(ga)), "mean_gap_intended_ms": 1e3 * float(ga.mean()),
+                  "mean_gap_realized_ms": 1e3 * float(gr.mean()), "p99_gap_error_ms": 1e3 * float(np.percentile(err, 99))}
+        if kind == "random gaps":
+            stat, pvalue = ks_2samp(ga, gr)
+            ks = {"statistic": stat, "pvalue": pvalue, **common}
+        else:
+            gaps = {"gap_ms": 1e3 * float(ga.mean()), **common}
     out["ks_gaps"] = ks
+    out["gap_check"] = gaps
     problems = []
     p99 = out["lag_ms"]["p99"] if out["lag_ms"] else None
-    if p99 is not None and p99 > tol:
+    if kind != "all at once" and p99 is not None and p99 > tol:
         problems.append(f"p99 scheduling lag {p99:.2f} ms > {tol:g} ms")
     if ks is not None and ks["pvalue"] < alpha and ks["p99_gap_error_ms"] > tol:
         problems.append(f"realized inter-arrival gaps differ from the intended ones (KS D = "
                         f"{ks['statistic']:.3f}, p = {ks['pvalue']:.2g})")
+    if gaps is not None and gaps["p99_gap_error_ms"] > tol:
+        problems.append(f"realized gaps differ from the constant {gaps['gap_ms']:.3g} ms by "
+                        f"{gaps['p99_gap_error_ms']:.2f} ms at p99 (> {tol:g} ms)")
     out["arrivals_ok"] = not problems
-    out["verdict"] = "ok: sent on schedule" if not problems else "client fell behind: " + "; ".join(problems)
-    out["rule"] = (f"ok when p99 lag <= {tol:g} ms and the realized gaps pass a KS two-sample test against the "
-                   f"intended ones at {alpha:g} (or differ from them by <= {tol:g} ms at p99: a KS test on many "
-                   "gaps flags any jitter, e.g. on deterministic arrivals)")
+    if problems:
+        out["verdict"] = "client fell behind: " + "; ".join(problems)
+    elif kind == "all at once":
+        out["verdict"] = "ok: all sent at once (no send times promised)"
+    else:
+        out["verdict"] = "ok: sent on schedule"
+    out["rule"] = {
+        "random gaps": f"ok when p99 lag <= {tol:g} ms and the realized gaps pass a KS two-sample test against the "
+                       f"intended ones at {alpha:g} (or differ from them by <= {tol:g} ms at p99: a KS test on many "
+                       "gaps flags any jitter)",
+        "constant gaps": f"ok when p99 lag <= {tol:g} ms and the realized gaps differ from the constant gap by "
+                         f"<= {tol:g} ms at p99 (no KS test: the intended gaps are one value)",
+        "all at once": "nothing judged: the schedule sends everything at once and promises no send times "
+                       "(the lag says how long sending took)",
+    }[kind]
     return out
-
 
 
 def ks_2samp(x, y) -> tuple[float, float]:

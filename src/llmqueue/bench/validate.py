@@ -55,6 +55,32 @@ def replica_theory(kv, *, b: float, max_num_seqs: int, chunk: int, s, o, lam: fl
     return out
 
 
+def _rate(times) -> float | None:
+    """Arrivals per second over a span of times: ``(n - 1) / (last - first)``; None when they do not
+    span any time (one time, or every one equal)."""
+    t = np.asarray(times, dtype=np.float64)
+    t = t[np.isfinite(t)]
+    span = float(np.ptp(t)) if len(t) > 1 else 0.0
+    return (len(t) - 1) / span if span > 0 else None
+
+
+def offered_rate(arrival_s, requests) -> tuple[float | None, str | None]:
+    """The arrival rate ``lam`` the theory judges a run at, and where it came from: the replayed
+    stream's arrival times (``arrival_s``: the schedule, or the send times with ``--arrivals sent``)
+    when they span time; else, for a schedule with no times (all at once, vLLM's
+    ``--request-rate inf``: every request at 0), the rate at which the client actually sent the
+    first attempts (``requests["dispatched_s"]``: with a concurrency cap, the rate at which
+    the server freed slots); ``(None, None)`` when neither spans time."""
+    lam = _rate(arrival_s)
+    if lam is not None:
+        return lam, "arrivals"
+    if "dispatched_s" in requests:
+        lam = _rate(requests["dispatched_s"][requests["attempt"] == 1])
+        if lam is not None:
+            return lam, "send times (the schedule sends all at once)"
+    return None, None
+
+
 def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed: int = 0,
              step_model: str = "constant", horizon_s: float | None = None, paged: bool = True,
              frontend: bool = True, arrivals: str = "auto", speed_band: float | None = None,
@@ -270,7 +296,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     s = np.asarray(stream.prompt_tokens, dtype=np.float64)
     o = np.asarray(stream.output_tokens, dtype=np.float64)
     b = float(calibration["b"]) * (applied if applied is not None else 1.0)  # the engine speed applied: theory too
-    lam = (len(s) - 1) / (stream.arrival_s[-1] - stream.arrival_s[0]) if len(s) > 1 else None
+    lam, lam_source = offered_rate(stream.arrival_s, run.requests)
     # paged KV: memory-work in whole blocks, as the engine allocates it
     th = kv_stability(M=M, b=b, chunk=cfg.max_num_batched_tokens, pairs=(s, o), lam=lam,
                       block_size=cfg.block_size if paged else None)
@@ -329,7 +355,7 @@ def validate(run_dir, calibration: dict, *, warmup_s: float | None = None, seed:
     said = indeterminate_text({**theory, "lam": lam}, regime)
     if said:
         verdicts["theory_detail"] = said
-    return {"run": str(run_dir), "lam": lam, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
+    return {"run": str(run_dir), "lam": lam, "lam_source": lam_source, "arrivals": "sent" if sent else "intended", "saturated": sat, "capacity": cap, "rows": rows,
             "replay": replay, "notes": run.notes,
             "prefix_caching": ({"hash_block_tokens": H, "requests_with_hashes": sum(1 for h in hash_ids if h)}
                                if prefix else None),

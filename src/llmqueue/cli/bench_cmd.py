@@ -445,6 +445,17 @@ def _retry_behavior(max_attempts: int):
     return ClientBehavior(retry=RetryPolicy(max_attempts=max_attempts))
 
 
+def _gaps_row(c: dict) -> tuple[str, str]:
+    """The client's test of its send gaps (``summary["client"]``,
+    :func:`llmqueue.bench.checks.arrival_check`): what the schedule promised and how it was held."""
+    ks, gaps = c.get("ks_gaps"), c.get("gap_check")
+    if ks:
+        return "gaps KS test (D, p)", f"{ks['statistic']:.3f}, {ks['pvalue']:.3g}"
+    if gaps:
+        return "constant gap, p99 error (ms)", f"{gaps['gap_ms']:.3g}, {gaps['p99_gap_error_ms']:.3f}"
+    return "gaps test", "none: all sent at once" if c.get("schedule") == "all at once" else "-"
+
+
 def print_report(s: dict, out_dir=None) -> None:
     """The readable summary of a measured run."""
 
@@ -464,7 +475,6 @@ def print_report(s: dict, out_dir=None) -> None:
     b = s.get("bench", {})
     c = s.get("client", {})
     lag = c.get("lag_ms") or {}
-    ks = c.get("ks_gaps") or {}
     fi = s.get("from_intended") or {}
     rows = [
         ("server", f"{b.get('url')}  model {b.get('model')}"),
@@ -485,7 +495,7 @@ def print_report(s: dict, out_dir=None) -> None:
         ("verdict (queue, failures, goodput)", s.get("verdict")),
         ("send lag p50 / p99 / max (ms)",
          f"{lag.get('p50', 0):.3f} / {lag.get('p99', 0):.3f} / {lag.get('max', 0):.3f}" if lag else "-"),
-        ("gaps KS test (D, p)", f"{ks['statistic']:.3f}, {ks['pvalue']:.3g}" if ks else "-"),
+        _gaps_row(c),
         ("client check", c.get("verdict")),
     ]
     if s.get("request_goodput") is not None:

@@ -202,7 +202,9 @@ def validate(ctx, run, cal_path, warmup, horizon, step_model, token_g, no_fronte
     if band:
         head.append(f"sim, engine +-{100 * res['speed_band']:.0f}%")
     sf = res.get("speed_factor")
-    title = f"Predicted vs measured ({res['run']}, lam = {res['lam']:.3f} req/s" + (
+    lam = "-" if res.get("lam") is None else f"{res['lam']:.3f} req/s" + (
+        " from the send times" if str(res.get("lam_source", "")).startswith("send") else "")
+    title = f"Predicted vs measured ({res['run']}, lam = {lam}" + (
         f"; engine speed x{sf:.3f} applied" if sf else "") + (
         f"; speed drift {100 * res['drift']:.1f}% over 10-s windows, mean of {res['drift_reps']} draws)"
         if res.get("drift") else ")")

@@ -127,17 +127,32 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
         return txt
 
     verdict = s.get("verdict", "?")
+    lb = s.get("lower_bounds")
+
+    def mean_p99(label, m):
+        return (f"mean / p99 {label} (ms)" + (" [CI]" if m == "ttft" else ""), f"{ms(f'mean_{m}_ms')} / {ms(f'p99_{m}_ms')}")
+
+    if not lb:
+        lat_rows = [mean_p99("TTFT", "ttft"), mean_p99("TPOT", "tpot"), mean_p99("ITL", "itl"),
+                    mean_p99("E2EL", "e2el"), ("mean queue time (ms)", ms("mean_queue_ms"))]
+    else:  # the queue grows: what was measured, as lower bounds, not means over the lucky finishers
+        lat_rows = [mean_p99("TPOT", "tpot"), mean_p99("ITL", "itl")]
+        for label, m in (("TTFT", "ttft"), ("E2EL", "e2el")):
+            lat_rows.append((f"mean / p99 {label} (ms), lower bounds",
+                             f">= {lb[f'mean_{m}_ms']:,.1f} / >= {lb[f'p99_{m}_ms']:,.1f}"))
+        lat_rows.append(("mean queue time (ms), lower bound", f">= {lb['mean_queue_ms']:,.1f}"))
+        lat_rows.append(("lower bounds (the queue grows)", f"{lb['unfinished']} of {lb['requests']} requests "
+                         "unfinished at the stop, counted with their wait so far; no steady state"))
+    t0, t1 = s.get("warmup_s"), s.get("horizon_s")
     rows = [
-        ("completed / arrived (in window)", f"{s.get('completed')} / {s.get('arrivals')}"),
+        ("completed / arrived (arrivals in window)", f"{s.get('completed')} / {s.get('arrivals')}"),
         ("status counts", ", ".join(f"{k} {v}" for k, v in (s.get("status_counts") or {}).items() if v)),
-        ("simulated time (s)", s.get("duration_s")),
-        ("request throughput (req/s)", s.get("request_throughput")),
+        ("simulated time (s)", t1),
+        ("measured window (s)", "-" if t0 is None or t1 is None else
+         f"{t0:g} to {t1:g}" + (f" ({t1 - t0:g} s after the {t0:g} s warm-up)" if t0 else "")),
+        ("request throughput (req/s, finishing in window)", s.get("request_throughput")),
         ("output throughput (tok/s)", s.get("output_throughput")),
-        ("mean / p99 TTFT (ms) [CI]", f"{ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}"),
-        ("mean / p99 TPOT (ms)", f"{ms('mean_tpot_ms')} / {ms('p99_tpot_ms')}"),
-        ("mean / p99 ITL (ms)", f"{ms('mean_itl_ms')} / {ms('p99_itl_ms')}"),
-        ("mean / p99 E2EL (ms)", f"{ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}"),
-        ("mean queue time (ms)", ms("mean_queue_ms")),
+        *lat_rows,
         ("KV utilization", s.get("kv_utilization")),
         ("Little's law gap |L - lam W| / L", s.get("little_gap")),
         ("failed share (of arrivals)", _share(s.get("failed_share"))),

@@ -134,8 +134,10 @@ def _ms_ci(row, key):
 @click.option("--knee-factor", type=float, default=2.0, show_default=True,
               help="Knee: where the latency first reaches this multiple of its lowest-rate value.")
 @click.option("--keep-runs", is_flag=True, help="Also write each point's records to OUT/runs/KEY/.")
-@click.option("--url", help="Run each point against this OpenAI-compatible server (llmqueue bench), one at a time.")
-@click.option("--served-model", help="With --url: the served model name (default: the server's first).")
+@click.option("--url", help="Run each point against this OpenAI-compatible server (llmqueue bench), one at a time; "
+              "--model is then the served model's name, as bench's.")
+@click.option("--served-model", help="With --url: the served model name, the same as --model with --url (default: "
+              "the server's first).")
 @click.option("--csv", "as_csv", is_flag=True, help="Write OUT/sweep.csv instead of OUT/sweep.parquet.")
 @run_options
 @json_option
@@ -160,8 +162,7 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     """
     from llmqueue.plan.sweep_run import sweep as run_sweep
 
-    if url is not None and scenario is None and flags.get("step_time") is None and flags.get("model") is None:
-        flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
+    served = _served_model(url, served_model, scenario, flags)
     factory, base = _base(ctx, scenario, flags)
     slos = _slos(ctx, scenario, flags, percentile)
     metric = knee_metric.strip()
@@ -173,7 +174,7 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     res = run_sweep(factory, base, rates=_rates(rates), params=_params(ctx, param_items), seeds=seeds,
                     backend=backend, workers=workers, address=address, out_dir=out_dir, keep_runs=keep_runs,
                     slos=slos or None, knee_metric=metric, knee_factor=knee_factor, progress=_progress(progress),
-                    target=_target(url, served_model))
+                    target=_target(url, served))
     written = res.write(out_dir, csv=as_csv) if out_dir else []
     if as_json:
         print_json(res.to_dict())
@@ -181,11 +182,29 @@ def sweep(ctx, scenario, rates, param_items, percentile, seeds, knee_metric, kne
     print_sweep(res, written, out_dir)
 
 
-def _target(url, model):
-    """``--url``: the server each point runs against (its first listed model unless ``--model``)."""
+def _served_model(url, served_model, scenario, flags: dict) -> str | None:
+    """With ``--url``, the model to ask the server for: ``--model``, the served model's name as
+    ``llmqueue bench --model`` reads it (taken out of ``flags``: no catalog model is simulated
+    against a server, each point sends only the workload), or ``--served-model`` (the same; both
+    given must agree); None: the server's first listed. Without ``--url``, ``--model`` stays the
+    catalog model and ``--served-model`` is refused."""
     if url is None:
-        if model is not None:
+        if served_model is not None:
             raise InputError("served_model", "--served-model needs --url")
+        return None
+    name = flags.pop("model", None)
+    if name is not None and served_model is not None and name != served_model:
+        raise InputError("model", f"--model {name!r} and --served-model {served_model!r} both name the served model",
+                         "with --url, give one of them (the name the server lists at /v1/models)")
+    if scenario is None and flags.get("step_time") is None:
+        flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
+    return served_model or name
+
+
+def _target(url, model):
+    """``--url``: the server each point runs against and the model asked of it (the server's first
+    listed one when ``model`` is None)."""
+    if url is None:
         return None
     from llmqueue.bench.http import check_url
 
@@ -255,8 +274,9 @@ def print_sweep(res, written=(), out_dir=None) -> None:
 @click.option("--replications", type=int, default=0, show_default=True,
               help="Extra runs at the answer with fresh seeds (how much the answer depends on the sample).")
 @click.option("--url", help="Search against this OpenAI-compatible server instead of the simulator: each rate is "
-              "one llmqueue bench run (open loop), one at a time.")
-@click.option("--served-model", help="With --url: the served model name (default: the server's first).")
+              "one llmqueue bench run (open loop), one at a time; --model is then the served model's name, as bench's.")
+@click.option("--served-model", help="With --url: the served model name, the same as --model with --url (default: "
+              "the server's first).")
 @run_options
 @json_option
 @click.pass_context
@@ -283,15 +303,15 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
 
     With --url every rate is measured on the server (llmqueue bench, latencies from the actual
     send as vLLM's), with the same rule; there is no theory bound, so the bracket doubles from
-    the first rate until one fails (give --hi to start higher).
+    the first rate until one fails (give --hi to start higher). --model then names the served
+    model, as in llmqueue bench (no engine, so no catalog model, is simulated).
     """
     import json
     from pathlib import Path
 
     from llmqueue.plan.capacity import capacity_search
 
-    if url is not None and scenario is None and flags.get("step_time") is None and flags.get("model") is None:
-        flags["step_time"] = "1"  # server points use only the workload; the engine model is not simulated
+    served = _served_model(url, served_model, scenario, flags)
     factory, base = _base(ctx, scenario, flags)
     slos = _slos(ctx, scenario, flags, percentile)
     if not slos:
@@ -300,7 +320,7 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
     res = capacity_search(factory, base, slos=slos, rel_tol=rel_tol, confirm_factor=confirm_factor, lo=lo, hi=hi,
                           max_evals=max_evals, replications=replications, backend=backend, workers=workers,
                           address=address, out_dir=out_dir, progress=_progress(progress),
-                          target=_target(url, served_model))
+                          target=_target(url, served))
     d = res.to_dict()
     if out_dir:
         from llmqueue._files import write_atomic

@@ -13,6 +13,12 @@ remedies (Law, *Simulation Modeling and Analysis*, 5th ed., sec. 9.5; Asmussen &
   IV.5), which is the classic batch-means interval for a mean and lets the same recipe serve
   quantiles and weighted means, where the overall estimate is less biased than the average of
   batch estimates.
+  For a positive quantity (a latency: ``positive=True``) the interval is taken on the log
+  scale of the batch means: ``mean * exp(+- t_{k-1} sd(log batch means) / sqrt(k))``, the
+  delta-method twin of the linear interval (the same width to first order when it is narrow)
+  that can never reach below zero, however skewed the latencies or few the batches; where a
+  batch mean is 0 (a nonnegative quantity such as queueing time, with batches that never
+  queued) the log is undefined and the linear interval is cut at 0 (the mean cannot be below).
 - **Quantiles** (:func:`batch_quantile_ci`): batch means of the indicator ``x <= q_hat``
   bound the CDF at the estimated quantile, ``p +- h``; the quantile interval is the overall
   empirical quantiles at ``p - h`` and ``p + h`` (inverting the CDF interval; asymmetric, as a
@@ -56,7 +62,8 @@ MIN_TAIL = 10
 class Interval(Result):
     """A two-sided confidence interval ``[lo, hi]`` around ``estimate``.
 
-    ``method``: ``batch_means``, ``batch_indicator`` (quantile by inverting the batched CDF),
+    ``method``: ``batch_means``, ``batch_means_log`` (a positive mean, on the log scale),
+    ``batch_indicator`` (quantile by inverting the batched CDF),
     ``batch_quantiles`` or ``replications``; ``n``: observations
     (total weight for weighted data, replications for ``replications``); ``batches``: number of
     batches (or replications) whose spread sized the interval.
@@ -98,6 +105,14 @@ def _interval(center: float, values: np.ndarray, level: float, method: str, n: f
     k = len(values)
     hw = t_quantile(level, k - 1) * float(np.std(values, ddof=1)) / math.sqrt(k)
     return Interval(float(center), float(center - hw), float(center + hw), level, method, n, k)
+
+
+def _log_interval(center: float, values: np.ndarray, level: float, method: str, n: float) -> Interval:
+    """:func:`_interval` for a positive mean: sectioning on the log scale of the batch estimates
+    ``values`` (all > 0), ``center * exp(+- t_{k-1} sd(log values) / sqrt(k))``."""
+    k = len(values)
+    hw = t_quantile(level, k - 1) * float(np.std(np.log(values), ddof=1)) / math.sqrt(k)
+    return Interval(float(center), float(center * math.exp(-hw)), float(center * math.exp(hw)), level, method, n, k)
 
 
 def _check_data(x, weights):
@@ -243,9 +258,13 @@ def weighted_mean_std(x, weights=None) -> tuple[float, float]:
 
 
 def batch_means_ci(x, *, weights=None, level: float = DEFAULT_LEVEL, batches: int = DEFAULT_BATCHES,
-                   min_batches: int = MIN_BATCHES, min_batch_size: float = MIN_BATCH_SIZE
-                   ) -> Interval | None:
+                   min_batches: int = MIN_BATCHES, min_batch_size: float = MIN_BATCH_SIZE,
+                   positive: bool = False) -> Interval | None:
     """Batch-means confidence interval for the steady-state mean of time-ordered ``x``.
+
+    ``positive``: the mean is of a nonnegative quantity (a latency); the interval is then never
+    below zero: on the log scale of the batch means (``method`` ``batch_means_log``), or, when a
+    batch mean is not positive, the linear one cut at 0 (see the module docstring).
 
     ``weights`` (e.g. tokens per step record) make it a ratio estimator: batches of equal total
     weight, each batch's weighted mean, centred on the overall weighted mean. The number of
@@ -270,7 +289,13 @@ def batch_means_ci(x, *, weights=None, level: float = DEFAULT_LEVEL, batches: in
         center = float(np.sum(w * x) / np.sum(w))
     if (wsum <= 0).any():
         return None
-    return _interval(center, sums / wsum, level, "batch_means", total)
+    means = sums / wsum
+    if not positive:
+        return _interval(center, means, level, "batch_means", total)
+    if (means > 0).all():
+        return _log_interval(center, means, level, "batch_means_log", total)
+    ci = _interval(center, means, level, "batch_means", total)
+    return Interval(ci.estimate, max(ci.lo, 0.0), ci.hi, level, ci.method, ci.n, ci.batches)
 
 
 def batch_quantile_ci(x, p: float, *, weights=None, level: float = DEFAULT_LEVEL,

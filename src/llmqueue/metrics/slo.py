@@ -157,7 +157,7 @@ def _aggregate(stat: str, x: np.ndarray, w: np.ndarray | None, level: float):
     if len(x) == 0:
         return None, None
     if stat == "mean":
-        return weighted_mean_std(x, w)[0], batch_means_ci(x, weights=w, level=level)
+        return weighted_mean_std(x, w)[0], batch_means_ci(x, weights=w, level=level, positive=True)
     q = 50.0 if stat == "median" else float(stat[1:])
     est = float(np.percentile(x, q)) if w is None else float(weighted_percentile(x, w, q))
     return est, batch_quantile_ci(x, q / 100.0, weights=w, level=level)

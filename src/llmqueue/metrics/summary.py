@@ -4,8 +4,8 @@
 ``vllm bench serve`` has them, mean what they mean there (``vllm/benchmarks/serve.py``:
 ``calculate_metrics`` and the result dict):
 
-- ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens`` (of completed
-  requests), ``request_throughput`` / ``output_throughput`` / ``total_token_throughput``
+- ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens`` (of requests
+  finishing in the window, see below), ``request_throughput`` / ``output_throughput`` / ``total_token_throughput``
   (per second of ``duration``), ``request_goodput`` (vLLM's with per-request SLOs; with aggregate
   targets only, each target's threshold applied per request; None without SLOs);
 - ``mean_X_ms``, ``median_X_ms``, ``std_X_ms`` (population std, like ``np.std``) and
@@ -24,7 +24,8 @@ schedule, which charges the client's waits to the latency) go to ``from_intended
 ``send_s`` (simulated runs: no client, no send lag) every latency counts from ``arrival_s``.
 
 Additions: ``queue`` latencies (``first_scheduled_s - arrival_s``) with the same keys;
-``mean_X_ms_ci`` / ``pP_X_ms_ci`` (``[lo, hi]`` or None, see :mod:`llmqueue.metrics.ci`);
+``mean_X_ms_ci`` / ``pP_X_ms_ci`` (``[lo, hi]`` or None, see :mod:`llmqueue.metrics.ci`: means on
+the log scale of batch means, quantiles from the order statistics, so never below zero);
 ``duration_s``; ``arrivals``, ``arrival_rate``; ``status_counts``, ``in_flight``; ``utilization``,
 ``mean_batch_size``, ``mean_kv_tokens``, ``kv_utilization``; ``little`` and ``little_gap``;
 ``verdict`` and ``stable`` (the whole system over the arrival window: queue trend, failed share,
@@ -32,15 +33,21 @@ goodput; :func:`llmqueue.metrics.stability.system_verdict`), ``queue_verdict`` (
 alone), ``failed_share`` (rejected, timed out, cancelled or failed, of the arrivals),
 ``good_share`` (with SLOs: good requests of the arrivals), ``queue_growth_per_s`` and
 ``queue_growth_per_s_ci``, ``stability``;
-``slo`` (attainment per class) when SLOs are given.
+``slo`` (attainment per class) when SLOs are given; ``lower_bounds`` (:func:`lower_bounds`) when the
+queue grows (unstable): the latencies measured so far, as lower bounds, the figures to print
+instead of the means over the requests that happened to finish (None otherwise).
 
 Measurement window: ``[warmup_s, horizon_s]`` (horizon: the last event in the records unless
 given), ``duration = horizon_s - warmup_s``. Requests *arriving* before ``warmup_s`` are left
 out of latency statistics (as are those arriving after the horizon); throughputs count
-requests *finishing* inside the window, divided by its length (so ``completed`` is the number of
-``ok`` requests finishing in the window, and ``failed`` those ending there in another status);
-with no warm-up and no horizon this is exactly vLLM's definition (all requests, over the whole
-run). ``status_counts`` counts the requests arriving in the window by status, ``in_flight``
+requests *finishing* inside the window, divided by its length (the departure rate:
+``finished_in_window`` ``ok`` requests, whenever they arrived, and their tokens in
+``total_input_tokens`` / ``total_output_tokens``). ``completed`` and ``failed`` count the requests
+*arriving* in the window, like ``arrivals``: those that finished ``ok`` inside it, and those that
+ended there in another status, so ``completed + failed + in_flight <= arrivals`` always (with a
+warm-up, requests that arrived before it and finish after it count in the throughput but not in
+``completed``). With no warm-up and no horizon this is exactly vLLM's definition (all requests,
+over the whole run; ``completed == finished_in_window``). ``status_counts`` counts the requests arriving in the window by status, ``in_flight``
 those of them still in the system when the run stopped (``finish_s`` NaN, status
 ``unfinished``). Pass the run's stop time as ``horizon_s`` (the simulator's
 ``horizon_s``): the records alone cannot tell it, and the default window ends at the last
@@ -113,7 +120,7 @@ def _stats(out: dict, name: str, x: np.ndarray, w, percentiles, level: float, ba
     out[f"mean_{name}_ms"] = 1000 * mean
     out[f"median_{name}_ms"] = 1000 * median
     out[f"std_{name}_ms"] = 1000 * std
-    ci = batch_means_ci(x, weights=w, level=level, batches=batches)
+    ci = batch_means_ci(x, weights=w, level=level, batches=batches, positive=True)  # latencies: never below 0
     out[f"mean_{name}_ms_ci"] = ci.scaled(1000).as_list() if ci else None
     inner = [p for p in percentiles if 0 < p < 100]
     cis = dict(zip(inner, sample.quantile_cis([p / 100 for p in inner], level=level, batches=batches)))
@@ -150,6 +157,33 @@ def sent_latencies(requests, send_s):
         with np.errstate(invalid="ignore"):
             cols[c] = np.maximum(cols[c] - lag, a)  # NaN stays NaN
     return RequestRecords.from_columns(cols)
+
+
+def lower_bounds(requests, arrived: np.ndarray, t1: float, percentiles) -> dict:
+    """What an unstable run measured of its latencies: lower bounds, not steady-state figures.
+
+    When the queue grows (lam > mu) the number in system and every wait grow with the run, so a
+    mean over the requests that finished describes the early, lucky ones and the length of the
+    run, not the server. What the records do show: each request arriving in the window that was
+    served or is still in the system at ``t1`` waited at least what was observed: its TTFT /
+    E2EL / queueing time when it has one, else ``t1 - arrival_s`` (censored at the stop). Means
+    and percentiles of these censored values are lower bounds on the same figures over those
+    arrivals (ms). ``unfinished``: how many were cut off; failed requests are left out (the
+    failed share counts them)."""
+    status = requests["status"]
+    keep = arrived & ((status == "ok") | (status == "unfinished"))
+    a = requests["arrival_s"][keep]
+    out: dict = {"requests": int(keep.sum()), "unfinished": int(np.sum(keep & (status == "unfinished"))),
+                 "note": "the queue grows: latencies have no steady state; these are lower bounds over the requests "
+                         "arriving in the window that were served or still waiting at the stop (their wait so far "
+                         "standing for what they have not yet seen)"}
+    for name, col in (("ttft", "first_token_s"), ("e2el", "finish_s"), ("queue", "first_scheduled_s")):
+        t = requests[col][keep]
+        x = np.where(np.isfinite(t), t, t1) - a
+        out[f"mean_{name}_ms"] = 1000 * float(np.mean(x)) if len(x) else None
+        for q in percentiles:
+            out[f"p{percentile_word(q)}_{name}_ms"] = 1000 * float(np.percentile(x, q)) if len(x) else None
+    return out
 
 
 def _goodput(requests, slos, fin_in, T: float):
@@ -198,11 +232,12 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     with np.errstate(invalid="ignore"):
         fin_in = np.isfinite(fin) & (fin >= t0) & (fin <= t1)
     ok = status == "ok"
-    completed = ok & fin_in
-    failed = fin_in & ~ok
+    departed = ok & fin_in  # the throughput's requests: ok, finishing in the window
+    completed = departed & arrived  # ... of those arriving in it, as ``arrivals`` counts
+    failed = fin_in & ~ok & arrived
     lat = requests if send_s is None else sent_latencies(requests, send_s)
-    n_in = int(requests["prompt_tokens"][completed].sum())
-    n_out = int(requests["output_tokens"][completed].sum())
+    n_in = int(requests["prompt_tokens"][departed].sum())
+    n_out = int(requests["output_tokens"][departed].sum())
 
     out: dict = {
         "duration": T,
@@ -213,7 +248,8 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
         "failed": int(failed.sum()),
         "total_input_tokens": n_in,
         "total_output_tokens": n_out,
-        "request_throughput": completed.sum() / T,
+        "finished_in_window": int(departed.sum()),
+        "request_throughput": departed.sum() / T,
         "request_goodput": _goodput(lat, slos, fin_in, T),
         "output_throughput": n_out / T,
         "total_token_throughput": (n_in + n_out) / T,
@@ -223,8 +259,9 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
         "in_flight": int(np.sum(arrived & np.isnan(fin))),
         "percentiles": list(percentiles),
         "ci_level": level,
-        "ci_method": f"batch means over arrival order (up to {batches} batches, Student t); "
-                     "quantiles by inverting the batched CDF; null when data are too few",
+        "ci_method": f"batch means over arrival order (up to {batches} batches, Student t on the log of the "
+                     "batch means, so never below 0); quantiles by inverting the batched CDF (order statistics); "
+                     "null when data are too few",
     }
 
     # Latencies of ok requests arriving in the window, in arrival order.
@@ -303,6 +340,7 @@ def summarize(requests, *, timeseries=None, steps=None, warmup_s: float = 0.0,
     out["verdict"], out["stable"] = system_verdict(sv, out["status_counts"], good_share, out["request_goodput"],
                                                   level=level)
     out["queue_verdict"] = sv.verdict
+    out["lower_bounds"] = lower_bounds(lat, arrived, t1, percentiles) if sv.stable is False else None
     out["queue_growth_per_s"] = sv.growth_per_s
     out["queue_growth_per_s_ci"] = list(sv.growth_ci) if sv.growth_ci else None
     out["stability"] = sv.to_dict()
