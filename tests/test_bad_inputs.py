@@ -215,6 +215,8 @@ CASES: list[tuple[str, str, str]] = [
     ("import-out-link", "import csv t.csv --out linkrun", "linkrun/requests.parquet"),
     ("bench-out-link", f"{BENCH} --out linkrun", "linkrun/requests.parquet"),
     ("bench-out-link-journal", f"{BENCH} --out linkjournal", "requests.parquet.journal"),
+    ("simulate-speed-spread-without-margin", f"{SIM} --speed-spread 0.05", "--speed-spread"),
+    ("simulate-speed-spread-range", f"{SIM} --margin 0.1 --speed-spread 2", "--speed-spread"),
     ("gateway-out-link", "gateway --scenario chat --backend default=http://127.0.0.1:9 --out linkgw",
      "linkgw/decisions.jsonl"),
     ("sweep-out-link", f"{SWEEP} --out linksweep", "linksweep/sweep.json"),

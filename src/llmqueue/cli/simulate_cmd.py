@@ -71,6 +71,11 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, speed_spre
     from llmqueue.simulate import CtrlC, run_simulation, write_outcome
     from llmqueue.spec import spec_from_flags
 
+    if speed_spread is not None and margin is None:
+        from llmqueue.errors import InputError
+
+        raise InputError("--speed-spread", "turns the margin search into a tipping probability",
+                         "give --margin FRACTION too (e.g. --margin 0.1)")
     steps = parse_steps(ctx.meta.get("explain"))
     spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
     spec.options.explain = steps
