@@ -124,3 +124,19 @@ def test_lower_bounds_by_hand():
     # the true figures are above: the unfinished would have waited longer than the stop allowed
     true_e2el = np.where(np.isfinite(recs["finish_s"]), recs["finish_s"], f[: len(recs)]) - arr
     assert lb["mean_e2el_ms"] < 1000 * true_e2el.mean()
+
+
+def test_bench_prints_an_unstable_runs_lower_bounds(capsys):
+    """bench's table shows the lower bounds a summary of a growing queue carries (issue 38 item 6)."""
+    from llmqueue.cli.bench_cmd import print_report
+
+    lb = {"requests": 120, "unfinished": 40, "mean_ttft_ms": 5000.0, "p99_ttft_ms": 20000.0, "mean_e2el_ms": 9000.0,
+          "p99_e2el_ms": 30000.0, "mean_queue_ms": 4000.0}
+    s = {"percentiles": [50, 99], "completed": 80, "arrivals": 120, "verdict": "unstable: queue grows 2 req/s",
+         "lower_bounds": lb, "bench": {"url": "http://127.0.0.1:1", "model": "m"}, "client": {}}
+    print_report(s)
+    out = capsys.readouterr().out
+    assert ">= 5,000.0 / >= 20,000.0, >= 9,000.0 / >= 30,000.0" in out and "40 of 120 requests unfinished" in out
+    s.pop("lower_bounds")
+    print_report(s)
+    assert "lower bounds" not in capsys.readouterr().out

@@ -498,6 +498,16 @@ def print_report(s: dict, out_dir=None) -> None:
         _gaps_row(c),
         ("client check", c.get("verdict")),
     ]
+    lb = s.get("lower_bounds")
+    if lb:  # the queue grew: the means above are over the requests that finished, the lucky ones
+        def ge(key):
+            v = lb.get(key)
+            return "-" if v is None else f">= {v:,.1f}"
+
+        rows.append((f"mean / {pw} TTFT, E2EL (ms), lower bounds",
+                     f"{ge('mean_ttft_ms')} / {ge(pk('ttft'))}, {ge('mean_e2el_ms')} / {ge(pk('e2el'))}"))
+        rows.append(("lower bounds (the queue grows)", f"{lb['unfinished']} of {lb['requests']} requests "
+                     "unfinished at the stop, counted with their wait so far; no steady state"))
     if s.get("request_goodput") is not None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
     ph = b.get("prefix_hashes")
