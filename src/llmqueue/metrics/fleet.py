@@ -79,17 +79,19 @@ class _Req:
 
     def row(self, m: np.ndarray) -> dict:
         r, T = self.r, self.T
-        completed = self.ok & self.fin_in & m
-        failed = self.fin_in & ~self.ok & m
         arr = self.arrived & m
+        departed = self.ok & self.fin_in & m  # the throughput's: ok, finishing in the window
+        completed = departed & arr  # ... of the window's arrivals, as arrivals counts (<= arrivals)
+        failed = self.fin_in & ~self.ok & arr
         lat = arr & self.ok
         out = {
             "arrivals": int(arr.sum()),
             "completed": int(completed.sum()),
             "failed": int(failed.sum()),
             "in_flight": int((arr & np.isnan(r["finish_s"])).sum()),
-            "request_throughput": float(completed.sum()) / T,
-            "output_throughput": float(r["output_tokens"][completed].sum()) / T,
+            "finished_in_window": int(departed.sum()),
+            "request_throughput": float(departed.sum()) / T,
+            "output_throughput": float(r["output_tokens"][departed].sum()) / T,
             "request_goodput": None,
             "good_share": None,
         }
@@ -124,9 +126,11 @@ def group_rows(requests, *, warmup_s: float = 0.0, horizon_s: float | None = Non
     """Per-pool, per-class and per-(pool, class) rows of the requests' service.
 
     Each station of the fleet (a pool; a class's traffic through it) is summarised as a queue
-    is: its arrivals in the window, departures (``completed``: ``ok`` finishing in the window;
-    ``failed``: ending there otherwise), throughput (``request_throughput`` req/s and
-    ``output_throughput`` tok/s of the completed ones, per second of the window), ``request_goodput``
+    is: its arrivals in the window; of those, ``completed`` (``ok``, finishing in the window) and
+    ``failed`` (ending there otherwise), so neither exceeds ``arrivals`` (as in
+    :func:`llmqueue.metrics.summarize`); throughput (``request_throughput`` req/s and
+    ``output_throughput`` tok/s) of every ``ok`` request finishing in the window, whenever it
+    arrived (``finished_in_window``), per second of the window; ``request_goodput``
     and ``good_share`` (with ``slos``, :mod:`llmqueue.metrics.slo`'s per-request thresholds;
     else None), ``p50_/p99_ttft_ms`` and ``tpot`` of the ``ok`` arrivals, the time waiting before
     admission (``mean_/p99_admission_wait_ms``: ``dispatched_s - arrival_s``, the gateway's queue
