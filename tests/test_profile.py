@@ -222,6 +222,26 @@ def test_plan_stops_at_max_num_seqs_and_the_kv_cache():
         plan(server, contexts=[1020], output_tokens=32)
 
 
+def test_the_default_ladder_reaches_the_kv_bound_batches_of_a_saturation_run():
+    """The vLLM CPU protocol's server (64 blocks of 32, max_model_len 512): the default profile
+    stopped at batch 10 of context 64 (10 requests of 64 + 128 tokens fill the cache) and dropped
+    the 512 context, while its saturation run held 7-14 sequences: the level above 10 was the
+    profile extrapolated. Now the ladder goes on with shorter outputs to the KV limit at 24 output
+    tokens (a KV-bound engine's batches: more sequences, each shorter), and the longest prompt that
+    fits beside the output is a second row."""
+    from llmqueue.bench.profile import level_output, plan
+
+    server = {"max_num_seqs": 64, "num_gpu_blocks": 64, "block_size": 32, "M_usable": 2016, "max_model_len": 512,
+              "max_num_batched_tokens": 256}
+    p = plan(server)
+    assert sorted(p["contexts"]) == [64, 384]
+    assert p["contexts"][64] == [1, 2, 4, 8, 16, 21]   # 3 blocks (96 tokens) a request: 63 // 3 = 21
+    assert [level_output(server, 64, b, 128) for b in (8, 16, 21)] == [128, 32, 32]
+    assert p["contexts"][384] == [1, 2, 4]               # 13 blocks a request (384 + 24): 63 // 13 = 4
+    assert level_output(server, 384, 4, 128) == 96 and level_output(server, 384, 2, 128) == 128
+    assert any("fewer output tokens" in n for n in p["notes"])
+
+
 # --- against the stub server ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -212,7 +212,7 @@ def run_speed(steps, lin: dict) -> float | None:
 
 def profile_level(steps, model, window: tuple[float, float] | None = None,
                   block_size: int | None = None, decode_only: bool = False,
-                  max_batch: int | None = None) -> tuple[float, int]:
+                  max_batch: int | None = None, batch: int | None = None) -> tuple[float, int]:
     """The level of a profile's step times on a run: ``(scale, steps)``, scale the run's busy step
     cycles (:func:`step_cycles`, in ``window``) over ``model``'s price of the same steps (each row
     at its prefill tokens, decodes and KV tokens; the KV tokens are whole blocks, so half a block
@@ -221,8 +221,11 @@ def profile_level(steps, model, window: tuple[float, float] | None = None,
     the decode-only steps alone (the engine's speed, whatever the workload's shape). ``max_batch``:
     only the steps of at most that many sequences (the batches the profile measured: its surface
     beyond them is extrapolated, and one factor fitted there would carry the extrapolation's
-    error into every small batch)."""
+    error into every small batch). ``batch``: only the steps of exactly that many decoding
+    sequences (the level at one batch; the cycles still run from each step to the next)."""
     mask, cyc, k = step_cycles(steps, window)
+    if batch is not None:
+        mask &= np.asarray(steps["decode_seqs"], dtype=np.int64) == int(batch)
     if max_batch is not None:
         mask &= np.asarray(steps["decode_seqs"], dtype=np.int64) <= int(max_batch)
     if decode_only:  # the same work on any workload's shape: two runs' levels differ by the engine's speed alone

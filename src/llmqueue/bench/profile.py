@@ -183,14 +183,48 @@ def kv_cap(server: dict, prompt: int, output: int) -> int:
     return int(server["M_usable"]) // (prompt + output)
 
 
+def kv_tokens_per_seq(server: dict, batch: int) -> int:
+    """The KV tokens each of ``batch`` sequences can hold when they share the cache evenly (whole
+    blocks each, vLLM's null block held back)."""
+    bs = server.get("block_size")
+    if bs and server.get("num_gpu_blocks"):
+        return ((int(server["num_gpu_blocks"]) - 1) // int(batch)) * int(bs)
+    return int(server["M_usable"]) // int(batch)
+
+
+def level_output(server: dict, prompt: int, batch: int, output: int) -> int:
+    """A level's output tokens: ``output``, or as many as fit where ``batch`` requests of ``prompt +
+    output`` tokens would not all fit the KV cache at once. A KV-bound engine at saturation runs
+    exactly such batches (more sequences, each shorter: the cache full), so the ladder goes on
+    past ``kv_cap(prompt, output)`` with shorter requests, down to :data:`MIN_LEVEL_OUTPUT_TOKENS`,
+    instead of stopping below the batches a saturation run reaches."""
+    return min(int(output), kv_tokens_per_seq(server, batch) - int(prompt))
+
+
+MIN_LEVEL_OUTPUT_TOKENS = 24   # the fewest output tokens of a level (a short budget's cut, or a KV-bound batch)
+
+
 def plan(server: dict, *, contexts=None, batches=None, output_tokens: int = DEFAULT_OUTPUT_TOKENS,
          prefill_lengths=None) -> dict:
-    """The levels to measure: ``{"contexts": {prompt: [batches]}, "prefill": [lengths], "notes": [...]}``."""
+    """The levels to measure: ``{"contexts": {prompt: [batches]}, "prefill": [lengths], "notes": [...]}``.
+
+    Default contexts: :data:`DEFAULT_CONTEXTS` that fit ``max_model_len`` with the output, and,
+    where a longer default does not fit, the longest prompt that does (a second row: the surface
+    is linear in the per-sequence context between rows, and one row cannot give its slope).
+    Each context's batches go up to ``max_num_seqs`` or the KV cache's limit at
+    :data:`MIN_LEVEL_OUTPUT_TOKENS` output tokens (:func:`level_output`)."""
     seqs, _ = require_limits(server)
     notes: list[str] = []
     mml = server.get("max_model_len")
     if contexts is None:
         contexts = [p for p in DEFAULT_CONTEXTS if mml is None or p + output_tokens <= mml]
+        if mml and len(contexts) < len(DEFAULT_CONTEXTS):
+            top = int(mml) - output_tokens  # the longest prompt that fits beside the output
+            if top >= 1 and top >= 2 * max(contexts, default=0):
+                contexts.append(top)
+                if len(contexts) > 1:
+                    notes.append(f"context {top}: the longest prompt that fits max_model_len {mml} beside "
+                                 f"{output_tokens} output tokens (in place of the defaults that do not)")
         if not contexts and mml:
             contexts = [max(int(mml) - output_tokens, 1)]
         if mml is None:
@@ -201,8 +235,9 @@ def plan(server: dict, *, contexts=None, batches=None, output_tokens: int = DEFA
         if mml is not None and p + output_tokens > mml:
             raise InputError("contexts", f"prompt {p} + output {output_tokens} tokens exceed the server's "
                              f"max_model_len {mml}", "give shorter --contexts or fewer --output-tokens")
-        cap = min(seqs, kv_cap(server, p, output_tokens))
-        if cap < 1:
+        cap = min(seqs, kv_cap(server, p, min(output_tokens, MIN_LEVEL_OUTPUT_TOKENS)))
+        full = kv_cap(server, p, output_tokens)
+        if kv_cap(server, p, output_tokens) < 1:
             raise InputError("contexts", f"one request of {p} + {output_tokens} tokens does not fit the KV cache",
                              "give shorter --contexts or fewer --output-tokens")
         bs = ladder(cap) if batches is None else sorted({int(b) for b in batches if int(b) <= cap})
@@ -210,6 +245,11 @@ def plan(server: dict, *, contexts=None, batches=None, output_tokens: int = DEFA
             notes.append(f"context {p}: batches above {cap} left out (max_num_seqs {seqs} or the KV cache)")
         if bs:
             levels[p] = bs
+            cut = [b for b in bs if b > full]
+            if cut:
+                notes.append(f"context {p}: batches {', '.join(map(str, cut))} with fewer output tokens "
+                             f"({', '.join(str(level_output(server, p, b, output_tokens)) for b in cut)}): "
+                             f"{output_tokens} would not fit the KV cache at once (a KV-bound engine's batches)")
     limit = mml - PREFILL_OUTPUT_TOKENS if mml else None
     mnbt = server.get("max_num_batched_tokens")
     if isinstance(mnbt, int) and not isinstance(mnbt, bool) and server.get("enable_chunked_prefill") is not False:
@@ -329,7 +369,7 @@ def _estimate(cells: list[dict], prompt: int, batch: int, output: int, prefill: 
     return pre + (output - 1) * step
 
 
-MIN_SIZED_OUTPUT_TOKENS = 24   # the fewest output tokens a level is cut to when the budget is short
+MIN_SIZED_OUTPUT_TOKENS = MIN_LEVEL_OUTPUT_TOKENS   # the fewest output tokens a short budget cuts a level to
 
 
 def _sized_output(cells, ctx_list, passes: int, output: int, prefill, budget, notes: list) -> int:
@@ -458,13 +498,14 @@ def run_profile(url: str, model: str, out_dir, *, contexts=None, batches=None,
                     told = True
                     out_tok = _sized_output(cells_now, ctx_list, passes, output_tokens, prefill, budget, notes)
                     tell(notes[-1], total)
-                est = _estimate(cells_now, p, c, out_tok, prefill)
+                o_level = level_output(server, p, c, out_tok)
+                est = _estimate(cells_now, p, c, o_level, prefill)
                 if budget.left() <= 0 or (est is not None and budget.elapsed() + est > share_end):
                     left_out.append(c)  # a smaller level may still fit: the next is tried
                     continue
                 tell(f"pass {k + 1}: context {p}, batch {c}", total)
                 level_s = max(share_end - budget.elapsed(), 1.0)  # the level's requests end within it
-                cell = measure_level(url, model, p, c, out_tok, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
+                cell = measure_level(url, model, p, c, o_level, runs / f"ctx{p}-b{c}" / f"pass{k + 1}",
                                      server_log=server_log, M=M, notes=notes, drain_timeout_s=level_s,
                                      timeout_s=level_s, **net)
                 if cell is not None:
