@@ -124,6 +124,37 @@ DEFAULT_SPEED_SPREAD = 0.07   # run-to-run spread of an engine's speed when none
 # CPU build on one server moved about 7 % between runs (issue 36's held-out measurements)
 
 
+def speed_spread_for(given, step_time=None, calibration: dict | None = None) -> tuple[float, str]:
+    """(spread, source) for the tipping probability: ``given`` (``--speed-spread``), else the one
+    ``calibration`` (a loaded calibration file) records, else the calibration file's of
+    ``--step-time fitted:FILE``, else :data:`DEFAULT_SPEED_SPREAD`, said as a stated default."""
+    if given is not None:
+        if not (isinstance(given, (int, float)) and 0 <= float(given) < 1):
+            from llmqueue.errors import InputError
+
+            raise InputError("speed_spread", f"must be a fraction between 0 and 1 (got {given!r})", "e.g. 0.07 for 7 %")
+        return float(given), "--speed-spread"
+    if calibration is None and isinstance(step_time, str) and step_time.lower().startswith("fitted:"):
+        from llmqueue._files import load_yaml
+
+        path = step_time.split(":", 1)[1]
+        calibration = load_yaml("step_time", path, what="calibration file") or {}
+        calibration = dict(calibration, speed_spread_source=calibration.get("speed_spread_source") or f"from {path}") \
+            if isinstance(calibration, dict) else None
+    if isinstance(calibration, dict) and isinstance(calibration.get("speed_spread"), (int, float)):
+        return float(calibration["speed_spread"]), calibration.get("speed_spread_source") or "the calibration's"
+    return DEFAULT_SPEED_SPREAD, "a stated default (vLLM's CPU build moved about 7 % run to run); --speed-spread sets it"
+
+
+def tip_probability(f: float, sigma: float) -> float:
+    """``P(S > f)`` for the engine's step-time factor ``S = exp(sigma Z)``: the share of runs on
+    which an engine whose cliff lies at the step-time factor ``f`` tips over it,
+    ``1 - Phi(ln f / sigma)`` (``f > 1``: a cliff above the calibrated speed, ``P < 1/2``)."""
+    from scipy.stats import norm
+
+    return float(norm.sf(math.log(f) / sigma)) if sigma > 0 else float(f <= 1.0)
+
+
 def tipping(m: dict, spread: float, source: str = "") -> dict:
     """The probability that the engine's run-to-run speed spread tips these arrivals over the
     preemption cliff, from the margin search ``m`` (no extra simulation).
@@ -137,8 +168,6 @@ def tipping(m: dict, spread: float, source: str = "") -> dict:
     preempt (``speed_without_preemption``; none down to ``1 / max_factor``: ``P ~ 1``).
     Returns ``{"probability", "spread", "spread_source", "cliff_speed_factor", "bound"}``
     (``bound``: "<=" or ">=" when the cliff lay outside the search)."""
-    from scipy.stats import norm
-
     sigma = float(spread)
     if m.get("regime") == "preempting":
         f, bound = m.get("speed_without_preemption"), (">=" if m.get("speed_without_preemption") is None else "")
@@ -146,7 +175,7 @@ def tipping(m: dict, spread: float, source: str = "") -> dict:
     else:
         f, bound = m.get("speed_factor"), ("<=" if m.get("speed_factor") is None else "")
         f = f if f is not None else m.get("max_factor", 2.0)
-    p = float(norm.sf(math.log(f) / sigma)) if sigma > 0 else float(f <= 1.0)
+    p = tip_probability(f, sigma)
     return {"probability": p, "spread": sigma, "spread_source": source, "cliff_speed_factor": f, "bound": bound}
 
 

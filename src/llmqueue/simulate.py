@@ -281,6 +281,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
                           "requests still in the system are unfinished")
         margin = None  # no more simulations after a Ctrl-C
     summary["wall_s"] = res.wall_s
+    if "preemptions" in res.requests:  # over the whole run: any recomputation is the KV-bound engine's cliff
+        summary["preemptions"] = int(np.sum(res.requests["preemptions"]))
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
     cfg = spec.engine

@@ -69,6 +69,9 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="Simulate the recommendation with 20% more traffic, burstier arrivals, a 15-minute x2 spike "
               "and a 10% slower engine, and search its rate margin (adds wall time).")
+@click.option("--speed-spread", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), metavar="FRACTION",
+              help="With --sensitivity: the engine's run-to-run speed spread (log-scale sd) behind the probability "
+              "that the recommendation misses the SLOs or preempts [default: the --calibration's, else 0.07].")
 @click.option("--report/--no-report", "report", default=False, show_default=True,
               help="Also write OUT/report.html: the frontier, the sensitivity table, the margin "
               "(llmqueue report OUT writes it later).")
@@ -77,7 +80,7 @@ def _ci(b: dict, key: str) -> str:
 @click.pass_context
 def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          pd_splits, kv_link_gbps, kv_link_latency_ms, calibration, step_time, budget_per_hour, rho_max, duration, seed,
-         backend, workers, address, out_dir, sensitivity, report, progress, as_json):
+         backend, workers, address, out_dir, sensitivity, speed_spread, report, progress, as_json):
     """The cheapest deployment whose simulated p99 TTFT and TPOT meet the targets.
 
     The space is model (--models) x GPU type x --tp x (--replicas, and the P:D splits of
@@ -141,7 +144,7 @@ def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, t
                    kv_link_latency_ms=kv_link_latency_ms, calibration=calibration, step_time=step_time,
                    budget_per_hour=budget_per_hour, duration=duration, seed=seed,
                    rho_max=rho_max, backend=backend, workers=workers, address=address, out_dir=out_dir, progress=wanted(progress),
-                   sensitivity=sensitivity)
+                   sensitivity=sensitivity, speed_spread=speed_spread)
     d = res.to_dict()
     from llmqueue._files import write_atomic
 
@@ -195,6 +198,11 @@ def print_plan(res, d, out_dir) -> None:
                 title="\nSimulated")
     if d.get("sensitivity"):
         print_sensitivity(d["sensitivity"], res.lam)
+    if d.get("tipping"):
+        from llmqueue.plan.tipping import tipping_lines
+
+        for line in tipping_lines(d["tipping"]):
+            click.echo("engine speed spread: " + line)
     click.echo(f"\nwrote {out_dir}/plan.json" + (f" and {d['report']}" if d.get("report") else
                                                  f" (the page: llmqueue report {out_dir})"))
 

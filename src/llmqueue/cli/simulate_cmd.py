@@ -83,7 +83,7 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, speed_spre
         progress = sys.stderr.isatty()
     with CtrlC() as ctrl_c:  # Ctrl-C: the run stops between two steps; what it simulated is kept
         out = run_simulation(spec, progress=progress, margin=margin, interrupt=ctrl_c,
-                             speed_spread=_speed_spread(speed_spread, flags.get("step_time")) if margin else None)
+                             speed_spread=_spread(speed_spread, flags.get("step_time")) if margin else None)
         if out_dir:
             write_outcome(out, out_dir)
     report = {**out.summary, "theory": out.theory}
@@ -101,21 +101,10 @@ def _share(x) -> str:
     return "-" if x is None else f"{100 * x:.3g}%"
 
 
-def _speed_spread(given, step_time) -> tuple[float, str]:
-    """(spread, source) for the tipping probability: ``--speed-spread``, else the calibration file's
-    of ``--step-time fitted:FILE``, else the stated default."""
-    from llmqueue.margin import DEFAULT_SPEED_SPREAD
+def _spread(given, step_time):
+    from llmqueue.margin import speed_spread_for
 
-    if given is not None:
-        return float(given), "--speed-spread"
-    if isinstance(step_time, str) and step_time.lower().startswith("fitted:"):
-        from llmqueue._files import load_yaml
-
-        path = step_time.split(":", 1)[1]
-        doc = load_yaml("step_time", path, what="calibration file") or {}
-        if isinstance(doc, dict) and isinstance(doc.get("speed_spread"), (int, float)):
-            return float(doc["speed_spread"]), doc.get("speed_spread_source") or f"from {path}"
-    return DEFAULT_SPEED_SPREAD, "a stated default (vLLM's CPU build moved about 7 % run to run); --speed-spread sets it"
+    return speed_spread_for(given, step_time)
 
 
 def print_report(s: dict, th: dict, out_dir=None) -> None:

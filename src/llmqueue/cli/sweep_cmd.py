@@ -277,11 +277,15 @@ def print_sweep(res, written=(), out_dir=None) -> None:
               "one llmqueue bench run (open loop), one at a time; --model is then the served model's name, as bench's.")
 @click.option("--served-model", help="With --url: the served model name, the same as --model with --url (default: "
               "the server's first).")
+@click.option("--speed-spread", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), metavar="FRACTION",
+              help="The engine's run-to-run speed spread (log-scale sd, e.g. 0.07): at the answer, the probability "
+              "that it makes the deployment miss the SLOs or preempt (about 12 more simulations). On by default "
+              "with --step-time fitted:CALIBRATION (the spread it records).")
 @run_options
 @json_option
 @click.pass_context
 def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_evals, replications, url, served_model,
-             backend, workers, address, out_dir, progress, as_json, **flags):
+             speed_spread, backend, workers, address, out_dir, progress, as_json, **flags):
     """The highest arrival rate whose simulated percentiles meet the SLO targets.
 
     A run meets the targets when the upper bound of each percentile's 95% confidence interval
@@ -317,10 +321,19 @@ def capacity(ctx, scenario, percentile, rel_tol, confirm_factor, lo, hi, max_eva
     if not slos:
         raise InputError("slo_ttft_ms", "no SLO targets", "give --slo-ttft-ms and/or --slo-tpot-ms (or a scenario "
                          "with slos:)")
+    spread = None
+    if url is not None and speed_spread is not None:
+        raise InputError("speed_spread", "prices a simulated deployment's engine speed; with --url every rate is "
+                         "measured", "drop --speed-spread, or --url")
+    st = flags.get("step_time")
+    if url is None and (speed_spread is not None or (isinstance(st, str) and st.lower().startswith("fitted:"))):
+        from llmqueue.margin import speed_spread_for
+
+        spread = speed_spread_for(speed_spread, st)
     res = capacity_search(factory, base, slos=slos, rel_tol=rel_tol, confirm_factor=confirm_factor, lo=lo, hi=hi,
                           max_evals=max_evals, replications=replications, backend=backend, workers=workers,
                           address=address, out_dir=out_dir, progress=_progress(progress),
-                          target=_target(url, served))
+                          target=_target(url, served), speed_spread=spread)
     d = res.to_dict()
     if out_dir:
         from llmqueue._files import write_atomic
@@ -350,6 +363,11 @@ def print_capacity(res, d, out_dir=None) -> None:
                 rows.append((f"{k} at the answer [95% CI]",
                              f"{fmt(at.get(k))}" + (f"  [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "  (no CI: run too short)")))
             rows.append(("verdict at the answer", at.get("verdict")))
+        if d.get("tipping"):
+            from llmqueue.plan.tipping import tipping_lines
+
+            for i, line in enumerate(tipping_lines(d["tipping"])):
+                rows.append(("engine speed spread" if i == 0 else "", line))
         if res.confirm:
             ab = res.confirm["above"]
             rows.append(("confirm: at the answer", "meets" if res.confirm["at_rate"]["meets"] else "FAILS"))

@@ -94,7 +94,7 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
                     lo: float | None = None, hi: float | None = None, max_evals: int = 60,
                     replications: int = 0, backend="local", workers: int | None = None,
                     address: str | None = None, out_dir=None, progress: bool = False,
-                    target: dict | None = None) -> CapacityResult:
+                    target: dict | None = None, speed_spread: tuple | None = None) -> CapacityResult:
     """The highest arrival rate whose simulation meets ``slos`` (see the module docstring).
 
     ``factory``/``base``: as for :func:`llmqueue.plan.sweep_run.sweep`; every rate uses ``base``'s
@@ -103,6 +103,9 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
     ``target``: ``{"url", "model"}`` of an OpenAI-compatible server: each rate is then measured
     there (:func:`llmqueue.plan.sweep_run.bench_point`, one run at a time) instead of simulated,
     and judged by the same rule; no theory bound exists, so the bracket doubles until a rate fails.
+    ``speed_spread``: ``(spread, source)``: at the answer, the probability that the engine's
+    run-to-run speed spread makes it miss the SLOs or preempt (:mod:`llmqueue.plan.tipping`;
+    ``meta["tipping"]``; simulated deployments only).
     """
     from llmqueue._validate import positive, positive_int
     from llmqueue.plan.backends import get_backend
@@ -195,6 +198,15 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
                 for p in pts:
                     j = judge(p.summary, slos)
                     reps.append(Evaluation(lo_, j["meets"], j, p).brief() | {"seed": p.seed})
+        tipped = None
+        if speed_spread is not None and target is None and lo_ > 0:
+            from llmqueue.plan.sweep_run import point_params
+            from llmqueue.plan.tipping import speed_tipping
+
+            bar.set_postfix_str(f"engine speed spread at {lo_:.4g} req/s")
+            params, _ = point_params(factory, base, {"rate": lo_}, "common")
+            tipped = speed_tipping(factory, params, slos=slos, spread=speed_spread[0], source=speed_spread[1],
+                                   backend=be)
         described = be.describe()
     finally:
         bar.close()
@@ -207,6 +219,8 @@ def capacity_search(factory, base: dict, *, slos: dict, rel_tol: float = 0.02, c
             "replications_meeting": sum(r["meets"] for r in reps) if reps else None,
             "search": "k-section on the rate, common random numbers (the base seed at every rate)",
             "target": target, "measured": target is not None}
+    if tipped is not None:
+        meta["tipping"] = tipped
     return CapacityResult(rate=lo_ if lo_ > 0 else None, lo=lo_, hi=hi_, slos=dict(slos), converged=converged,
                           confirm=confirm, evaluations=list(evals.values()), theory_mu=mu, replications=reps,
                           meta=meta)

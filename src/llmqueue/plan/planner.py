@@ -343,13 +343,17 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
          budget_per_hour: float | None = None, duration: float | None = None, seed: int | None = None,
          rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
          out_dir=None, progress: bool = False, sensitivity: bool = False, calibration=None, step_time=None,
-         stop_after: int | None = None, models=None, trace=None, workload=None) -> PlanResult:
+         stop_after: int | None = None, models=None, trace=None, workload=None,
+         speed_spread: float | None = None) -> PlanResult:
     """The cheapest configuration of the space meeting ``slos`` (see the module docstring).
 
     ``pd_splits``: ``(P, D)`` pairs added to the space beside the aggregated ``replicas``, their
     KV link ``kv_link_gbps`` / ``kv_link_latency_ms`` (default 100 Gbit/s, 0.05 ms).
     ``calibration`` / ``step_time``: a measured step model (and ``M``) in place of the roofline
-    (:mod:`llmqueue.plan.inputs`). ``models``: the model axis (catalog names; default: the
+    (:mod:`llmqueue.plan.inputs`). With ``sensitivity``, also the probability that the engine's
+    run-to-run speed spread (``speed_spread``, else the calibration's, else a stated default)
+    makes the recommendation miss the SLOs or preempt (:mod:`llmqueue.plan.tipping`,
+    ``meta["tipping"]``). ``models``: the model axis (catalog names; default: the
     scenario's model). ``trace`` / ``workload``: the workload in place of the scenario's
     (:mod:`llmqueue.plan.workload_source`; ``scenario`` may then be None). ``out_dir``: the point cache; a rerun with the same one
     simulates only what is not there yet (``meta["resumed"]``). ``stop_after``: raise
@@ -424,12 +428,21 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
             rec = next((c for c in batch if c.meets), None)
             if rec is None:
                 bar.set_postfix_str(f"cheapest tried ${batch[-1].cost_per_hour:.2f}/h")
-        sens = None
+        sens = tipped = None
         if sensitivity and rec is not None:
             from llmqueue.plan.sensitivity import sensitivity as run_sensitivity
 
             sens = run_sensitivity(scenario, rec.config, slos, lam=wl.lam, warmup_s=wl.warmup_s, duration=duration,
                                    seed=seed, backend=be, out_dir=out_dir, inputs=inputs.overrides)
+            from llmqueue.margin import speed_spread_for
+            from llmqueue.plan.sweep_run import point_params
+            from llmqueue.plan.tipping import speed_tipping
+            from llmqueue.spec import scenario_spec
+
+            spread = speed_spread_for(speed_spread, calibration=_calibration_doc(calibration))
+            params, _ = point_params(scenario_spec, {"scenario": scenario, "duration": duration, "seed": seed,
+                                                     **inputs.overrides}, rec.config.point(), "common")
+            tipped = speed_tipping(scenario_spec, params, slos=slos, spread=spread[0], source=spread[1], backend=be)
         described = be.describe()
     finally:
         bar.close()
@@ -450,7 +463,18 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
                       "routers": list(routers)}}
     if sens is not None:
         meta["sensitivity"] = sens
+    if tipped is not None:
+        meta["tipping"] = tipped
     from llmqueue.plan.workload_source import keep_copy
 
     keep_copy(src, out_dir)
     return PlanResult(cands, rec, dict(slos), wl.lam, meta)
+
+
+def _calibration_doc(calibration) -> dict | None:
+    """The calibration file's fields (its speed spread), or None without one."""
+    if calibration is None:
+        return None
+    from llmqueue.bench.calibrate import load_calibration
+
+    return load_calibration(calibration)

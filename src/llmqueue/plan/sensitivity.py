@@ -36,13 +36,10 @@ SPEC_ROWS = ("base", "+20% traffic", "burstier arrivals (gamma cv=2)", "spike x2
 def slower_scenario_spec(*, step_scale: float = 1.0, **kw):
     """:func:`llmqueue.spec.scenario_spec` with every step ``step_scale`` times as long (a spec
     factory, module-level so process pools and Ray can run it)."""
+    from llmqueue.plan.tipping import scale_steps
     from llmqueue.spec import scenario_spec
 
-    spec = scenario_spec(**kw)
-    spec.step_time = spec.step_time.scaled(step_scale)
-    for p in spec.fleet.pools if spec.fleet is not None else ():  # a P:D split: both pools
-        p.step_time = p.step_time.scaled(step_scale)
-    return spec
+    return scale_steps(scenario_spec(**kw), step_scale)
 
 
 #: Why a replayed trace refuses the rows that replace its arrival process.
