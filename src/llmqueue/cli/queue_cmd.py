@@ -9,7 +9,7 @@ from llmqueue.cli.common import command, json_option, print_json, print_kv, rena
 
 @click.group("queue", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def queue():
-    """Classic queueing models: Little's law, M/M/1, M/D/1, M/G/1, M/M/c, M/M/c/K, G/G/1, G/G/c.
+    """Classic queueing models: Little's law, M/M/1, M/D/1, M/G/1, M/M/c, M/M/c/K, M/M/c+M, G/G/1, G/G/c.
 
     Rates are per second, times in seconds. A steady-state quantity asked of an
     unstable queue (rho >= 1) is an error that says "unstable" (exit 2).
@@ -170,6 +170,41 @@ def mmck_cmd(lam, mu, c, K, as_json):
     _emit(r, as_json, f"M/M/{r.c}/{r.K} (finite capacity, blocked arrivals lost; always stable)", pairs)
 
 
+@command("mmc-abandon", short_help="M/M/c+M (Erlang A): waiting customers abandon; P(abandon), waits.")
+@lam_option
+@mu_option
+@c_option
+@click.option("--theta", type=float, help="Abandonment rate of a waiting customer (1/s): 1 / the mean patience.")
+@click.option("--patience", type=float, metavar="S", help="Mean patience of a waiting customer (s); theta = 1/S.")
+@json_option
+def mmc_abandon_cmd(lam, mu, c, theta, patience, as_json):
+    """M/M/c+M (Erlang A): c exponential servers, Poisson arrivals, and exponential patience while
+    waiting (a client that closes its stream before the first token). Stable at any load when
+    patience is finite: the abandonments carry the excess.
+
+    Example: llmqueue queue mmc-abandon --rate 12 --mu 1 --c 10 --patience 2
+    """
+    from llmqueue.errors import InputError
+    from llmqueue.theory.abandonment import erlang_a
+
+    if (theta is None) == (patience is None):
+        raise InputError("theta", "give the abandonment rate --theta or the mean patience --patience (one of them)",
+                         "e.g. --patience 30 (seconds), or --theta 0.0333")
+    if patience is not None:
+        if not patience > 0:
+            raise InputError("patience", f"must be a positive number of seconds (got {patience:g})", "e.g. --patience 30")
+        theta = 1.0 / patience
+    r = erlang_a(lam=lam, mu=mu, c=c, theta=theta)
+    pairs = [("lam (offered, req/s)", r.lam), ("mu (req/s)", r.mu), ("c (servers)", r.c),
+             ("theta (abandonment rate, 1/s)", r.theta), ("rho (offered utilization)", r.rho),
+             ("P_wait", r.P_wait), ("P_abandon", r.P_abandon), ("throughput (served, req/s)", r.throughput),
+             ("utilization (carried)", r.utilization), ("L (mean in system)", r.L), ("Lq (mean waiting)", r.Lq),
+             ("Wq (mean wait, every arrival, s)", r.Wq), ("Wq (served, s)", r.Wq_served),
+             ("Wq (abandoned: time to leave, s)", r.Wq_abandoned), ("W (served, s)", r.W_served)]
+    _emit(r, as_json, f"M/M/{r.c}+M (Erlang A; exponential patience while waiting; always stable for theta > 0)",
+          pairs)
+
+
 def _approx_pairs(r):
     return [("lam (req/s)", r.lam), ("mu (req/s)", r.mu), ("c (servers)", r.c), ("scv_a", r.scv_a),
             ("scv_s", r.scv_s), *_means(r), ("exact", r.exact)]
@@ -204,5 +239,5 @@ def ggc_cmd(lam, mu, c, scv_a, scv_s, as_json):
     _emit(r, as_json, f"G/G/{r.c} (Allen-Cunneen approximation)", _approx_pairs(r))
 
 
-for _cmd in (mm1_cmd, md1_cmd, mg1_cmd, mmc_cmd, mmck_cmd, gg1_cmd, ggc_cmd):
+for _cmd in (mm1_cmd, md1_cmd, mg1_cmd, mmc_cmd, mmck_cmd, mmc_abandon_cmd, gg1_cmd, ggc_cmd):
     queue.add_command(_cmd)
