@@ -53,6 +53,10 @@ def _scenario(seed: int):
                       ttft_timeout_s={"a": float(rng.choice([1.0, 5.0]))} if rng.random() < 0.3 else {},
                       retry=retry, sample_dt=0.5,
                       predicted_output=np.asarray(reqs.output_tokens) * rng.uniform(0.5, 1.5, len(reqs)))
+    if np.random.default_rng(seed + 7777).random() < 0.35:  # its own stream: the draws above stay as they were
+        from llmqueue.workload.patience import Patience
+
+        opts.patience = {"a": Patience.parse("exp:2").bind(seed), "b": Patience.parse("uniform:0.5:4").bind(seed)}
     return cfg, step, reqs, opts
 
 

@@ -93,7 +93,7 @@ BAD_LENGTHS = [
     ("fixed:0", ">= 1"),
     ("fixed:abc", "must be a number"),
     ("fixed:n=", "no value"),
-    ("unifrom:10:1600", "valid: empirical, fixed, lognormal, normal, uniform"),
+    ("unifrom:10:1600", "valid: empirical, fixed, geometric, lognormal, normal, uniform"),
     ("uniform:10:1600:", "empty value"),
     ("", "empty"),
     ("normal:mean=800", "missing sd"),

@@ -89,7 +89,8 @@ def spec_from_scenario(scenario, *, seed: int | None = None, duration_s: float |
     mix = scenario.mix
     slos = _slo_targets(mix.slos)
     ttft = {c.name: c.client.ttft_timeout_s for c in mix.classes if c.client.ttft_timeout_s is not None}
-    opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), ttft_timeout_s=ttft, retry=mix.retry_function(seed, requests))
+    opts = SimOptions(seed=seed, timeout_s=mix.timeouts(), ttft_timeout_s=ttft, patience=mix.patience(seed),
+                      retry=mix.retry_function(seed, requests))
     spec = SimSpec(engine=engine, step_time=step_time, requests=requests,
                    workload=_single_class_workload(mix), seed=seed, warmup_s=run.warmup_s, slos=slos,
                    duration_s=run.duration_s, num_requests=run.num_requests, options=opts, replicas=d.replicas,

@@ -124,7 +124,7 @@ class _Fleet(FleetRecords):
         self.columns = columns
         for k, p in enumerate(spec.pools):
             central = getattr(ROUTERS[p.router] if isinstance(p.router, str) else p.router, "central", False)
-            if central and (opt.timeout_s or opt.ttft_timeout_s):
+            if central and (opt.timeout_s or opt.ttft_timeout_s or opt.patience):
                 raise InputError("router", "the central gateway's queue keeps no client deadlines yet",
                                  "use another --router, or drop the client timeouts")
             if opt.retry is not None and (p.config.max_waiting or p.config.class_max_waiting):
@@ -186,7 +186,7 @@ class _Fleet(FleetRecords):
         opt = self.opt
         return self.replica_cls(pool.config, pool.spec.step_time, seed=rs, on_finish=partial(self._left, pool, i),
                        on_first_token=partial(self._first, pool, i), sample_dt=self.sample_dt, hash_block_tokens=opt.hash_block_tokens,
-                       timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s)
+                       timeout_s=opt.timeout_s, ttft_timeout_s=opt.ttft_timeout_s, patience=opt.patience)
 
     def _push(self, t: float, kind: int, a=None, b=None) -> None:
         """An event at ``t``: (time, kind, sequence number, two payload fields)."""

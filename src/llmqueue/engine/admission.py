@@ -5,15 +5,17 @@ before and around the scheduler, the same for both replicas (the scheduling itse
   prompt + output above ``max_model_len`` or the whole KV cache ``M``) or that finds the waiting
   room full (``max_waiting``, in all or for its class: a finite waiting room, M/G/c/K-like) is
   rejected.
-- :func:`deadlines`: its client's timeout (from arrival), its time-to-first-token timeout, and
-  queue-time shedding (``max_queue_time_s``, for a request never scheduled): reneging and balking.
+- :func:`deadlines`: its client's timeout (from arrival), its time-to-first-token timeout, its
+  client's patience (its own, drawn per request: withdrawn if never scheduled by then, status
+  ``cancelled``: reneging, Erlang A's abandonment) and queue-time shedding (``max_queue_time_s``,
+  for a request never scheduled, ``rejected``: the server's rule).
 - :func:`late_outcome`: a request whose last token came after its client gave up (inside the
   last step) timed out at the deadline.
 """
 
 from __future__ import annotations
 
-DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT = 0, 1, 2
+DEADLINE_TOTAL, DEADLINE_SHED, DEADLINE_TTFT, DEADLINE_PATIENCE = 0, 1, 2, 3
 
 
 def arrival_entry(request, at: float | None = None) -> tuple:
@@ -45,9 +47,13 @@ def reject_reason(config, r, waiting) -> str | None:
     return None
 
 
-def deadlines(config, r, timeout_s: dict, ttft_timeout_s: dict) -> dict:
+def deadlines(config, r, timeout_s: dict, ttft_timeout_s: dict, patience: dict | None = None) -> dict:
     """``{kind: time}`` of ``r``'s deadlines (empty when none applies)."""
     marks = {}
+    if patience:
+        pp = patience.get(r.class_name)
+        if pp is not None:
+            marks[DEADLINE_PATIENCE] = r.arrival_time + pp(r.request_id)
     to = timeout_s.get(r.class_name)
     if to:
         marks[DEADLINE_TOTAL] = r.arrival_time + to

@@ -30,6 +30,8 @@ class SimOptions:
     ``horizon_s``: stop at this simulated time (None: run until every request is done).
     ``timeout_s``: per class name, the client's timeout (seconds from arrival; absent = none).
     ``ttft_timeout_s``: per class name, the client gives up if no first token came by then.
+    ``patience``: per class name, ``patience(request_id) -> seconds``: a request never scheduled
+    by its arrival plus that is withdrawn, ``cancelled`` (reneging; :mod:`llmqueue.workload.patience`).
     ``retry``: the client's retry function ``retry(request_id, attempt, status, t_end) -> t_next | None``;
     a new attempt (same ``request_id``, ``attempt + 1``) then arrives at ``t_next``.
     ``predicted_output``: per-request predicted output lengths (the ``srpt`` policy's key);
@@ -49,6 +51,7 @@ class SimOptions:
     horizon_s: float | None = None
     timeout_s: dict = field(default_factory=dict)
     ttft_timeout_s: dict = field(default_factory=dict)
+    patience: dict = field(default_factory=dict)
     retry: Callable | None = None
     predicted_output: np.ndarray | None = None
     sample_dt: float = 1.0

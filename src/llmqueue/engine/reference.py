@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from llmqueue.engine.admission import (DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
+from llmqueue.engine.admission import (DEADLINE_PATIENCE, DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome,
                                        reject_reason)
 from llmqueue.engine.api import ReplicaLoad
 from llmqueue.engine.options import STEP_FIELDS, TS_FIELDS
@@ -60,7 +60,7 @@ class ReferenceReplica:
     """
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
-                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None,
+                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, patience: dict | None = None,
                  on_finish=None, on_first_token=None, on_preempt=None, on_step=None, on_sample=None,
                  sample_dt: float = 0.0, explain=(), on_token=None):
         self.config = config
@@ -68,6 +68,7 @@ class ReferenceReplica:
         self.scheduler = Scheduler(config, hash_block_tokens=hash_block_tokens)
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
+        self.patience = patience or {}
         self.on_finish = on_finish or (lambda r: None)
         self.on_first_token = on_first_token
         self.on_preempt = on_preempt
@@ -256,7 +257,7 @@ class ReferenceReplica:
             r.status = RequestStatus.FINISHED
             return self._finish(r, "rejected", r.arrival_time, why)
         self.scheduler.add_request(r)
-        marks = deadlines(self.config, r, self.timeout_s, self.ttft_timeout_s)
+        marks = deadlines(self.config, r, self.timeout_s, self.ttft_timeout_s, self.patience)
         for kind, when in marks.items():
             heapq.heappush(self._deadlines, (when, kind, r.seq, r))
         if marks:
@@ -273,6 +274,12 @@ class ReferenceReplica:
                         and r.num_output_tokens == 0):  # a P/D decode side has its first token
                     self.scheduler.abort(r)
                     self._finish(r, "rejected", when, "queue time limit")
+                continue
+            if kind == DEADLINE_PATIENCE:  # the client gives up on a request that never started
+                if (r.status is RequestStatus.WAITING and math.isnan(r.first_scheduled_time)
+                        and r.num_output_tokens == 0):
+                    self.scheduler.abort(r)
+                    self._finish(r, "cancelled", when, "patience")
                 continue
             if kind == DEADLINE_TTFT and r.first_token_time <= when:
                 continue

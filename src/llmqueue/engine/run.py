@@ -70,7 +70,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     chunks = out.chunks  # record columns of finished requests (a batch at a time, and the epochs')
 
     common: dict[str, Any] = dict(seed=opt.seed, hash_block_tokens=opt.hash_block_tokens, timeout_s=opt.timeout_s,
-                  ttft_timeout_s=opt.ttft_timeout_s, on_finish=out, sample_dt=opt.sample_dt, explain=opt.explain)
+                  ttft_timeout_s=opt.ttft_timeout_s, patience=opt.patience, on_finish=out, sample_dt=opt.sample_dt, explain=opt.explain)
     rep: Any
     if reference:
         from llmqueue.engine.reference import ReferenceReplica

@@ -8,7 +8,7 @@ required, ``slos`` optional; ``name`` and ``description`` are free text)::
       trace: {path: t.csv, ...}        # a recorded trace to replay instead
       prompt: lognormal:mean=1000:sd=600:max=8192   # lengths (defaults for every class)
       output: uniform:10:600           # or lengths: joint:FILE (prompt/output pairs)
-      client: {timeout_s: 60, ttft_timeout_s: 10, retry: {max_attempts: 3, ...}}
+      client: {timeout_s: 60, ttft_timeout_s: 10, patience: exp:30, retry: {max_attempts: 3, ...}}
       classes:                         # optional; without it one class "default" takes it all
         - {name: chat, share: 0.8, priority: 0}
         - {name: batch, arrival: poisson:0.5, prompt: fixed:3000, output: fixed:500, priority: 1}
@@ -151,6 +151,7 @@ class ClientConfig(_Section):
 
     timeout_s: Float | None = None
     ttft_timeout_s: Float | None = None
+    patience: str | Float | None = None
     retry: RetryConfig | None = None
     _behavior: Any = PrivateAttr(default=None)
 
@@ -160,7 +161,8 @@ class ClientConfig(_Section):
 
         try:
             self._behavior = ClientBehavior(self.timeout_s, self.ttft_timeout_s,
-                                            self.retry.policy if self.retry is not None else RetryPolicy())
+                                            self.retry.policy if self.retry is not None else RetryPolicy(),
+                                            patience=self.patience)
         except InputError as e:
             raise _Problem.of(e, (e.field,) if e.field in type(self).model_fields else ()) from None
         return self

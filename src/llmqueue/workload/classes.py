@@ -305,6 +305,11 @@ class ClassMix:
         """Each class's client behaviour bound to the run's ``seed`` (request ids are unique in a run)."""
         return {c.name: c.client.bind(seed) for c in self.classes}
 
+    def patience(self, seed: int) -> dict:
+        """``{class: BoundPatience}`` for the classes whose client has a patience law (each
+        request's own patience, drawn from ``(seed, request_id)``)."""
+        return {c.name: c.client.patience.bind(seed) for c in self.classes if c.client.patience is not None}
+
     def timeouts(self) -> dict[str, float]:
         """``{class: timeout_s}`` for the classes whose client has a timeout."""
         return {c.name: c.client.timeout_s for c in self.classes if c.client.timeout_s is not None}

@@ -102,7 +102,13 @@ def jitter_uniform(seed: int, request_id: int, attempt: int) -> float:
     64-bit, two's complement for negative ids); the top 53 bits of ``h`` over ``2^53``. Any
     backend can recompute it bit for bit.
     """
-    h = _mix64(_SALT ^ (_int("seed", seed) & _MASK))
+    return hashed_uniform(_SALT, seed, request_id, attempt)
+
+
+def hashed_uniform(salt: int, seed: int, request_id: int, attempt: int) -> float:
+    """:func:`jitter_uniform` under another ``salt``: an independent stream of the same kind
+    (the patience's, :mod:`llmqueue.workload.patience`)."""
+    h = _mix64(salt ^ (_int("seed", seed) & _MASK))
     h = _mix64(h ^ (_int("request_id", request_id) & _MASK))
     h = _mix64(h ^ (_int("attempt", attempt) & _MASK))
     return (h >> 11) * 2.0 ** -53
@@ -177,17 +183,24 @@ class ClientBehavior(Result):
     ``timeout_s``: the client cancels an attempt not finished ``timeout_s`` after it was sent
     (``None``: never). ``ttft_timeout_s``: it cancels one with no first token by then. Both
     give status ``timeout``. ``retry``: a :class:`RetryPolicy` (or a dict of its fields).
+    ``patience``: a :class:`~llmqueue.workload.patience.Patience` law (or its spec, ``exp:30``):
+    each request's own wait for service before its client gives up (status ``cancelled``).
     """
 
     timeout_s: float | None = None
     ttft_timeout_s: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    patience: object = None
 
     def __post_init__(self):
         for name in ("timeout_s", "ttft_timeout_s"):
             v = getattr(self, name)
             if v is not None:
                 object.__setattr__(self, name, positive(name, v))
+        if self.patience is not None:
+            from llmqueue.workload.patience import Patience
+
+            object.__setattr__(self, "patience", Patience.parse(self.patience))
         r = self.retry
         if isinstance(r, dict):
             r = RetryPolicy(**r)

@@ -232,6 +232,36 @@ class Discrete(LengthDist):
         return self._var
 
 
+class Geometric(Discrete):
+    """Token counts with a constant stop probability per token: ``geometric:mean=M[:max=B]``.
+
+    ``P(K = k) = (1 - q)^(k - 1) q`` for ``k >= 1``, ``q = 1/M`` (an output that ends with the
+    EOS token's chance ``q`` at every step, independently: the memoryless law). With a constant
+    step time ``delta`` and one token a step, a request's service ``K delta`` is close to
+    exponential with mean ``M delta`` (its squared CV is ``1 - q``): the M/M/c server of the
+    classic queues, on the engine. ``max=`` conditions on ``K <= B``; without it the pmf stops at
+    the 1 - 1e-12 quantile, which changes no moment beyond about 1e-11 relative.
+    """
+
+    def __init__(self, mean: float, *, max: int | None = None):
+        m = tokens("mean", mean, whole=False)
+        self.m = m
+        q = 1.0 / m
+        if max is not None:
+            hi = tokens("max", max)
+        elif q >= 1.0:
+            hi = 1
+        else:
+            hi = int(math.ceil(1 + math.log(TAIL) / math.log1p(-q)))
+        if hi > MAX_SUPPORT:
+            raise InputError("mean", f"{fmt(m)} is too long a mean: the pmf would span more than {MAX_SUPPORT} values",
+                             "give max= (the longest output served)")
+        k = np.arange(1, hi + 1, dtype=np.float64)
+        p = np.exp((k - 1) * math.log1p(-q)) * q if q < 1.0 else np.ones(1)
+        super().__init__(k.astype(np.int64), p,
+                         spec=f"geometric:mean={fmt(m)}" + ("" if max is None else f":max={hi}"))
+
+
 class Empirical(Discrete):
     """Resampling (with replacement) of observed token counts (``empirical:PATH[:column=NAME]``).
 

@@ -63,6 +63,8 @@ LENGTH_FORMS: dict[str, Form] = {
                                     ("sigma", _F)), 4, (),
                       "lognormal:mean=M:sd=S[:min=A][:max=B] (or mu=:sigma= of the log)",
                       "lognormal:mean=600:sd=400:max=8192"),
+    "geometric": Form("geometric", (("mean", _F), ("max", _I)), 2, ("mean",), "geometric:mean=M[:max=B]",
+                      "geometric:mean=300"),
     "empirical": Form("empirical", (("path", _S), ("column", _S)), 1, ("path",),
                       "empirical:PATH[:column=NAME]", "empirical:lengths.csv:column=prompt_tokens",
                       path=True),
@@ -143,6 +145,8 @@ def parse_length(spec, field: str = "prompt"):
                                  "mu=:sigma= (of its log), one pair", form)
             return L.LogNormal(v.get("mean"), v.get("sd"), mu=v.get("mu"), sigma=v.get("sigma"),
                                min=v.get("min", 1), max=v.get("max"))
+        if form.name == "geometric":
+            return L.Geometric(v["mean"], max=v.get("max"))
         return L.Empirical.from_file(v["path"], v.get("column"),
                                      role=field if field in ("prompt", "output") else None)
     except InputError as e:

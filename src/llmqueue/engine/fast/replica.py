@@ -33,7 +33,7 @@ import heapq
 import math
 from typing import Any, Final
 
-from llmqueue.engine.admission import DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome, reject_reason
+from llmqueue.engine.admission import DEADLINE_PATIENCE, DEADLINE_SHED, DEADLINE_TTFT, arrival_entry, deadlines, late_outcome, reject_reason
 from llmqueue.engine.api import ReplicaLoad
 from llmqueue.engine.fast.arrivals import Arrivals
 from llmqueue.engine.fast.epoch import MAX_CHUNK, advance_epoch, epoch_eligible
@@ -79,14 +79,15 @@ class Replica:
     """
 
     # attributes in slots: fixed offsets, one compact block per replica (a fleet holds many)
-    __slots__ = ("config", "pricer", "scheduler", "recorder", "arrivals", "stretcher", "timeout_s", "ttft_timeout_s",
+    __slots__ = ("config", "pricer", "scheduler", "recorder", "arrivals", "stretcher", "timeout_s", "ttft_timeout_s", "patience",
                  "deadlines_on", "plain_door", "max_total", "deadlines", "deadline_marks", "on_finish", "progress",
                  "horizon", "now", "clock", "hold", "pending", "steps_taken", "stretches", "stretch_arrivals",
                  "arrived", "epoch_steps", "use_epochs", "on_records", "explain_steps", "explain_next",
                  "explanations")
 
     def __init__(self, config, step_time, *, seed: int = 0, hash_block_tokens: int = 512,
-                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, on_finish=None,
+                 timeout_s: dict | None = None, ttft_timeout_s: dict | None = None, patience: dict | None = None,
+                 on_finish=None,
                  on_first_token=None, on_preempt=None, sample_dt: float = 0.0, horizon: float = math.inf,
                  progress=None, explain=()):
         self.config = config
@@ -99,7 +100,8 @@ class Replica:
         self.stretcher = DecodeStretch(self.scheduler.decoders, self.recorder, self.pricer)
         self.timeout_s = timeout_s or {}
         self.ttft_timeout_s = ttft_timeout_s or {}
-        self.deadlines_on = bool(self.timeout_s or self.ttft_timeout_s or config.max_queue_time_s
+        self.patience = patience or {}
+        self.deadlines_on = bool(self.timeout_s or self.ttft_timeout_s or self.patience or config.max_queue_time_s
                                  or config.class_max_queue_time_s)
         # no waiting-room limits: an arrival whose size fits joins the queue (``_join``)
         self.plain_door = not (config.max_waiting or config.class_max_waiting)
@@ -416,7 +418,7 @@ class Replica:
         self.arrived += 1
         self.scheduler.add_request(r)
         if self.deadlines_on:
-            marks = deadlines(self.config, r, self.timeout_s, self.ttft_timeout_s)
+            marks = deadlines(self.config, r, self.timeout_s, self.ttft_timeout_s, self.patience)
             for kind, when in marks.items():
                 _push_deadline(self.deadlines, (when, kind, r.seq, r))
             if marks:
@@ -435,6 +437,11 @@ class Replica:
                 if st is WAITING and r.first_scheduled_time != r.first_scheduled_time and r.num_output_tokens == 0:
                     s.abort(r)
                     self.finish(r, "rejected", when, "queue time limit")
+                continue
+            if kind == DEADLINE_PATIENCE:  # the client gives up on a request that never started
+                if st is WAITING and r.first_scheduled_time != r.first_scheduled_time and r.num_output_tokens == 0:
+                    s.abort(r)
+                    self.finish(r, "cancelled", when, "patience")
                 continue
             if kind == DEADLINE_TTFT and r.first_token_time <= when:
                 continue  # the first token came in time
