@@ -84,6 +84,9 @@ def test_a_scenario_with_patience_abandons_and_says_so(tmp_path):
     share = d["failed"] / d["arrivals"]
     assert share == pytest.approx(th.P_abandon, abs=0.03), (share, th.P_abandon)
     assert set(d["reject_reasons"]) == {"patience"} and "cancelled" in d["verdict"]
+    # the theory block reads the same queue as Erlang A: 10 slots, each at mu_seqs / 10
+    ab = d["theory"]["abandonment"]
+    assert ab["c"] == 10 and ab["P_abandon"] == pytest.approx(share, abs=0.03) and "stable with abandonment" in ab["verdict"]
     # without patience the same load (rho 1.4) is unstable
     f.write_text(SCENARIO.replace('  client: {patience: "exp:1"}\n', ""))
     r = run_cli("simulate", "--scenario", str(f), "--json", "--no-progress")

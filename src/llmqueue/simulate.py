@@ -306,6 +306,10 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
                                          **fleet_accounts(spec))
     theory = judge_fleet(theory_for(spec, requests, res.steps), spec, requests, recs, res.horizon_s)
+    if spec.options.patience and spec.fleet is None and spec.replicas == 1:
+        from llmqueue.theory.judged import with_patience
+
+        with_patience(theory, spec.options.patience, max_num_seqs=spec.engine.max_num_seqs)
     if margin is not None:
         from llmqueue.margin import margin_verdict, regime_margin
 

@@ -187,6 +187,10 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
             trows.append(("note", th["note"]))
         if th.get("verdict_detail"):
             trows.append(("theory verdict, said", th["verdict_detail"]))
+        ab = th.get("abandonment")
+        if ab:
+            trows.append(("with the clients' patience" + (f": {ab['model']}" if ab.get("model") else ""),
+                          ab.get("verdict") or ab.get("note")))
         if th.get("why_they_differ"):
             trows.append(("why theory and simulation differ", th["why_they_differ"]))
         print_kv(trows, title="\nTheory")

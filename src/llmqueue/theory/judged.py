@@ -304,3 +304,29 @@ def indeterminate_text(theory: dict, margin: dict | None) -> str | None:
     if margin is None:
         return text + "; the simulator decides it: --margin 0.1 measures this path's distance to the cliff"
     return text + f"; the simulator's margin: {margin.get('regime')}"
+
+
+def with_patience(theory: dict, patience: dict, *, max_num_seqs: int) -> None:
+    """Erlang A beside the verdict when the clients are impatient (``theory["abandonment"]``).
+
+    One replica whose capacity binds at ``max_num_seqs`` is ``c = max_num_seqs`` servers, each
+    serving at ``mu_seqs / c`` (a slot holds one request for its whole service); with every
+    class's clients exponentially patient with one mean ``1/theta``, the queue is M/M/c+M
+    (:func:`llmqueue.theory.abandonment.erlang_a`): stable at any load, the excess leaving.
+    Another binding (the KV cache, the token budget) or another patience law: a note, no figure."""
+    laws = {(p.law.kind, p.law.a) for p in patience.values()}
+    lam, mu, binding = theory.get("lam"), theory.get("mu_seqs"), theory.get("binding")
+    if len(laws) != 1 or next(iter(laws))[0] != "exp" or not lam or not mu or binding != "max_num_seqs":
+        theory["abandonment"] = {"note": "the clients' patience bounds the queue (those not served in time leave); "
+                                 "Erlang A applies with one exponential patience and max_num_seqs binding"}
+        return
+    from llmqueue.theory.abandonment import erlang_a
+
+    theta = 1.0 / next(iter(laws))[1]
+    c = int(max_num_seqs)
+    r = erlang_a(lam=lam, mu=mu / c, c=c, theta=theta)
+    theory["abandonment"] = {"model": f"M/M/{c}+M (Erlang A: {c} slots at mu_seqs / {c}, patience exp mean "
+                                      f"{1 / theta:g} s)", "c": c, "mu": mu / c, "theta": theta,
+                             "P_abandon": r.P_abandon, "Wq_s": r.Wq, "P_wait": r.P_wait,
+                             "verdict": f"stable with abandonment: {100 * r.P_abandon:.3g} % of arrivals leave, "
+                                        f"mean wait {r.Wq:.3g} s"}
