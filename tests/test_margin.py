@@ -135,3 +135,10 @@ def test_calibrate_measures_the_run_to_run_spread_or_states_its_default(tmp_path
 
     want = float(np.std(np.log([1.0, 1.1, 0.92]), ddof=1))
     assert doc["speed_spread"] == pytest.approx(want, rel=0.05), doc["speed_spread"]
+    # simulate on the calibration ("simulate --calibration"): the margin and the tipping
+    # probability come by default, with the spread the calibration measured
+    r = run_cli("simulate", *FLAGS[:2], "--step-time", f"fitted:{tmp_path / 'c2.yaml'}", *FLAGS[4:], "--rate", "2.3",
+                "--duration", "600", "--json")
+    assert r.code == 0, r.err
+    m = json.loads(r.out)["regime_margin"]
+    assert m["tipping"]["spread"] == pytest.approx(doc["speed_spread"]) and m["margin"] == 0.1

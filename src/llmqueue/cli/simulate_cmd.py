@@ -27,7 +27,8 @@ def _explain_steps(ctx, param, value):
 @click.option("--margin", type=float, metavar="FRACTION",
               help="Also measure the distance to the preemption cliff: the same arrivals re-simulated with a "
                    "slower engine and with more traffic (bisection, about 15 more runs); a run a FRACTION (e.g. "
-                   "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica.")
+                   "0.1) of slow-down or extra traffic away from preempting is judged metastable. One replica. "
+                   "On (0.1) by default with --step-time fitted:CALIBRATION, with the calibration's speed spread.")
 @click.option("--speed-spread", type=click.FloatRange(0.0, 1.0), metavar="FRACTION",
               help="With --margin: the engine's run-to-run speed spread (log-scale sd, e.g. 0.07) turned into the "
                    "probability of tipping into preemption [default: the calibration's, with --step-time "
@@ -79,6 +80,10 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, speed_spre
     steps = parse_steps(ctx.meta.get("explain"))
     spec = spec_from_flags(flags, scenario=scenario, given=given_flags(ctx, flags), sets=sets)
     spec.options.explain = steps
+    st = flags.get("step_time")
+    if (margin is None and isinstance(st, str) and st.strip().lower().startswith("fitted:") and spec.fleet is None
+            and spec.replicas == 1):
+        margin = DEFAULT_CALIBRATED_MARGIN  # a calibrated engine: its verdict with the spread's tipping probability
     if progress is None:
         progress = sys.stderr.isatty()
     with CtrlC() as ctrl_c:  # Ctrl-C: the run stops between two steps; what it simulated is kept
@@ -99,6 +104,12 @@ def simulate(ctx, scenario, sets, out_dir, progress, as_json, margin, speed_spre
 
 def _share(x) -> str:
     return "-" if x is None else f"{100 * x:.3g}%"
+
+
+DEFAULT_CALIBRATED_MARGIN = 0.1
+"""``--margin`` when the step model is a calibration (``--step-time fitted:FILE``) and one replica
+serves: the verdict at the calibrated speed comes with the probability that the engine's
+run-to-run speed spread (the calibration's) tips it (issue 36: "simulate --calibration")."""
 
 
 def _spread(given, step_time):
