@@ -61,38 +61,20 @@ itself grows with load, which is the feedback loop of the Queueing System essay.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 
 from llmqueue._result import Result
 from llmqueue._validate import finite, nonnegative, positive, positive_int, probability
 from llmqueue.errors import InputError
+from llmqueue.workload.hashed import as_int as _int
+from llmqueue.workload.hashed import hashed_uniform
 
 #: Outcomes of an attempt, as in the request record (``llmqueue.records.schema.STATUSES``).
 STATUSES = ("ok", "rejected", "timeout", "cancelled", "error", "unfinished")
 #: Statuses a client may retry.
 RETRYABLE = ("rejected", "timeout", "error")
 
-_MASK = (1 << 64) - 1
 _SALT = 0x6C6C6D7175657565  # "llmqueue": separates retry jitter from any other use of the seed
-
-
-def _mix64(z: int) -> int:
-    """SplitMix64's finalizer (Steele, Lea & Flood 2014): a bijective 64-bit avalanche hash."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
-def _int(name: str, x) -> int:
-    """``x`` as a Python int (numpy integers included); bools and non-integers are refused."""
-    if isinstance(x, bool):
-        raise InputError(name, f"must be an integer (got {x!r})")
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise InputError(name, f"must be an integer (got {x!r})") from None
 
 
 def jitter_uniform(seed: int, request_id: int, attempt: int) -> float:
@@ -103,15 +85,6 @@ def jitter_uniform(seed: int, request_id: int, attempt: int) -> float:
     backend can recompute it bit for bit.
     """
     return hashed_uniform(_SALT, seed, request_id, attempt)
-
-
-def hashed_uniform(salt: int, seed: int, request_id: int, attempt: int) -> float:
-    """:func:`jitter_uniform` under another ``salt``: an independent stream of the same kind
-    (the patience's, :mod:`llmqueue.workload.patience`)."""
-    h = _mix64(salt ^ (_int("seed", seed) & _MASK))
-    h = _mix64(h ^ (_int("request_id", request_id) & _MASK))
-    h = _mix64(h ^ (_int("attempt", attempt) & _MASK))
-    return (h >> 11) * 2.0 ** -53
 
 
 def _retry_on(value) -> tuple[str, ...]:

@@ -74,7 +74,7 @@ class Patience(Result):
 
     def draw(self, seed: int, request_id: int) -> float:
         """Request ``request_id``'s patience under ``seed`` (the same on every backend)."""
-        from llmqueue.workload.client import hashed_uniform
+        from llmqueue.workload.hashed import hashed_uniform
 
         return self.quantile(hashed_uniform(_SALT, seed, request_id, 0))
 
