@@ -53,6 +53,12 @@ def _scenario(seed: int):
                       ttft_timeout_s={"a": float(rng.choice([1.0, 5.0]))} if rng.random() < 0.3 else {},
                       retry=retry, sample_dt=0.5,
                       predicted_output=np.asarray(reqs.output_tokens) * rng.uniform(0.5, 1.5, len(reqs)))
+    tier = np.random.default_rng(seed + 8888)  # a host KV tier, on its own stream
+    if tier.random() < 0.4:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, kv_offload_tokens=int(kv_tokens * tier.choice([0.3, 1.0, 5.0])),
+                                  kv_offload_s_per_token=float(tier.choice([1e-6, 1e-4])))
     if np.random.default_rng(seed + 7777).random() < 0.35:  # its own stream: the draws above stay as they were
         from llmqueue.workload.patience import Patience
 

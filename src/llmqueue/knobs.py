@@ -181,6 +181,15 @@ KNOBS: tuple[Knob, ...] = (
          "such limit).", scenario="deployment.max_waiting", ge=0),
     Knob("max_queue_time", float, 0.0, "Shed requests that waited longer than this before starting (0: off).",
          unit="s", scenario="deployment.max_queue_time_s", ge=0),
+    Knob("kv_offloading_size", float, 0.0, "A host-memory KV tier per replica, summed over its GPUs (vLLM's "
+         "--kv-offloading-size; 0: none): a preempted request's KV waits there and is loaded back when it "
+         "resumes, instead of being recomputed.", unit="GiB", scenario="deployment.kv_offloading_size", ge=0),
+    Knob("kv_offloading_gbps", float, 25.0, "Bandwidth between the host KV tier and each GPU (PCIe Gen4 x16 "
+         "moves about 25 GB/s); a resumed request's load waits this long in its step.", unit="GB/s",
+         scenario="deployment.kv_offloading_gbps", gt=0),
+    Knob("kv_bytes_per_token", float, None, "KV bytes of one token over the replica's GPUs, for the host tier "
+         "(default: the model's, from its layers, KV heads and --kv-cache-dtype).", unit="B",
+         scenario="deployment.kv_bytes_per_token", gt=0),
     Knob("step_time", object, None, "Step-time model (default: the roofline of --model and --gpu; any takes "
          ":noise=exp|gamma|lognormal[:cv=X] and :drift=SD):", scenario="deployment.step_time",
          registry="llmqueue.engine.step_time:FORMS", metavar="SPEC"),

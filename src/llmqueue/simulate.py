@@ -284,6 +284,8 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     summary["wall_s"] = res.wall_s
     if "preemptions" in res.requests:  # over the whole run: any recomputation is the KV-bound engine's cliff
         summary["preemptions"] = int(np.sum(res.requests["preemptions"]))
+    if getattr(res, "kv_tier", None):  # the host KV tier's account (one replica)
+        summary["kv_tier"] = res.kv_tier
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
     cfg = spec.engine

@@ -100,7 +100,11 @@ def engine_from_knobs(f: dict):
     eng = {k: f[k] for k in (*_ENGINE, "chunk", "max_num_batched_tokens")}
     if eng["max_model_len"] is None and model is not None:
         eng["max_model_len"] = model.max_model_len
-    return engine_config(M, **eng), _step_time(f, model), unlimited, model
+    from llmqueue.engine.host_tier import with_host_tier
+
+    config = with_host_tier(engine_config(M, **eng), f["kv_offloading_size"], f["kv_offloading_gbps"],
+                            f["kv_bytes_per_token"], model, f["tensor_parallel_size"], f["kv_cache_dtype"])
+    return config, _step_time(f, model), unlimited, model
 
 
 def build_spec(**flags):

@@ -166,6 +166,13 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
     if s.get("request_goodput") is not None:
         rows.append(("request goodput (req/s)", s.get("request_goodput")))
         rows.append(("good share (met the SLOs)", _share(s.get("good_share"))))
+    tier = s.get("kv_tier")
+    if tier:
+        rows.append(("preemptions", s.get("preemptions")))
+        rows.append(("host KV tier (offload on preemption)",
+                     f"{tier['offloads']} preempted requests' KV offloaded, {tier['recomputed_tier_full']} recomputed "
+                     f"(tier full); {tier['restores']} resumed from it, {tier['loaded_tokens']:,} tokens loaded in "
+                     f"{tier['load_s']:.3g} s"))
     m = s.get("regime_margin")
     if m:
         from llmqueue.margin import margin_rows

@@ -33,6 +33,12 @@ class EngineConfig:
       chunk-only check).
     - ``enable_prefix_caching``: reuse the KV of cached prompt prefixes (requests need hash ids;
       see :mod:`llmqueue.engine.prefix_cache`).
+    - ``kv_offload_tokens``: a host-memory KV tier of that many tokens (vLLM's CPU offloading,
+      ``--kv-offloading-size``; 0 = none): a preempted request's computed KV moves there instead of
+      being dropped, room permitting, and is loaded back when it resumes (no recomputation);
+      ``kv_offload_s_per_token``: the seconds one token's KV takes to load (its bytes over the
+      tier's bandwidth), added to the step that resumes it (the forward pass waits for its layers'
+      KV). See :mod:`llmqueue.theory.kv_tiers` for what it does to ``mu``.
     """
 
     num_kv_blocks: int
@@ -51,8 +57,12 @@ class EngineConfig:
     class_priority: dict = field(default_factory=dict)
     class_max_waiting: dict = field(default_factory=dict)
     class_max_queue_time_s: dict = field(default_factory=dict)
+    kv_offload_tokens: int = 0
+    kv_offload_s_per_token: float = 0.0
 
     def __post_init__(self):
+        positive_int("kv_offload_tokens", self.kv_offload_tokens, minimum=0)
+        nonnegative("kv_offload_s_per_token", self.kv_offload_s_per_token)
         positive_int("num_kv_blocks", self.num_kv_blocks)
         positive_int("block_size", self.block_size)
         positive_int("max_num_batched_tokens", self.max_num_batched_tokens)

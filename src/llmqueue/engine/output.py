@@ -16,14 +16,16 @@ from llmqueue.engine.request import Request
 class Composition:
     """The covariates of one step's service time: ``prefill_tokens`` prompt (or recomputed)
     tokens, ``decode_seqs`` one-token decodes and ``context_tokens``, the KV tokens the decodes
-    attend over (each decode's new token included)."""
+    attend over (each decode's new token included). ``load_tokens``: KV tokens loaded back from
+    the host tier for the requests it resumes (priced apart, by the tier's bandwidth)."""
 
-    __slots__ = ("prefill_tokens", "decode_seqs", "context_tokens")
+    __slots__ = ("prefill_tokens", "decode_seqs", "context_tokens", "load_tokens")
 
     def __init__(self, prefill_tokens: int = 0, decode_seqs: int = 0, context_tokens: int = 0) -> None:
         self.prefill_tokens = prefill_tokens
         self.decode_seqs = decode_seqs
         self.context_tokens = context_tokens
+        self.load_tokens = 0
 
     def reset(self, decode_seqs: int, context_tokens: int) -> None:
         """Start a step's count with ``decode_seqs`` decodes over ``context_tokens`` KV tokens
@@ -31,6 +33,7 @@ class Composition:
         self.prefill_tokens = 0
         self.decode_seqs = decode_seqs
         self.context_tokens = context_tokens
+        self.load_tokens = 0
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Count one scheduled request: one new token of a request whose prompt is computed is a

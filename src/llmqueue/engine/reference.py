@@ -331,6 +331,8 @@ class ReferenceReplica:
                 r.first_scheduled_time = t
         comp = out.composition
         dur = self.pricer.price(comp, self.steps_taken, t)
+        if comp.load_tokens:  # KV loaded back from the host tier: the forward pass waits for it
+            dur += comp.load_tokens * self.config.kv_offload_s_per_token
         end = t + dur
         kv_tokens = s.kv.num_used_blocks * self.config.block_size
         self._sample_until(end, (len(s.waiting), len(s.running), kv_tokens))

@@ -58,6 +58,7 @@ class Request:
     finish_time: float = field(default=NAN, init=False)
     outcome: str = field(default="", init=False)
     reason: str | None = field(default=None, init=False)
+    offloaded_tokens: int = field(default=0, init=False)  # its KV held in the host tier while preempted
     session_id: int | None = None  # the conversation it belongs to, when the stream has one (session routing)
 
     def __init__(self, request_id: int, arrival_time: float, num_prompt_tokens: int, max_tokens: int,
@@ -87,6 +88,7 @@ class Request:
         self.finish_time = NAN
         self.outcome = ""
         self.reason = None
+        self.offloaded_tokens = 0
 
     @property
     def num_tokens(self) -> int:

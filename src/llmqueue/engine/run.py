@@ -41,6 +41,7 @@ class SimResult:
     interrupted_s: float | None = None  # set when the run was stopped (StopRun, Ctrl-C) at this simulated time
     pools: dict | None = None  # a fleet's pools series (llmqueue.records.schema.POOL_COLUMNS)
     fleet: dict | None = None  # a fleet's facts: pools' model, cost and quality, scaling events, ...
+    kv_tier: dict | None = None  # the host KV tier's account (llmqueue.engine.host_tier), when one is set
 
 
 def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions | None = None,
@@ -123,7 +124,8 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                          stretches=getattr(rep, "stretches", 0),
                          stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                          reject_reasons={r.seq: r.reason for r in rows if r.reason}, explained=rep.explanations,
-                         capacity_tokens=config.capacity_tokens, stopped_early_s=stopped, interrupted_s=interrupted)
+                         capacity_tokens=config.capacity_tokens, stopped_early_s=stopped, interrupted_s=interrupted,
+                         kv_tier=rep.scheduler.tier.stats() if rep.scheduler.tier is not None else None)
     finally:
         # the replica and its departures hold each other (a retry resubmits to the replica): let
         # go, so that the run's requests are freed now by reference counting (a cycle would hold

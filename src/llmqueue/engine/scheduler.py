@@ -22,6 +22,7 @@ finishes and frees its blocks.
 
 from __future__ import annotations
 
+from llmqueue.engine.host_tier import HostTier
 from llmqueue.engine.kv_cache_manager import KVCacheManager
 from llmqueue.engine.output import SchedulerOutput
 from llmqueue.engine.policies import victim_policy
@@ -41,6 +42,7 @@ class Scheduler:
         self.waiting = RequestQueue(config.policy)
         self.running: list = []
         self.victim = victim_policy(config.preemption)
+        self.tier = HostTier(config.kv_offload_tokens, config.kv_offload_s_per_token) if config.kv_offload_tokens else None
 
     def add_request(self, request) -> None:
         request.status = RequestStatus.WAITING
@@ -91,15 +93,25 @@ class Scheduler:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 r = waiting.peek()
-                units, extra = kv.get_computed_blocks(r)
-                computed = r.num_computed_tokens + (units * kv.unit_tokens if units else 0)
+                held = r.offloaded_tokens  # its KV in the host tier: loaded back, not recomputed
+                if held:
+                    units = extra = 0
+                    computed = held
+                else:
+                    units, extra = kv.get_computed_blocks(r)
+                    computed = r.num_computed_tokens + (units * kv.unit_tokens if units else 0)
                 new = self._chunk(r, computed)
                 if not cfg.enable_chunked_prefill and new > budget:
                     break
                 new = min(new, budget)
+                r.num_computed_tokens = computed if held else r.num_computed_tokens
                 if not kv.allocate_slots(r, new, (units, extra), admitting=True):
+                    if held:
+                        r.num_computed_tokens = 0
                     break
                 waiting.pop()
+                if held:
+                    out.composition.load_tokens += self.tier.restore(r)
                 r.num_computed_tokens = computed
                 if r.num_cached_tokens < 0:
                     r.num_cached_tokens = units * kv.unit_tokens if units else 0
@@ -111,8 +123,11 @@ class Scheduler:
         return out
 
     def _preempt(self, v) -> None:
-        """Preemption by recompute: free the blocks, forget the computed tokens, back to the queue."""
+        """Preemption: free the blocks, the computed tokens to the host tier if it has room (else
+        forgotten: recompute), back to the queue."""
         self.kv.free(v)
+        if self.tier is not None:
+            self.tier.offload(v)
         v.num_computed_tokens = 0
         v.num_preemptions += 1
         v.status = RequestStatus.PREEMPTED
@@ -147,3 +162,5 @@ class Scheduler:
         else:
             self.waiting.remove(request)
             request.status = RequestStatus.FINISHED  # its queue entry is skipped from now on
+            if self.tier is not None:
+                self.tier.drop(request)

@@ -850,9 +850,11 @@ class Scenario(_Section):
         from llmqueue.engine.config import EngineConfig
         from llmqueue.engine.policies import default_victim
 
+        from llmqueue.engine.host_tier import with_host_tier
+
         d = self.deployment if d is None else d
         policy = d.scheduling_policy
-        return EngineConfig.from_capacity(
+        return with_host_tier(EngineConfig.from_capacity(
             d.M, block_size=d.block_size, max_num_batched_tokens=d.max_num_batched_tokens,
             max_num_seqs=d.max_num_seqs, enable_chunked_prefill=d.enable_chunked_prefill,
             long_prefill_token_threshold=d.long_prefill_token_threshold,
@@ -861,7 +863,9 @@ class Scenario(_Section):
             enable_prefix_caching=d.enable_prefix_caching, class_priority=self.mix.priorities,
             class_max_waiting={c.name: c.max_waiting for c in self.workload.classes or () if c.max_waiting},
             class_max_queue_time_s={c.name: c.max_queue_time_s for c in self.workload.classes or ()
-                                    if c.max_queue_time_s})
+                                    if c.max_queue_time_s}),
+            d.kv_offloading_size, d.kv_offloading_gbps, d.kv_bytes_per_token, d._model, d.tensor_parallel_size,
+            d.kv_cache_dtype)
 
     def summary(self, *, trace: bool = True) -> dict:
         """A resolved, JSON-ready summary (what ``llmqueue scenario check --json`` prints).

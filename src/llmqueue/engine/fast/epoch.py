@@ -42,7 +42,8 @@ def epoch_eligible(rep) -> bool:
     return (rep.arrivals.stream is not None and pricer.constant > 0 and pricer.noise is None and pricer.drift is None
             and rep.scheduler.on_first_token is None
             and not rep.timeout_s and not rep.ttft_timeout_s and not rep.patience and not cfg.max_waiting and not cfg.enable_prefix_caching
-            and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s)
+            and not cfg.class_max_waiting and not cfg.class_max_queue_time_s and not cfg.max_queue_time_s
+            and not cfg.kv_offload_tokens)
 
 
 def advance_epoch(rep, t0: float, chunk: int = 1024):

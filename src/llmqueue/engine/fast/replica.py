@@ -487,6 +487,7 @@ class Replica:
             return t
         comp = s.composition
         comp.reset(n, dec.context_tokens())
+        comp.load_tokens = s.step_load
         for r, new in plan:
             if r.first_scheduled_time != r.first_scheduled_time:
                 r.first_scheduled_time = t
@@ -537,6 +538,8 @@ class Replica:
         s = self.scheduler
         kv = s.kv
         dur = self.pricer.price(comp, self.steps_taken, t)
+        if comp.load_tokens:  # KV loaded back from the host tier: the forward pass waits for it
+            dur += comp.load_tokens * self.config.kv_offload_s_per_token
         t_end = t + dur
         used = (kv.num_blocks - kv.num_free_blocks) * kv.block_size
         waiting = s.waiting.size

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from llmqueue.engine.fast.decoders import DecoderPool
 from llmqueue.engine.fast.ledger import BlockLedger
+from llmqueue.engine.host_tier import HostTier
 from llmqueue.engine.output import Composition, SchedulerOutput
 from llmqueue.engine.policies import PreemptNewest, victim_policy
 from llmqueue.engine.request import Request, RequestStatus
@@ -47,7 +48,7 @@ class Scheduler:
     __slots__ = ("max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "long_prefill_token_threshold",
                  "preempt_newest", "fifo", "waiting", "running", "prefilling", "running_list", "num_admitted",
                  "decoders", "kv", "victim", "finished", "composition", "num_preempted", "on_first_token",
-                 "on_preempt")
+                 "on_preempt", "tier", "step_load")
 
     def __init__(self, config, *, hash_block_tokens: int = 512) -> None:
         # the knobs read every step, as typed fields (a frozen EngineConfig read once; in the
@@ -73,6 +74,9 @@ class Scheduler:
         self.num_preempted = 0             # by the last aggregated schedule
         self.on_first_token: Any = None
         self.on_preempt: Any = None
+        self.tier: Any = HostTier(config.kv_offload_tokens, config.kv_offload_s_per_token) \
+            if config.kv_offload_tokens else None
+        self.step_load = 0                 # KV tokens loaded back from the tier by the last schedule
 
     # -- queries ---------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -116,7 +120,7 @@ class Scheduler:
         kv = self.kv
         if kv.pool is not None:
             return False  # with prefix caching the admission check needs the cache: take a step
-        c = r.num_computed_tokens
+        c = r.offloaded_tokens or r.num_computed_tokens
         new = self._chunk(r, c)
         if not self.enable_chunked_prefill and new > budget:
             return True
@@ -139,6 +143,7 @@ class Scheduler:
         ``[(request, num_new_tokens)]`` (every decoder also takes one token), blocks allocated,
         :attr:`num_preempted` set; or None when the step must be taken exactly (:meth:`schedule`)."""
         budget_total = self.max_num_batched_tokens
+        self.step_load = 0
         dec = self.decoders
         n = len(dec.kv_base)
         kv = self.kv
@@ -208,7 +213,10 @@ class Scheduler:
         kv = self.kv
         computed = r.num_computed_tokens
         units = extra = 0
-        if kv.pool is not None and computed == 0 and r.hash_ids:
+        held = r.offloaded_tokens  # its KV in the host tier: loaded back, not recomputed
+        if held:
+            computed = held
+        elif kv.pool is not None and computed == 0 and r.hash_ids:
             units, extra = kv.get_computed_blocks(r)
             computed = units * kv.unit_tokens
         new = self._chunk(r, computed)
@@ -221,6 +229,9 @@ class Scheduler:
         self.waiting.take_head(r)
         if units:
             r.num_computed_tokens = computed
+        if held:
+            r.num_computed_tokens = computed
+            self.step_load += self.tier.restore(r)
         if r.num_cached_tokens < 0:
             r.num_cached_tokens = units * kv.unit_tokens if units else 0
         r.status = RUNNING
@@ -301,6 +312,8 @@ class Scheduler:
         del self.running[victim]
         self.prefilling.pop(victim, None)
         self.kv.blocks.pop(victim, None)
+        if self.tier is not None:
+            self.tier.offload(victim)
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
         victim.status = PREEMPTED
@@ -354,6 +367,7 @@ class Scheduler:
         running requests in order, preempting the victim policy's choice while blocks run short,
         then waiting heads in a step that preempted none."""
         budget = self.max_num_batched_tokens
+        self.step_load = 0
         running = self.running_list
         kv = self.kv
         out = SchedulerOutput()
@@ -399,6 +413,7 @@ class Scheduler:
                 scheduled.append((r, new))
                 budget -= new
         out.count()  # its composition, as the step-time model prices it
+        out.composition.load_tokens = self.step_load
         return out
 
     def update_from_output(self, scheduled: list[tuple[Request, int]], t_end: float) -> None:
@@ -494,4 +509,6 @@ class Scheduler:
             del self.running[request]
         else:
             self.waiting.remove(request)
+            if self.tier is not None:
+                self.tier.drop(request)
         request.status = FINISHED
