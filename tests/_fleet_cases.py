@@ -67,3 +67,14 @@ CASES = {
         faults=[Fault("p", 1, at_s=6.0, repair_s=4.0, inflight="retry")]),
         SimOptions(seed=4, sample_dt=1.0, timeout_s={"batch": 6.0}, ttft_timeout_s={"chat": 3.0}, retry=retry_policy)),
 }
+
+
+if hasattr(_spec, "Degrade"):  # graceful degradation (absent from older code: fleet_records_diff runs there too)
+    CASES["degrade"] = (lambda: FleetSpec(
+        pools=[Pool("fast", SMALL, STEP, 1, "least-outstanding", model="big"),
+               Pool("bulk", KV_BOUND, STEP, 1, "least-kv", model="small", quality=0.7)],
+        lanes=[Lane("all", "fast")],
+        gateway=Gateway(degrade=[_spec.Degrade("fast", 0.3, classes=("batch",), max_tokens=8, quality=0.5),
+                                 _spec.Degrade("fast", 1.0, classes=("chat",), to="bulk")],
+                        shed=[Shed(min_priority=1, queue_age_s=2.0)])),
+        SimOptions(seed=6, sample_dt=1.0))

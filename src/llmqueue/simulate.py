@@ -299,7 +299,9 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
         from collections import Counter
 
         # e.g. {"prompt+output 2100 exceeds the KV cache (2000 tokens)": 3}, grouped by kind
-        kinds = Counter(r.split(" ")[0] if r[:1].isdigit() else _reason_kind(r) for r in res.reject_reasons.values())
+        from llmqueue.metrics.fleet import reason_kind
+
+        kinds = Counter(reason_kind(r) for r in res.reject_reasons.values())
         summary["reject_reasons"] = dict(kinds)
     ps = pool_series(res)
     if ps is not None or "pool" in recs:
@@ -307,6 +309,11 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
 
         summary["fleet"] = fleet_summary(recs, ps, warmup_s=spec.warmup_s, horizon_s=res.horizon_s, slos=spec.slos,
                                          **fleet_accounts(spec))
+        if res.reject_reasons:
+            from llmqueue.metrics.fleet import refusals
+
+            summary["fleet"]["refused"] = refusals(recs, res.reject_reasons, warmup_s=spec.warmup_s,
+                                                   horizon_s=res.horizon_s)
     theory = judge_fleet(theory_for(spec, requests, res.steps), spec, requests, recs, res.horizon_s)
     if spec.options.patience and spec.fleet is None and spec.replicas == 1:
         from llmqueue.theory.judged import with_patience
@@ -385,7 +392,8 @@ def _stoppable(progress, interrupt: CtrlC):
 def fleet_accounts(spec) -> dict:
     """What :func:`llmqueue.metrics.fleet.fleet_summary` needs beyond the records, from the spec:
     ``pool_costs`` and ``pool_quality`` from ``spec.fleet.pools`` (each pool's ``name``,
-    ``cost_per_replica_hour``, ``quality``), ``prefill_pool`` (a P/D fleet's), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
+    ``cost_per_replica_hour``, ``quality``), ``degrade_quality`` (the gateway's caps' quality
+    factors, by the records' ``degraded`` value), ``prefill_pool`` (a P/D fleet's), and ``spike`` (``(t0, t1)`` s) from ``spec.spike`` or
     ``spec.fleet.spike``; whatever the spec lacks is left out."""
     out: dict = {}
     fleet = getattr(spec, "fleet", None)
@@ -397,6 +405,9 @@ def fleet_accounts(spec) -> dict:
         out["pool_costs"] = {p.name: float(p.cost_per_replica_hour) for p in pools
                              if getattr(p, "cost_per_replica_hour", None) is not None}
         out["pool_quality"] = {p.name: float(p.quality) for p in pools if getattr(p, "quality", None) is not None}
+    g = getattr(fleet, "gateway", None)
+    if g is not None and g.degrade:
+        out["degrade_quality"] = {d.label: float(d.quality) for d in g.degrade if d.max_tokens is not None}
     spike = getattr(spec, "spike", None)
     if spike is None:
         spike = getattr(fleet, "spike", None)
@@ -429,13 +440,6 @@ def _simulate_fleet_spec(spec: SimSpec, requests, opts):
     if opts.early_stop:
         raise InputError("early_stop", "a fleet does not stop early yet", "drop --early-stop")
     return simulate_fleet(spec.fleet, requests, options=opts)
-
-
-def _reason_kind(reason: str) -> str:
-    """Group reasons that differ only in their numbers."""
-    import re
-
-    return re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
 def _progress_bar(total_s: float):

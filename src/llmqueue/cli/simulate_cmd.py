@@ -324,6 +324,13 @@ def print_fleet(f: dict) -> None:
     click.echo("")
     print_table(["class", "completed", "failed", "req/s", "goodput", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
                  "attempts per request"], crows, title="Fleet: per class")
+    refused = [[c, why, n] for c, row in (f.get("refused") or {}).items() for why, n in row.items()]
+    refused += [[c, f"served degraded: {how}", n] for c, row in (f.get("degraded") or {}).items()
+                for how, n in row.items()]
+    if refused:
+        click.echo("")
+        print_table(["class", "refused or degraded by", "requests"], refused,
+                    title="Fleet: refused (arrivals in the window) and degraded (completed), by class")
     kv = [("attempts per user request (retries)", (f.get("retries") or {}).get("amplification"))]
     mix = f.get("model_mix")
     if mix:

@@ -32,6 +32,7 @@ class FleetRecords:
     chunks: list
     reasons: dict
     lane_of: dict
+    degraded: dict
     pd_info: dict
     decode: Any
     ev: list
@@ -141,6 +142,9 @@ class FleetRecords:
                     if info is not None:  # the request's times are its prefill's; decode's admission apart
                         dec[j] = first[j]
                         pre[j], kv[j], disp[j], first[j] = info
+        if self.spec.gateway is not None and self.spec.gateway.degrade:
+            dg = self.degraded
+            req["degraded"] = np.asarray([dg[q.seq][0] if q.seq in dg else "" for _, _, q in rows], dtype=object)
         req["prefill_replica"] = pre
         req["kv_transfer_s"] = kv
         if self.decode is not None:

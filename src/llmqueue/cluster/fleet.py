@@ -9,7 +9,9 @@ last one (a step in progress stays in progress), which is what a router sees. At
 events come before arrivals, and an arrival at ``t`` joins after the step that starts at ``t``.
 
 An arrival (a first attempt from the stream, or a retry) goes through the gateway: rate limits,
-the lane that picks its pool, fallback, admission by queue depth or age, tier shedding. Then the
+the lane that picks its pool, fallback, degradation (a cap on its ``max_tokens``: the answer cut
+short, or another pool; its record's ``degraded`` says which), admission by queue depth or age,
+tier shedding. Then the
 pool's router picks a replica; with the central router (or while no replica of the pool serves)
 the pool's gateway queue holds it (FCFS) and dispatches its head whenever a replica has a free
 sequence slot: a request dispatched at ``t`` reaches its replica at ``t`` (``dispatched_s``).
@@ -44,7 +46,7 @@ import numpy as np
 from llmqueue.cluster.autoscaler import desired_replicas, metric_total
 from llmqueue.cluster.collect import FleetRecords
 from llmqueue.cluster.events import FAULT, KV, READY, REPAIR, REP, SAMPLE, TICK, WAKE, WINDOW
-from llmqueue.cluster.gateway import GatewayRuntime, uses_queue_age
+from llmqueue.cluster.gateway import GatewayRuntime, capped, uses_queue_age
 from llmqueue.cluster.link import KVLinkQueue
 from llmqueue.cluster.predict import P99, ArrivalWatch
 from llmqueue.cluster.pool import DOWN, DRAINING, GONE, PROVISIONING, UP, PoolRuntime
@@ -162,6 +164,7 @@ class _Fleet(FleetRecords):
         self.pd_info: dict = {}       # seq -> (prefill replica id, kv transfer s, prefill's dispatch, first scheduled)
         self.in_transfer = 0
         self.lane_of: dict = {}       # seq -> lane name (only with lanes)
+        self.degraded: dict = {}      # seq -> (how it was degraded, the max_tokens it asked) (only with degrade rules)
         self.batches: dict = {}       # lane name -> requests its batch window holds
         self.windows: dict = {}       # lane name -> the number of its open window (stale events differ)
         self.scale_events: list = []  # (t, pool, replicas before, after)
@@ -253,6 +256,8 @@ class _Fleet(FleetRecords):
             self.done = []
 
     def _again(self, r, t: float, out=None) -> None:
+        if not out and self.degraded:
+            out = self.degraded.get(r.seq, (None, r.max_tokens))[1]
         a = Request(r.request_id, t, r.num_prompt_tokens, out or r.max_tokens, class_name=r.class_name,
                     priority=r.priority, attempt=r.attempt + 1, hash_ids=r.hash_ids,
                     predicted_output_tokens=r.predicted_output_tokens, seq=self.n_seq, session_id=r.session_id)
@@ -320,6 +325,10 @@ class _Fleet(FleetRecords):
             pool = self.by_name[view.name]
             if why is not None:
                 return self._reject(pool, r, why, t)
+            dg = self.gateway.degraded
+            if dg is not None:  # served smaller: its record says how, a retry asks what it asked
+                self.degraded[r.seq] = (dg.label, r.max_tokens)
+                r.max_tokens = capped(r.max_tokens, dg)
         if pool is self.prefill and r.max_tokens > 1:
             p = Request(r.request_id, r.arrival_time, r.num_prompt_tokens, 1, class_name=r.class_name,
                         priority=r.priority, attempt=r.attempt, hash_ids=r.hash_ids,

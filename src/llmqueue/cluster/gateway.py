@@ -1,10 +1,12 @@
 """The gateway's control before the accelerator: token buckets, admission by queue depth or age,
-tier shedding and fallback (:class:`~llmqueue.cluster.spec.Gateway` says the rules).
+tier shedding, fallback and graceful degradation (:class:`~llmqueue.cluster.spec.Gateway` says
+the rules).
 
 In queueing terms the gateway turns the fleet into a loss system where it rejects (a token
 bucket is a (sigma, rho) regulator: at most ``burst + rate t`` admissions in any window of
 length t; a bound on queue depth is a finite waiting room, M/G/c/K) and shifts load between
-pools where it falls back.
+pools where it falls back; degradation makes the service time depend on the queue's state (a
+cap on the output tokens while the queue is old: a queue whose server speeds up when loaded).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class GatewayRuntime:
         self.fallback = {fb.pool: fb for fb in spec.fallbacks}
         self.fallbacks_taken = 0
         self.retry_after_s = 0.0
+        self.degraded = None  # the Degrade rule the last decision applied (None: served as asked)
 
     def _tenant(self, tenant):
         b = self.tenant_buckets.get(tenant)
@@ -74,8 +77,11 @@ class GatewayRuntime:
         """``(view, None)`` to serve ``r`` in the pool of ``view``, or ``(view, reason)`` to reject it.
         ``view``: the :class:`~llmqueue.cluster.view.PoolView` of the pool its lane chose; ``views``:
         every pool's, by name (a fallback's target). Reads numbers only: the same rules run in the
-        simulator and in front of live engines."""
+        simulator and in front of live engines. ``degraded`` is then the
+        :class:`~llmqueue.cluster.spec.Degrade` rule that applied (its cap is the caller's to apply
+        to the request: :func:`capped`), or None."""
         s = self.spec
+        self.degraded = None
         for key in (r.class_name, "*"):
             b = self.buckets.get(key)
             if b is not None and not b.take(t):
@@ -97,6 +103,14 @@ class GatewayRuntime:
         if fb is not None and view.queue_age(t) > fb.queue_age_s:
             self.fallbacks_taken += 1
             view = views[fb.to]
+        for dg in s.degrade:
+            if dg.pool == view.name and dg.applies(r.class_name) and view.queue_age(t) > dg.queue_age_s:
+                if dg.to is not None:
+                    view = views[dg.to]
+                elif r.max_tokens <= dg.max_tokens:
+                    break  # it asks no more than the cap: served as asked
+                self.degraded = dg
+                break
         if s.max_queue_depth is not None:
             serving = max(view.serving(), 1)
             if view.queue_depth() >= s.max_queue_depth * serving:
@@ -114,8 +128,16 @@ class GatewayRuntime:
         return view, None
 
 
+def capped(max_tokens: int, rule) -> int:
+    """The ``max_tokens`` a request asking ``max_tokens`` is served with under ``rule`` (the
+    :class:`~llmqueue.cluster.spec.Degrade` its decision applied, or None)."""
+    if rule is None or rule.max_tokens is None:
+        return max_tokens
+    return min(max_tokens, rule.max_tokens)
+
+
 def uses_queue_age(spec, autoscalers) -> bool:
     """Whether anything reads the pools' queue age (then the fleet tracks first tokens)."""
     g = spec
-    return bool(g is not None and (g.max_queue_age_s is not None or g.shed or g.fallbacks)) or any(
+    return bool(g is not None and (g.max_queue_age_s is not None or g.shed or g.fallbacks or g.degrade)) or any(
         METRICS[m].first_tokens for a in autoscalers for m in (a.metric, *a.also))

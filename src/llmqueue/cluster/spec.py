@@ -218,6 +218,41 @@ class Fallback(_Part):
     queue_age_s: NonNegative
 
 
+class Degrade(_Part):
+    """Graceful degradation: while ``pool``'s queue age exceeds ``queue_age_s``, its new requests
+    of ``classes`` (empty: every class) are served smaller: ``max_tokens`` caps what they may
+    generate (the answer is cut at the cap; ``quality``: the relative quality of a capped answer,
+    an assumption to state), or ``to`` sends them to another pool (a smaller model; its pool's
+    quality counts). Exactly one of the two. In queueing terms: a state-dependent service time
+    (the cap shortens E[g] of the admitted work while the queue is old) or a state-dependent
+    routing, the fallback's, per class."""
+
+    pool: str
+    queue_age_s: NonNegative
+    classes: Annotated[tuple[str, ...], _none_is(tuple)] = ()
+    max_tokens: Annotated[Int, _whole_at_least(1)] | None = None
+    to: str | None = None
+    quality: NonNegative = 1.0
+
+    @model_validator(mode="after")
+    def _one_action(self):
+        if (self.max_tokens is None) == (self.to is None):
+            raise _Problem(("max_tokens",), "give exactly one of max_tokens (a cap) and to (another pool)",
+                           "e.g. max_tokens: 128, or to: small")
+        if self.to is not None and "quality" in self.model_fields_set:
+            raise _Problem(("quality",), "is the capped answer's quality; a switch counts its pool's quality",
+                           f"set quality on pool {self.to!r}, or drop it here")
+        return self
+
+    def applies(self, class_name: str) -> bool:
+        return not self.classes or class_name in self.classes
+
+    @property
+    def label(self) -> str:
+        """What the request's record says of it (the ``degraded`` column)."""
+        return f"max_tokens {self.max_tokens}" if self.max_tokens is not None else f"to {self.to}"
+
+
 class TenantLimit(_Part):
     """One tenant's limits: ``rate`` requests a second (``burst`` at once) and ``tokens_per_s``
     tokens a second (``token_burst`` at once; a request costs its prompt plus its ``max_tokens``);
@@ -231,10 +266,12 @@ class TenantLimit(_Part):
 
 class Gateway(_Part):
     """Control before the accelerator, applied at each arrival in this order: rate limits (per
-    class, ``"*"``: all traffic), admission (``max_queue_depth``: waiting requests per serving
-    replica of the pool; ``max_queue_age_s``: age of the pool's oldest request without a first
-    token), tier shedding, fallback. Queue age is what a gateway can see: time since arrival of
-    the oldest request the pool holds that has no first token yet. ``tenant_limits``: tenant
+    class, ``"*"``: all traffic; then ``tenant_limits``), fallback, degradation, admission
+    (``max_queue_depth``: waiting requests per serving replica of the pool; ``max_queue_age_s``:
+    age of the pool's oldest request without a first token), tier shedding. Queue age is what a
+    gateway can see: time since arrival of the oldest request the pool holds that has no first
+    token yet. ``degrade``: graceful degradation (:class:`Degrade`: a cap on ``max_tokens`` or
+    another pool for some classes while the queue is old). ``tenant_limits``: tenant
     (``"*"``: each tenant not named) -> its request and token rates (:class:`TenantLimit`, checked
     after the class limits); the simulator's tenants are its classes. ``fair_share``: tenant -> weight; when set, a pool's gateway queue (the central router's, or while no replica
     serves) is served in weighted fair order by tokens (:mod:`llmqueue.cluster.fairness`), tenants
@@ -247,6 +284,7 @@ class Gateway(_Part):
     max_queue_age_s: Positive | None = None
     shed: Annotated[list[Shed], _none_is(list)] = Field(default_factory=list)
     fallbacks: Annotated[list[Fallback], _none_is(list)] = Field(default_factory=list)
+    degrade: Annotated[list[Degrade], _none_is(list)] = Field(default_factory=list)
 
 
 #: The shortest autoscaler interval (s): a few engine steps (tens of ms each); a shorter one adds
@@ -373,6 +411,13 @@ class FleetSpec(_Section):
                 if fb.to == fb.pool:
                     raise _Problem(("gateway", "fallbacks", i, "to"), f"falls back to its own pool {fb.pool!r}",
                                    "name another pool")
+            for i, dg in enumerate(g.degrade):
+                ref(("gateway", "degrade", i, "pool"), dg.pool)
+                if dg.to is not None:
+                    ref(("gateway", "degrade", i, "to"), dg.to)
+                    if dg.to == dg.pool:
+                        raise _Problem(("gateway", "degrade", i, "to"), f"switches to its own pool {dg.pool!r}",
+                                       "name another pool (a smaller model's)")
         scaled: dict = {}
         for i, a in enumerate(self.autoscalers):
             ref(("autoscalers", i, "pool"), a.pool)

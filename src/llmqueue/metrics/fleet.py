@@ -365,11 +365,13 @@ def cost_account(replicas: dict, pool_costs: dict | None, completed: int | None 
     return out
 
 
-def quality_account(group: dict, pool_quality: dict | None) -> dict | None:
+def quality_account(group: dict, pool_quality: dict | None, capped: dict | None = None) -> dict | None:
     """The quality of what was served: each completed request weighted by its pool's ``quality``
-    (relative, 1 = the primary model; a pool not in ``pool_quality`` counts 1):
-    ``quality_weighted_share`` = sum of the weights / completed requests, and per pool its
-    ``served_share`` and ``quality``. None without ``pool_quality``."""
+    (relative, 1 = the primary model; a pool not in ``pool_quality`` counts 1), times the quality
+    factor of a cap it was served under (``capped``: ``{pool: [(completed capped requests,
+    factor), ...]}``, the gateway's degradation): ``quality_weighted_share`` = sum of the weights /
+    completed requests, and per pool its ``served_share`` and ``quality``. None without
+    ``pool_quality``."""
     if pool_quality is None:
         return None
     pools = group["pools"]
@@ -377,8 +379,56 @@ def quality_account(group: dict, pool_quality: dict | None) -> dict | None:
     out = {"pools": {p: {"quality": float(pool_quality.get(p, 1.0)), "served_share": r.get("served_share")}
                      for p, r in pools.items()}}
     weighted = sum(float(pool_quality.get(p, 1.0)) * r["completed"] for p, r in pools.items())
+    for p, caps in (capped or {}).items():  # a capped answer loses (1 - factor) of its pool's weight
+        weighted -= sum(float(pool_quality.get(p, 1.0)) * n * (1.0 - f) for n, f in caps)
     out["quality_weighted_share"] = weighted / done if done else None
     return out
+
+
+def degraded_account(q: _Req, degrade_quality: dict) -> tuple[dict, dict]:
+    """The gateway's degradation in the window: ``({class: {how: completed requests}}, {pool:
+    [(completed capped requests, quality factor), ...]})`` from the records' ``degraded``
+    column (``how``: ``max_tokens N`` or ``to POOL``; ``degrade_quality``: ``{how: factor}`` of
+    the caps)."""
+    r = q.r
+    done = q.ok & q.fin_in & q.arrived
+    how = r["degraded"]
+    by_class: dict = {}
+    capped: dict = {}
+    for label in _names(how[done]):
+        if not label:
+            continue
+        m = done & (how == label)
+        for c in _names(r["class"][m]):
+            by_class.setdefault(c, {})[label] = int((m & (r["class"] == c)).sum())
+        if label in degrade_quality:
+            for p in _names(q.pool[m]):
+                capped.setdefault(p, []).append((int((m & (q.pool == p)).sum()), float(degrade_quality[label])))
+    return by_class, capped
+
+
+def refusals(requests, reasons: dict, *, warmup_s: float = 0.0, horizon_s: float | None = None) -> dict:
+    """``{class: {reason: requests}}``: the attempts arriving in the window that the gateway or an
+    engine refused (status ``rejected``), by class and reason with its numbers grouped
+    (``shed (priority 1)``, ``queue age``, ``rate limited (batch)``); ``reasons``: seq -> reason
+    (the simulator's, a record's row being its seq)."""
+    t0, t1 = window(requests, warmup_s, horizon_s)
+    a, st, cls = requests["arrival_s"], requests["status"], requests["class"]
+    out: dict = {}
+    for seq, why in sorted(reasons.items()):
+        if seq < len(st) and st[seq] == "rejected" and t0 <= a[seq] < t1:
+            kind = why if why.startswith("shed") else reason_kind(why)  # a shed's tier kept
+            row = out.setdefault(str(cls[seq]), {})
+            row[kind] = row.get(kind, 0) + 1
+    return out
+
+
+def reason_kind(reason: str) -> str:
+    """A refusal's reason with its numbers grouped (``shed (priority N)``); one that starts with a
+    number (a request's own size against a limit) by its first word."""
+    import re
+
+    return reason.split(" ")[0] if reason[:1].isdigit() else re.sub(r"\d+(\.\d+)?", "N", reason)
 
 
 def recovery_time(t, waiting, spike, *, end_s: float | None = None, tolerance: float = DEFAULT_TOLERANCE,
@@ -479,7 +529,7 @@ def recovery_time(t, waiting, spike, *, end_s: float | None = None, tolerance: f
 
 def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: float | None = None, slos=None,
                   pool_costs: dict | None = None, pool_quality: dict | None = None, spike=None,
-                  prefill_pool: str | None = None,
+                  prefill_pool: str | None = None, degrade_quality: dict | None = None,
                   tolerance: float = DEFAULT_TOLERANCE, hold_s: float = DEFAULT_HOLD_S,
                   hold_samples: int = DEFAULT_HOLD_SAMPLES) -> dict:
     """A fleet's account from its request records and, optionally, its pools series.
@@ -491,13 +541,15 @@ def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: flo
     them; ``pool_costs`` / ``pool_quality``: ``{pool: cost per replica-hour}`` / ``{pool: relative
     quality}``; ``spike``: ``(t0, t1)`` seconds of a load spike, or None; ``prefill_pool``: a P/D
     fleet's prefill pool (its row then counts every request it prefilled, whose record is the
-    decode side's: TTFT is its station's, E2EL and TPOT the request's); ``tolerance``, ``hold_s``,
+    decode side's: TTFT is its station's, E2EL and TPOT the request's); ``degrade_quality``:
+    ``{how: quality factor}`` of the gateway's caps (the ``degraded`` column's values); ``tolerance``, ``hold_s``,
     ``hold_samples``: :func:`recovery_time`'s.
 
     Keys: ``window_s`` ``[t0, t1]``; ``pools`` / ``classes`` / ``pool_class`` (:func:`group_rows`);
     ``model_mix`` (:func:`model_mix`, None without a ``model`` column); ``retries``
     (:func:`retry_amplification`); ``quality`` (:func:`quality_account`, None without
-    ``pool_quality``); with a pools series also ``replicas`` (:func:`replica_summary`),
+    ``pool_quality``); with a ``degraded`` column, ``degraded`` (:func:`degraded_account`'s
+    completed requests by class and how); with a pools series also ``replicas`` (:func:`replica_summary`),
     ``queue_depth`` (:func:`queue_depth`), ``cost`` (:func:`cost_account`), and with ``spike``,
     ``spike_s`` and ``recovery`` ``{pool: recovery_time(...), "all": ...}`` on each pool's total
     waiting queue and on the whole fleet's (``"all"``).
@@ -510,7 +562,10 @@ def fleet_summary(requests, pools=None, *, warmup_s: float = 0.0, horizon_s: flo
     if prefill_pool is not None:
         out["stages"] = pd_stages(requests, warmup_s=warmup_s, horizon_s=horizon_s)
     out["retries"] = _retries(requests, t0, t1)
-    out["quality"] = quality_account(out, pool_quality)
+    capped = None
+    if "degraded" in requests:
+        out["degraded"], capped = degraded_account(q, degrade_quality or {})
+    out["quality"] = quality_account(out, pool_quality, capped)
     if pools is not None and len(pools):
         tracks = pool_tracks(pools)
         out["replicas"] = replica_summary(tracks, t0, t1)

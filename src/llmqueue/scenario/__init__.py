@@ -1,7 +1,7 @@
 """Scenario files: one YAML file holding a workload, a deployment, SLOs and run settings.
 
 ``load_scenario(path_or_name)`` validates a file (or a shipped example: ``chat``, ``code``,
-``rag``, ``summarization``, ``mixed``; the fleets ``pd``, ``lanes``, ``noon-spike``) into a
+``rag``, ``summarization``, ``mixed``; the fleets ``pd``, ``lanes``, ``noon-spike``, ``tiers``) into a
 :class:`~llmqueue.scenario.model.Scenario`; see :mod:`llmqueue.scenario.model` for the schema and
 :mod:`llmqueue.scenario.fleet` for ``deployment.pools`` and the rest of a fleet (``Scenario.fleet``:
 its :class:`~llmqueue.cluster.spec.FleetSpec`). ``scenario_with(path_or_name, **knobs)`` applies

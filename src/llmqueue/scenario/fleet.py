@@ -23,6 +23,9 @@ describes.
         max_queue_age_s: 30
         shed: [{min_priority: 1, queue_age_s: 5}]
         fallbacks: [{pool: chat, to: small, queue_age_s: 2}]
+        degrade:                 # while the pool's queue is older than queue_age_s: served smaller
+          - {pool: chat, classes: [batch], queue_age_s: 1, max_tokens: 256, quality: 0.8}
+          - {pool: chat, classes: [chat], queue_age_s: 3, to: small}
       autoscalers:
         - {pool: chat, metric: waiting, target: 4, interval_s: 15, provisioning_delay_s: 120,
            cooldown_s: 300, min_replicas: 2, max_replicas: 16}
@@ -39,7 +42,7 @@ The sections ``lanes``, ``disaggregation``, ``gateway``, ``autoscalers`` and ``f
 into the fleet's own models (:mod:`llmqueue.cluster.spec`: one declaration of every field, its
 type, default and range); a pool entry is a :class:`~llmqueue.cluster.spec.Pool`'s own keys
 (:data:`POOL_KEYS`) and the engine knobs. The references between them (lanes, P/D, fallbacks,
-autoscalers and faults name pools; lanes and rate limits name classes of ``workload.classes``)
+autoscalers, faults and degrade rules name pools; lanes, rate limits and degrade rules name classes of ``workload.classes``)
 are checked when the scenario is validated; errors carry the scenario path
 (``deployment.lanes[0].pool``).
 """
@@ -158,6 +161,10 @@ def _check_classes(d, names: list[str]) -> None:
     for k in g.rate_limits if g is not None else ():
         if k != "*" and k not in names:
             unknown(f"deployment.gateway.rate_limits.{k}", k)
+    for i, dg in enumerate(g.degrade if g is not None else ()):
+        for j, c in enumerate(dg.classes):
+            if c not in names:
+                unknown(f"deployment.gateway.degrade[{i}].classes[{j}]", c)
 
 
 def fleet_spec(scenario):

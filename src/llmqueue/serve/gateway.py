@@ -10,8 +10,9 @@ Each request, in the source documents' order (seed 000 section 6, seed 003 secti
    :func:`llmqueue.serve.openai.text_tokens`'s stated rule;
 2. **lane**: the scenario's lanes pick the pool (unmatched: the first pool);
 3. **admit or shed**: the scenario's gateway rules (:class:`~llmqueue.cluster.gateway.GatewayRuntime`:
-   class and tenant rate limits, fallback to another pool while its queue ages, a bound on queue
-   depth or age, tier shedding): ``429`` with ``Retry-After`` from the bucket's refill, ``503``
+   class and tenant rate limits, fallback to another pool while its queue ages, degradation (a
+   class's ``max_tokens`` capped in the body forwarded, or another pool, while the queue is old),
+   a bound on queue depth or age, tier shedding): ``429`` with ``Retry-After`` from the bucket's refill, ``503``
    with ``Retry-After`` from the pool's predicted drain time, OpenAI-style bodies;
 4. **route**: the pool's router (:mod:`llmqueue.cluster.routers`) on the pool's
    :class:`~llmqueue.cluster.view.PoolView`, filled here from the gateway's bookkeeping and each
@@ -60,7 +61,7 @@ class GatewayRequest:
 
     __slots__ = ("r", "cls", "tenant", "lane", "pool", "replica", "body", "path", "stream", "t_arrival",
                  "t_dispatch", "first", "finish", "out_tokens", "status", "reason", "attempt", "ex", "relay", "held",
-                 "gaps", "model", "failure")
+                 "gaps", "model", "failure", "asked", "degraded")
 
     def __init__(self, r, cls: str, tenant: str, lane: str, body: bytes, path: str, stream: bool, ex):
         self.r = r
@@ -80,6 +81,8 @@ class GatewayRequest:
         self.held: asyncio.Future | None = None
         self.gaps: tuple = ()
         self.model: str | None = None   # the model the client asked for
+        self.asked = r.max_tokens   # the max_tokens the client asked for (a degrade rule may cap it)
+        self.degraded = ""          # how the gateway served it smaller ("max_tokens 128", "to small"; "": as asked)
 
 
 class Gateway:
@@ -175,7 +178,8 @@ class Gateway:
         if self.out_dir is not None:
             from llmqueue.serve.gateway_records import GatewayRecords
 
-            self.records = GatewayRecords(self.out_dir, self.t0_epoch)
+            self.records = GatewayRecords(self.out_dir, self.t0_epoch,
+                                          degraded=bool(self.fleet.gateway is not None and self.fleet.gateway.degrade))
         self._tasks = [asyncio.ensure_future(self._scrape_loop())]
         if self.records is not None:
             self._tasks.append(asyncio.ensure_future(self._flush_loop()))
@@ -276,11 +280,30 @@ class Gateway:
                 pool = self.pools[view.name]
                 if why is not None:
                     return self._refuse(q, pool, why)
+                if self.rules.degraded is not None:
+                    self._degrade(q, self.rules.degraded)
             q.pool = pool.name
             self.in_flight.add(q)
             await self._serve(q, pool)
         finally:
             self.tenants.pop(r, None)
+
+    @staticmethod
+    def _degrade(q: GatewayRequest, rule) -> None:
+        """Served smaller under a degrade rule: a cap rewrites the body's ``max_tokens`` (and a chat
+        body's ``max_completion_tokens``) to what :func:`~llmqueue.cluster.gateway.capped` gives;
+        a switch went to its pool already. Marked in the record's ``degraded``."""
+        from llmqueue.cluster.gateway import capped
+
+        q.degraded = rule.label
+        o = capped(q.r.max_tokens, rule)
+        if o < q.r.max_tokens:
+            q.r.max_tokens = o
+            doc = json.loads(q.body)
+            doc["max_tokens"] = o
+            if "max_completion_tokens" in doc:
+                doc["max_completion_tokens"] = o
+            q.body = json.dumps(doc, separators=(",", ":")).encode()
 
     def _parse(self, ex) -> tuple:
         """``(body, prompt tokens, max_tokens, stream)`` of a completion request."""

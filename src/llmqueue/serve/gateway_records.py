@@ -5,7 +5,8 @@ second, so a gateway killed outright loses at most the last second; ``close()`` 
 Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as they read a bench
 run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
 carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``, ``tenant``,
-``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``.
+``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``; with
+degrade rules also ``degraded`` (how it was served smaller, as the simulator's records say).
 ``workload.parquet`` holds the arrivals as asked (with their ``max_tokens``), for ``llmqueue
 simulate --trace``; ``summary.json`` the run summarised as a bench run is. ``decisions.jsonl`` holds every routing and admission decision with the numbers it read
 (:mod:`llmqueue.cluster.decisions`), one JSON object a line, flushed with the records.
@@ -26,7 +27,7 @@ _EXTRA = ("pool", "lane", "model", "tenant", "reason")
 class GatewayRecords:
     """The run folder ``out_dir`` (see the module docstring)."""
 
-    def __init__(self, out_dir, t0_epoch: float):
+    def __init__(self, out_dir, t0_epoch: float, *, degraded: bool = False):
         from llmqueue._files import write_atomic
         from llmqueue.errors import InputError
         from llmqueue.records import RunWriter
@@ -35,7 +36,8 @@ class GatewayRecords:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             write_atomic(self.dir / "run.json", json.dumps({"kind": "gateway", "t0_epoch": t0_epoch}) + "\n")
-            self.writer = RunWriter(self.dir, journal=True, optional={"requests": list(_EXTRA)})
+            self.extra = _EXTRA + (("degraded",) if degraded else ())  # with degrade rules: how it was served smaller
+            self.writer = RunWriter(self.dir, journal=True, optional={"requests": list(self.extra)})
             self.writer.writer("requests")
             self.decisions = open(self.dir / "decisions.jsonl", "w", encoding="utf-8")
         except OSError as e:
@@ -48,9 +50,10 @@ class GatewayRecords:
 
     def add(self, q, replica: int, model: str) -> None:
         r = q.r
-        self.offered.append((r.request_id, q.cls, q.t_arrival, r.num_prompt_tokens, r.max_tokens))
+        self.offered.append((r.request_id, q.cls, q.t_arrival, r.num_prompt_tokens, q.asked))
         self.rows.append((r.request_id, q.cls, q.t_arrival, q.t_dispatch, q.first, q.finish, r.num_prompt_tokens,
-                          q.out_tokens, q.status, replica, q.attempt, q.pool, q.lane, model, q.tenant, q.reason))
+                          q.out_tokens, q.status, replica, q.attempt, q.pool, q.lane, model, q.tenant, q.reason,
+                          q.degraded))
 
     def decision(self, rec: dict) -> None:
         self.pending.append(rec)   # written as text at the next flush: off the request's path
@@ -74,7 +77,7 @@ class GatewayRecords:
             n, request_id=cols[0], class_=cols[1], arrival_s=arrival,
             dispatched_s=np.where(np.isnan(disp), arrival, disp),  # refused at the gateway: never sent on
             first_token_s=cols[4], finish_s=cols[5], prompt_tokens=cols[6], output_tokens=cols[7], status=cols[8],
-            replica=cols[9], attempt=cols[10], **dict(zip(_EXTRA, cols[11:]))))
+            replica=cols[9], attempt=cols[10], **dict(zip(self.extra, cols[11:]))))
         self.count += n
 
     def close(self) -> None:
