@@ -172,6 +172,7 @@ CASES: list[tuple[str, str, str]] = [
     ("plan-slo-below-prefill", "plan --scenario chat --slo-ttft-p99-ms 5 --out o", "below the fastest single-request"),
     ("plan-budget-below-cheapest", "plan --scenario chat --budget-per-hour 0.1 --out o", "--budget-per-hour"),
     ("plan-replicas-zero", "plan --scenario chat --replicas 0 --out o", "--replicas"),
+    ("plan-pp-zero", "plan --scenario chat --pp 0 --out o", "--pp"),
     ("plan-empty-space", "plan --scenario chat --tp , --out o", "space is empty"),
     ("plan-unknown-gpu", "plan --scenario chat --gpus h1000 --out o", "h1000"),
     ("plan-out-devnull", "plan --scenario chat --out /dev/null", "--out"),
