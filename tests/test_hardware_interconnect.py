@@ -28,12 +28,13 @@ def test_a_steps_communication_counts_two_allreduces_a_layer_and_one_send_a_boun
     bw = 450e9 * LINK_EFFICIENCY
     msg = 8192 * ACT_BYTES  # one token's activations
     assert (c.allreduces, c.sends) == (160, 1)
-    assert c.tp_c0 == pytest.approx(160 * 8e-6) and c.pp_c0 == pytest.approx(8e-6)
+    a = H100.link_latency_s
+    assert a > 0 and c.tp_c0 == pytest.approx(160 * a) and c.pp_c0 == pytest.approx(a)
     assert c.tp_c_tok == pytest.approx(160 * 2 * 7 / 8 * msg / bw)
     assert c.pp_c_tok == pytest.approx(msg / bw)
     T = 300
-    assert c.seconds(T) == pytest.approx(160 * allreduce_time(S=T * msg, tp=8, bw=bw, alpha=8e-6)
-                                         + send_time(S=T * msg, bw=bw, alpha=8e-6))
+    assert c.seconds(T) == pytest.approx(160 * allreduce_time(S=T * msg, tp=8, bw=bw, alpha=a)
+                                         + send_time(S=T * msg, bw=bw, alpha=a))
     one = parallel_comm(L70, H100)
     assert (one.c0, one.c_tok, one.allreduces, one.sends) == (0.0, 0.0, 0, 0)
 
@@ -72,7 +73,7 @@ def test_the_decode_stretch_keeps_the_communication():
 
 def test_a_tp8_step_on_pcie_costs_more_than_on_nvlink():
     pcie = dataclasses.replace(H100, name="h100-sxm-on-pcie", link="PCIe Gen5 x16", link_bytes_per_s=64e9,
-                               link_latency_s=15e-6)
+                               link_latency_s=get_gpu("h100-pcie").link_latency_s)
     for P, D, C in [(0, 1, 1000), (0, 128, 128 * 1000), (4096, 0, 0)]:
         nv = roofline_model(L70, H100, tensor_parallel_size=8).base(P, D, C)
         pc = roofline_model(L70, pcie, tensor_parallel_size=8).base(P, D, C)
@@ -93,7 +94,8 @@ def test_pp2_doubles_the_gpus_halves_the_weights_per_gpu_and_pays_one_send():
     for P, D, C in [(0, 8, 8000), (1024, 16, 30000)]:
         extra = (roofline_model(L70, H100, tensor_parallel_size=4, pipeline_parallel_size=2).base(P, D, C)
                  - roofline_model(L70, H100, tensor_parallel_size=4).base(P, D, C))
-        assert extra == pytest.approx(send_time(S=(P + D) * 8192 * ACT_BYTES, bw=450e9 * LINK_EFFICIENCY, alpha=8e-6))
+        assert extra == pytest.approx(send_time(S=(P + D) * 8192 * ACT_BYTES, bw=450e9 * LINK_EFFICIENCY,
+                                                alpha=H100.link_latency_s))
     # uneven stages: the largest one (ceil) bounds the KV a GPU holds
     assert per_gpu_kv_bytes_per_token("llama-3.1-8b", 1, "bf16", 3) == 2 * 11 * 8 * 128 * 2
 

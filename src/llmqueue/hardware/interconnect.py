@@ -3,8 +3,11 @@
 Alpha-beta model (Hockney): moving a message of ``S`` bytes costs ``alpha + S / B`` seconds,
 ``alpha`` the link's fixed cost per collective or send (:attr:`GpuSpec.link_latency_s`) and ``B``
 its bandwidth per GPU per direction (:attr:`GpuSpec.link_bytes_per_s`) times an achieved fraction
-``eff`` (like the roofline's ``mfu``/``mbu``: an assumption, 0.8 by default, about what NCCL's ring
-reaches of the datasheet figure on large messages).
+``eff`` (like the roofline's ``mfu``/``mbu``: 0.8 by default, what NCCL reaches of the datasheet
+figure on large messages: Vidur's H100 DGX profile shows 305-366 GB/s of the 450, the catalog's
+notes cite it). One ``alpha`` serves both the all-reduce and the send (the profile's send
+intercept is smaller, 8 us against 24-35 us: a step has at most ``pp - 1`` sends, so the send's
+share is small).
 
 - **Tensor parallelism** (Megatron-style, as vLLM shards a layer): every transformer layer ends
   its attention and its MLP with an all-reduce of the step's activations, two a layer. A ring

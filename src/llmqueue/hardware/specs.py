@@ -79,8 +79,8 @@ class GpuSpec(Result):
     ``link`` names the GPU-to-GPU interconnect of one server (NVLink through NVSwitch, or PCIe);
     ``link_bytes_per_s`` is its bandwidth per GPU *per direction* (datasheets print the
     bidirectional sum, twice as large) and ``link_latency_s`` the fixed cost of one collective or
-    send on it (the alpha of the alpha-beta model: launch and synchronisation, an assumption where
-    no figure is published). The roofline prices tensor- and pipeline-parallel communication with
+    send on it (the alpha of the alpha-beta model: launch and synchronisation; the catalog's figures
+    come from a published profile or are stated assumptions). The roofline prices tensor- and pipeline-parallel communication with
     them (:func:`llmqueue.engine.step_time.parallel_comm`); 0 means unknown (no communication term).
     """
 
