@@ -551,6 +551,7 @@ CASES: list[tuple[str, str, str]] = [
     ("kv-model-not-json", "kv --model notjson.json", "--model"),
     ("kv-model-fifo-json", "kv --model fifo", "--model"),
     ("kv-tp-zero", "kv --model llama-3.1-8b --tensor-parallel-size 0", "--tensor-parallel-size"),
+    ("kv-pp-zero", "kv --model llama-3.1-8b --pipeline-parallel-size 0", "--pipeline-parallel-size"),
     ("simulate-pp-zero", f"simulate --model llama-3.1-8b --gpu h100-sxm --pipeline-parallel-size 0 {WL} --no-progress",
      "--pipeline-parallel-size"),
     ("simulate-pp-over-layers", f"simulate --model llama-3.1-8b --gpu h100-sxm --pipeline-parallel-size 64 {WL} "
