@@ -56,8 +56,8 @@ def _print_catalog(as_json: bool) -> None:
               help="Per-GPU memory kept for activations, CUDA graphs and the CUDA context.")
 @click.option("--list", "list_", is_flag=True, help="Print the catalog of models and GPUs and exit.")
 @json_option
-def kv(model, gpu, context_len, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization, block_size, kv_dtype, weight_dtype,
-       reserve_gib, list_, as_json):
+def kv(model, gpu, context_len, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization, block_size,
+       kv_dtype, weight_dtype, reserve_gib, list_, as_json):
     """KV bytes per token and per request, weight memory, and the KV capacity M of one replica.
 
     KV bytes per token = 2 * layers * KV heads * head_dim * bytes (Inference Foundations eq. 3 with
@@ -98,9 +98,9 @@ def kv(model, gpu, context_len, tensor_parallel_size, pipeline_parallel_size, gp
         ("KV bytes per token", f"{c.kv_bytes_per_token:,} ({c.kv_bytes_per_token / 1024:g} KiB)"),
     ]
     if c.gpus > 1:
+        stage = f", 1/{c.pipeline_parallel_size} of the layers" if c.pipeline_parallel_size > 1 else ""
         rows.append(("KV bytes per token per GPU", f"{c.per_gpu_kv_bytes_per_token:,} "
-                                                   f"({c.kv_heads_per_gpu} KV heads per GPU"
-                                                   f"{f', 1/{c.pipeline_parallel_size} of the layers' if c.pipeline_parallel_size > 1 else ''})"))
+                                                   f"({c.kv_heads_per_gpu} KV heads per GPU{stage})"))
     rows += [
         (f"KV per request ({S:,} tokens)", _size(r.kv_bytes_per_request)),
         ("weights", f"{_size(c.weight_bytes)} ({params / 1e9:.4g}B params)"),

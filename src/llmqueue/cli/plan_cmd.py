@@ -38,7 +38,8 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--gpus", default=None, help="GPU types, comma-separated (llmqueue kv --list). Default: the whole catalog.")
 @click.option("--tp", "tp", default="1,2,4", show_default=True, help="Tensor-parallel sizes: 1,2,4 or a range 1..8.")
 @click.option("--pp", "pp", default="1", show_default=True,
-              help="Pipeline-parallel sizes (vLLM's pipeline_parallel_size): 1,2 or a range; a replica rents tp x pp GPUs.")
+              help="Pipeline-parallel sizes (vLLM's pipeline_parallel_size): 1,2 or a range; a replica rents "
+              "tp x pp GPUs.")
 @click.option("--replicas", default="1..16", show_default=True, help="Replica counts: a list or a range A..B.")
 @click.option("--max-num-seqs", default="64,128,256", show_default=True, help="vLLM max_num_seqs values.")
 @click.option("--max-num-batched-tokens", default="2048,8192", show_default=True,
