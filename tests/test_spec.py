@@ -59,6 +59,8 @@ OVERRIDES = [
     ("gpu", ["--gpu", "a100-80gb"], lambda s: s.engine.capacity_tokens == _M(gpu="a100-80gb")),
     ("tensor_parallel_size", ["--tensor-parallel-size", "2"],
      lambda s: s.engine.capacity_tokens == _M(tensor_parallel_size=2)),
+    ("pipeline_parallel_size", ["--pipeline-parallel-size", "2"],
+     lambda s: s.engine.capacity_tokens == _M(pipeline_parallel_size=2) and s.step_time.spec.endswith(":pp=2")),
     ("gpu_memory_utilization", ["--gpu-memory-utilization", "0.5"],
      lambda s: s.engine.capacity_tokens == _M(gpu_memory_utilization=0.5)),
     ("kv_cache_dtype", ["--kv-cache-dtype", "fp8"], lambda s: s.engine.capacity_tokens == _M(kv_dtype="fp8")),

@@ -127,8 +127,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("gpu", str, None, "GPU (catalog name, `llmqueue kv --list`); required with --model unless "
          "--capacity-tokens gives M and --step-time the step time (vLLM runs on the GPU it finds: no default).",
          scenario="deployment.gpu", metavar="NAME"),
-    Knob("tensor_parallel_size", int, 1, f"GPUs per replica ({_VLLM}).", scenario="deployment.tensor_parallel_size",
-         ge=1),
+    Knob("tensor_parallel_size", int, 1, f"GPUs per pipeline stage ({_VLLM}); a replica has tensor_parallel_size "
+         "x pipeline_parallel_size GPUs.", scenario="deployment.tensor_parallel_size", ge=1),
+    Knob("pipeline_parallel_size", int, 1, f"Pipeline stages per replica ({_VLLM}): the layers, weights and KV "
+         "split over the stages; a step crosses them one after the other (the roofline pays the sends, "
+         "not a shorter step).", scenario="deployment.pipeline_parallel_size", ge=1),
     Knob("replicas", int, 1, "Replicas of the engine on one clock behind --router (a fleet); with --scenario, "
          "the scenario's deployment.replicas. At most 4,096 (each replica is simulated: memory and time grow "
          "with the count).",

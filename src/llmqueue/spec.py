@@ -73,6 +73,7 @@ def _capacity(f: dict):
     from llmqueue.hardware import kv_capacity
 
     cap = kv_capacity(model, f["gpu"], tensor_parallel_size=f["tensor_parallel_size"],
+                      pipeline_parallel_size=f["pipeline_parallel_size"],
                       gpu_memory_utilization=f["gpu_memory_utilization"], block_size=f["block_size"],
                       kv_dtype=f["kv_cache_dtype"], weight_dtype=f["dtype"])
     return cap.M, False, model
@@ -87,7 +88,8 @@ def _step_time(f: dict, model):
             raise InputError("step_time", "no step-time model" if st is None else "roofline needs --model and --gpu",
                              "give --step-time (e.g. 0.0372, exp:0.1, linear:c0=..:decode=..) or --model and --gpu "
                              "for a roofline")
-        return roofline_model(model, f["gpu"], tensor_parallel_size=f["tensor_parallel_size"])
+        return roofline_model(model, f["gpu"], tensor_parallel_size=f["tensor_parallel_size"],
+                              pipeline_parallel_size=f["pipeline_parallel_size"])
     return parse_step_time(st, field="step_time")
 
 

@@ -9,10 +9,10 @@ from llmqueue.cli.common import command
 from llmqueue.cli.flags import given_flags, knob_options
 
 #: the knobs of one replica that ``emulate`` takes, as ``simulate`` takes them
-ENGINE_KNOBS = ("model", "gpu", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "chunk", "block_size",
-                "gpu_memory_utilization", "enable_chunked_prefill", "long_prefill_token_threshold", "max_model_len",
-                "enable_prefix_caching", "policy", "preemption", "kv_cache_dtype", "dtype", "max_waiting",
-                "max_queue_time", "step_time", "capacity_tokens", "seed")
+ENGINE_KNOBS = ("model", "gpu", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+                "max_num_batched_tokens", "chunk", "block_size", "gpu_memory_utilization", "enable_chunked_prefill",
+                "long_prefill_token_threshold", "max_model_len", "enable_prefix_caching", "policy", "preemption",
+                "kv_cache_dtype", "dtype", "max_waiting", "max_queue_time", "step_time", "capacity_tokens", "seed")
 READY = "llmqueue emulate: replica {i} of {n} serving {model} at {url}"
 
 

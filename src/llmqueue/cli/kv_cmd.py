@@ -29,9 +29,11 @@ def _print_catalog(as_json: bool) -> None:
         title="Models (Hugging Face config.json values; --model also takes a config.json path)")
     click.echo("")
     print_table(
-        ["gpu", "memory", "GiB", "nvidia-smi MiB", "BF16 dense TFLOP/s", "mem BW TB/s", "$/h (indicative)"],
+        ["gpu", "memory", "GiB", "nvidia-smi MiB", "BF16 dense TFLOP/s", "mem BW TB/s", "link (GB/s each way)",
+         "$/h (indicative)"],
         [[g.name, g.memory_label, f"{g.memory_gib:.2f}", g.reported_mib, f"{g.bf16_dense_flops / 1e12:,.1f}",
-          f"{g.hbm_bytes_per_s / 1e12:.3g}", f"{g.price_per_hour:.2f}"] for g in GPUS],
+          f"{g.hbm_bytes_per_s / 1e12:.3g}", f"{g.link} ({g.link_bytes_per_s / 1e9:g})" if g.link else "-",
+          f"{g.price_per_hour:.2f}"] for g in GPUS],
         title="GPUs (vendor datasheets; prices are indicative on-demand list prices, not quotes)")
 
 
@@ -40,7 +42,9 @@ def _print_catalog(as_json: bool) -> None:
 @click.option("--gpu", default="a100-80gb", show_default=True, help="GPU name or alias (see --list).")
 @click.option("--context", "context_len", type=int,
               help="Tokens per request (prompt + output). Default: the model's max_position_embeddings.")
-@click.option("--tensor-parallel-size", type=int, default=1, show_default=True, help="GPUs per replica.")
+@click.option("--tensor-parallel-size", type=int, default=1, show_default=True, help="GPUs per pipeline stage.")
+@click.option("--pipeline-parallel-size", type=int, default=1, show_default=True,
+              help="Pipeline stages per replica (tp x pp GPUs; each holds 1/pp of the layers' weights and KV).")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Fraction of each GPU's memory the engine may use, in (0, 1].")
 @click.option("--block-size", type=int, default=16, show_default=True, help="KV block size in tokens.")
@@ -52,12 +56,12 @@ def _print_catalog(as_json: bool) -> None:
               help="Per-GPU memory kept for activations, CUDA graphs and the CUDA context.")
 @click.option("--list", "list_", is_flag=True, help="Print the catalog of models and GPUs and exit.")
 @json_option
-def kv(model, gpu, context_len, tensor_parallel_size, gpu_memory_utilization, block_size, kv_dtype, weight_dtype,
-       reserve_gib, list_, as_json):
+def kv(model, gpu, context_len, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization, block_size,
+       kv_dtype, weight_dtype, reserve_gib, list_, as_json):
     """KV bytes per token and per request, weight memory, and the KV capacity M of one replica.
 
     KV bytes per token = 2 * layers * KV heads * head_dim * bytes (Inference Foundations eq. 3 with
-    GQA). Per GPU, memory * utilization - weights / TP - reserve is cut into blocks of
+    GQA). Per GPU, memory * utilization - weights / (TP x PP) - reserve is cut into blocks of
     --block-size tokens; M = blocks * block size. Max concurrent requests at --context =
     floor(KV memory / KV per request).
 
@@ -76,6 +80,7 @@ def kv(model, gpu, context_len, tensor_parallel_size, gpu_memory_utilization, bl
     reserve = nonnegative("reserve_gib", reserve_gib) * _GiB
     S = m.max_model_len if context_len is None else context_len
     r = max_concurrent_requests(m, g, S, tensor_parallel_size=tensor_parallel_size,
+                                pipeline_parallel_size=pipeline_parallel_size,
                                 gpu_memory_utilization=gpu_memory_utilization, reserve_bytes=reserve,
                                 block_size=block_size, kv_dtype=kv_dtype, weight_dtype=weight_dtype)
     c = r.capacity
@@ -87,13 +92,15 @@ def kv(model, gpu, context_len, tensor_parallel_size, gpu_memory_utilization, bl
     params = m.params_published or param_count(m)
     rows = [
         ("model", f"{m.name} ({m.n_layers} layers, {m.n_kv_heads} KV heads x {m.head_dim}, {m.attention})"),
-        ("gpu", f"{g.name} x {tp} ({g.memory_label}; {g.memory_gib:.2f} GiB per GPU)"),
+        ("gpu", f"{g.name} x {c.gpus} ({g.memory_label}; {g.memory_gib:.2f} GiB per GPU"
+                f"{f'; tp {tp} x pp {c.pipeline_parallel_size}' if c.pipeline_parallel_size > 1 else ''})"),
         ("KV cache dtype / weights", f"{c.kv_dtype} / {c.weight_dtype}"),
         ("KV bytes per token", f"{c.kv_bytes_per_token:,} ({c.kv_bytes_per_token / 1024:g} KiB)"),
     ]
-    if tp > 1:
+    if c.gpus > 1:
+        stage = f", 1/{c.pipeline_parallel_size} of the layers" if c.pipeline_parallel_size > 1 else ""
         rows.append(("KV bytes per token per GPU", f"{c.per_gpu_kv_bytes_per_token:,} "
-                                                   f"({c.kv_heads_per_gpu} KV heads per GPU)"))
+                                                   f"({c.kv_heads_per_gpu} KV heads per GPU{stage})"))
     rows += [
         (f"KV per request ({S:,} tokens)", _size(r.kv_bytes_per_request)),
         ("weights", f"{_size(c.weight_bytes)} ({params / 1e9:.4g}B params)"),

@@ -37,6 +37,9 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--slo-tpot-p99-ms", "slo_tpot_ms", type=float, help="Target on p99 TPOT (ms). Default: the scenario's.")
 @click.option("--gpus", default=None, help="GPU types, comma-separated (llmqueue kv --list). Default: the whole catalog.")
 @click.option("--tp", "tp", default="1,2,4", show_default=True, help="Tensor-parallel sizes: 1,2,4 or a range 1..8.")
+@click.option("--pp", "pp", default="1", show_default=True,
+              help="Pipeline-parallel sizes (vLLM's pipeline_parallel_size): 1,2 or a range; a replica rents "
+              "tp x pp GPUs.")
 @click.option("--replicas", default="1..16", show_default=True, help="Replica counts: a list or a range A..B.")
 @click.option("--max-num-seqs", default="64,128,256", show_default=True, help="vLLM max_num_seqs values.")
 @click.option("--max-num-batched-tokens", default="2048,8192", show_default=True,
@@ -78,14 +81,14 @@ def _ci(b: dict, key: str) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar over simulations (default: on a terminal).")
 @json_option
 @click.pass_context
-def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers,
+def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, tp, pp, replicas, max_num_seqs, max_num_batched_tokens, routers,
          pd_splits, kv_link_gbps, kv_link_latency_ms, calibration, step_time, budget_per_hour, rho_max, duration, seed,
          backend, workers, address, out_dir, sensitivity, speed_spread, report, progress, as_json):
     """The cheapest deployment whose simulated p99 TTFT and TPOT meet the targets.
 
-    The space is model (--models) x GPU type x --tp x (--replicas, and the P:D splits of
+    The space is model (--models) x GPU type x --tp x --pp x (--replicas, and the P:D splits of
     --pd-splits) x --max-num-seqs x --max-num-batched-tokens x --routers, for the workload of
-    the scenario, of a replayed --trace or of a fitted --workload. Theory prices each configuration (catalog price x tp x replicas), bounds its
+    the scenario, of a replayed --trace or of a fitted --workload. Theory prices each configuration (catalog price x tp x pp x replicas), bounds its
     sustainable rate (replicas x the replica's capacity mu) and its single-request latencies,
     and prunes those that cannot meet the SLOs. The rest are simulated cheapest first until one
     meets them: the upper bound of each p99's 95% CI within its target (the estimate when the
@@ -137,7 +140,7 @@ def plan(ctx, scenario, trace, fitted, models, slo_ttft_ms, slo_tpot_ms, gpus, t
     router_list = tuple(check("router", r) for r in parse_names("routers", routers))
     if duration is not None and not duration > 0:
         raise InputError("duration", f"must be positive (got {duration:g})")
-    res = run_plan(scenario, models=models, trace=trace, workload=fitted, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), replicas=parse_ints("replicas", replicas),
+    res = run_plan(scenario, models=models, trace=trace, workload=fitted, slos=slos, gpus=gpu_list, tp=parse_ints("tp", tp), pp=parse_ints("pp", pp), replicas=parse_ints("replicas", replicas),
                    max_num_seqs=parse_ints("max_num_seqs", max_num_seqs),
                    max_num_batched_tokens=parse_ints("max_num_batched_tokens", max_num_batched_tokens),
                    routers=router_list, pd_splits=parse_splits("pd_splits", pd_splits), kv_link_gbps=kv_link_gbps,
@@ -172,7 +175,9 @@ def print_plan(res, d, out_dir) -> None:
             ("workload", _workload_line(d)),
             ("model", cfg.model or "-"),
             ("GPU", f"{cfg.gpu} x {cfg.gpus} ({cfg.replicas} replica{'s' if cfg.replicas > 1 else ''} of "
-                    f"tensor_parallel_size {cfg.tensor_parallel_size}{split})"),
+                    f"tensor_parallel_size {cfg.tensor_parallel_size}"
+                    f"{f' x pipeline_parallel_size {cfg.pipeline_parallel_size}' if cfg.pipeline_parallel_size > 1 else ''}"
+                    f"{split})"),
             ("max_num_seqs", cfg.max_num_seqs), ("max_num_batched_tokens", cfg.max_num_batched_tokens),
             ("router", cfg.router),
             ("cost (USD/h)", c.cost_per_hour),
@@ -190,9 +195,11 @@ def print_plan(res, d, out_dir) -> None:
     print_kv(rows, title="Plan: the cheapest deployment meeting the SLOs")
     sims = [x for x in sorted(res.candidates, key=lambda x: x.order()) if x.result is not None]
     keys = list(res.slos)
-    print_table(["model", "gpu", "tp", "replicas", "P:D", "max_num_seqs", "max_num_batched_tokens", "USD/h", *keys, "meets",
-                 "why not"],
-                [[x.config.model or "-", x.config.gpu, x.config.tensor_parallel_size, x.config.replicas, x.config.split or "-",
+    pipe = any(x.config.pipeline_parallel_size > 1 for x in res.candidates)  # a pp column only when searched
+    print_table(["model", "gpu", "tp", *(["pp"] if pipe else []), "replicas", "P:D", "max_num_seqs",
+                 "max_num_batched_tokens", "USD/h", *keys, "meets", "why not"],
+                [[x.config.model or "-", x.config.gpu, x.config.tensor_parallel_size,
+                  *([x.config.pipeline_parallel_size] if pipe else []), x.config.replicas, x.config.split or "-",
                   x.config.max_num_seqs, x.config.max_num_batched_tokens, x.cost_per_hour,
                   *[x.result.get(k) for k in keys], "yes" if x.meets else "no", x.reason or "-"] for x in sims],
                 title="\nSimulated")

@@ -136,6 +136,9 @@ def _print(s: dict) -> None:
     if d.get("fleet"):
         gpus = ("tensor_parallel_size, pools", f"{d['tensor_parallel_size']} (top level); {d['total_gpus']} GPU(s) in "
                 f"{len(d['fleet']['pools'])} pool(s), below")
+    elif d.get("pipeline_parallel_size", 1) > 1:
+        gpus = ("tensor_parallel_size x pipeline_parallel_size x replicas",
+                f"{d['tensor_parallel_size']} x {d['pipeline_parallel_size']} x {d['replicas']} = {d['total_gpus']} GPU(s)")
     else:
         gpus = ("tensor_parallel_size x replicas", f"{d['tensor_parallel_size']} x {d['replicas']} = {d['total_gpus']} GPU(s)")
     pairs = [("model", d["model"] or "-"), ("gpu", d["gpu"] or "-"), gpus]

@@ -362,21 +362,44 @@ def load_fitted(path: str, field: str = "step_time") -> StepTimeModel:
     return parse_step_time(rebase_spec(st, os.path.dirname(os.path.abspath(path)), relative=False), field=field)
 
 
-def roofline_model(model, gpu, *, tensor_parallel_size: int = 1, overhead_s: float = 0.002,
-                   kv_dtype: str = "auto", weight_dtype: str = "auto", mfu: float = 0.6, mbu: float = 0.8) -> StepTimeModel:
-    """A roofline step-time model for ``model`` on ``gpu`` (per tensor-parallel group).
+def roofline_model(model, gpu, *, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                   overhead_s: float = 0.002, kv_dtype: str = "auto", weight_dtype: str = "auto", mfu: float = 0.6,
+                   mbu: float = 0.8, link_efficiency: float | None = None) -> StepTimeModel:
+    """A roofline step-time model for ``model`` on ``gpu``: one replica of ``tp x pp`` GPUs
+    (``tp = tensor_parallel_size`` GPUs in each of ``pp = pipeline_parallel_size`` stages).
 
     compute: ``2 * active_params * (P + D) / (tp * flops * mfu)`` plus attention
     ``4 * n_layers * hidden * C / (tp * flops * mfu)``; memory: ``weights / (tp * bw * mbu)`` plus the
-    KV read ``kv_bytes_per_token * C / (tp * bw * mbu)``; step = overhead + max(compute, memory).
-    ``mfu``/``mbu`` are the achieved fractions of peak FLOP/s and bandwidth (assumptions, not
-    measurements: calibrate against a real engine for numbers you rely on).
+    KV read ``kv_bytes_per_token * C / (tp * bw * mbu)``; communication (tp > 1 or pp > 1): ``comm =
+    c0 + c_tok (P + D)``, the ``2 n_layers`` ring all-reduces of tensor parallelism and the ``pp - 1``
+    stage-boundary sends priced by the GPU's interconnect (alpha-beta model,
+    :mod:`llmqueue.hardware.interconnect`); step = overhead + comm + max(compute, memory).
+    ``mfu``/``mbu`` (and ``link_efficiency``, 0.8 by default) are achieved fractions of the peaks
+    (assumptions, not measurements: calibrate against a real engine for numbers you rely on).
+
+    Pipeline parallelism, as vLLM runs one batch through the stages per step (no micro-batches in
+    flight): a step's batch crosses the ``pp`` stages one after the other, each holding ``1/pp`` of
+    the layers on its ``tp`` GPUs, so the step lasts the *sum* of the stages' times,
+    ``b_pp = overhead + comm + max(compute, memory)`` with compute and memory those of the whole
+    model on ``tp`` GPUs: the same as without the pipeline, plus the sends. Each GPU idles
+    ``(pp - 1) / pp`` of the step (the bubble). In queueing terms the replica stays one batch
+    server whose step rate ``1 / b`` is the tensor-parallel one's less the sends: ``mu`` does not
+    grow with ``pp``; what grows is the KV capacity ``M`` (weights and KV split over ``tp x pp``
+    GPUs: :func:`llmqueue.hardware.kv_capacity`), hence the batch ``n`` a step can hold. (vLLM's
+    batch queue can keep up to ``pp`` batches in flight, which would approach ``pp / b`` steps a
+    second when the stages balance; not modelled: the simulated replica runs one batch a step.)
+
+    The communication is linear in the step's tokens like the compute side, and ``max(a + x, b + x)
+    = max(a, b) + x``: it is stored on both sides of the roofline (``(c0, c_tok, c_tok, 0)`` added
+    to compute and memory), so the engine prices it with no term of its own. With ``tp = pp = 1``
+    there is none and every coefficient is as before.
     """
     from llmqueue.hardware import active_param_count, get_gpu, get_model, kv_bytes_per_token, weight_bytes
 
     m = get_model(model) if isinstance(model, str) else model
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
+    pp = pipeline_parallel_size
     flops = g.bf16_dense_flops * tp * mfu
     bw = g.hbm_bytes_per_s * tp * mbu
     p_act = active_param_count(m)
@@ -386,4 +409,14 @@ def roofline_model(model, gpu, *, tensor_parallel_size: int = 1, overhead_s: flo
     wb = weight_bytes(m, weight_dtype) if weight_dtype != "auto" else weight_bytes(m)
     comp = (0.0, per_tok, per_tok, attn)
     mem = (wb / bw, 0.0, 0.0, kvb / bw)
-    return StepTimeModel(roofline=(overhead_s, comp, mem), spec=f"roofline:{m.name}:{g.name}:tp={tp}")
+    spec = f"roofline:{m.name}:{g.name}:tp={tp}"
+    if tp > 1 or pp > 1:
+        from llmqueue.hardware.interconnect import LINK_EFFICIENCY, parallel_comm
+
+        c = parallel_comm(m, g, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                          efficiency=LINK_EFFICIENCY if link_efficiency is None else link_efficiency)
+        comp = (comp[0] + c.c0, comp[1] + c.c_tok, comp[2] + c.c_tok, comp[3])
+        mem = (mem[0] + c.c0, mem[1] + c.c_tok, mem[2] + c.c_tok, mem[3])
+        if pp > 1:
+            spec += f":pp={pp}"
+    return StepTimeModel(roofline=(overhead_s, comp, mem), spec=spec)

@@ -13,6 +13,21 @@ Memory convention: ``GpuSpec.memory_bytes`` is the total the driver reports
 a few hundred MiB below nvidia-smi's figure). Marketing "80GB" on an A100 is
 80 GiB = 81920 MiB = 85.9e9 bytes, not 80e9.
 
+Interconnect (``link``, per GPU, per direction; datasheets print the bidirectional sum):
+NVLink 3 on the A100 SXM is 600 GB/s bidirectional (12 links x 50 GB/s), 300 GB/s each way;
+NVLink 4 on the H100/H200 SXM is 900 GB/s bidirectional (18 links x 50 GB/s), 450 GB/s each way;
+NVLink 5 on the B200 is 1.8 TB/s bidirectional, 900 GB/s each way (NVIDIA's A100, H100, H200 and
+HGX B200 datasheets). PCIe cards without a bridge talk over PCIe: Gen4 x16 (L4, L40S) is
+64 GB/s bidirectional, 32 GB/s each way; Gen5 x16 (H100 PCIe) 128 GB/s, 64 GB/s each way (the
+H100 PCIe's optional NVLink bridge, 600 GB/s, is not modelled). The MI300X's seven Infinity
+Fabric links give 896 GB/s bidirectional to its peers (AMD datasheet), 448 GB/s each way. The
+per-collective latency ``link_latency_s`` is no datasheet value: 25 us on NVLink (and Infinity
+Fabric) is the intercept of Vidur's profiled NCCL all-reduce on an H100 DGX (microsoft/vidur,
+``data/profiling/network/h100_dgx/all_reduce.csv``: a least-squares line through the medians gives
+24, 28 and 35 us at 2, 4 and 8 GPUs, and 305-366 GB/s of bus bandwidth on large messages, 0.68-0.81
+of the 450 GB/s); 40 us on PCIe is an assumption (no profile found; not below NVLink's).
+Bandwidth figures from memory of the datasheets.
+
 Prices are *indicative* on-demand $/GPU-hour list prices (mid-2025 cloud and
 "neocloud" offers, from memory); they vary by provider, region and commitment.
 Pass your own price where a cost matters.
@@ -140,6 +155,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="a100-40gb", aliases=("a100-sxm4-40gb", "a100-40g", "a100-sxm-40gb"),
         memory_bytes=40960 * MiB, reported_mib=40960, memory_label="40 GB HBM2",
         bf16_dense_flops=312e12, hbm_bytes_per_s=1555e9, price_per_hour=1.29,
+        link="NVLink 3 (NVSwitch)", link_bytes_per_s=300e9, link_latency_s=25e-6,
         source="NVIDIA A100 datasheet (SXM4): BF16 312 TFLOPS dense (624 sparse), 1,555 GB/s",
         notes="'40 GB' is 40 GiB: nvidia-smi reports 40960 MiB (checked: Modal docs PR). Datasheet figures "
               "from memory."),
@@ -147,6 +163,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="a100-80gb", aliases=("a100", "a100-sxm4-80gb", "a100-80g", "a100-sxm-80gb", "a100-sxm"),
         memory_bytes=81920 * MiB, reported_mib=81920, memory_label="80 GB HBM2e",
         bf16_dense_flops=312e12, hbm_bytes_per_s=2039e9, price_per_hour=1.79,
+        link="NVLink 3 (NVSwitch)", link_bytes_per_s=300e9, link_latency_s=25e-6,
         source="NVIDIA A100 datasheet (SXM4 80GB): BF16 312 TFLOPS dense (624 sparse), 2,039 GB/s",
         notes="'80 GB' is 80 GiB = 85.9e9 bytes: nvidia-smi reports 81920 MiB (checked; CUDA/PyTorch report "
               "~79.2 GiB total). The PCIe 80GB card has 1,935 GB/s. Datasheet figures from memory."),
@@ -154,6 +171,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="h100-sxm", aliases=("h100", "h100-sxm5", "h100-80gb", "h100-80gb-hbm3", "h100-sxm-80gb"),
         memory_bytes=81559 * MiB, reported_mib=81559, memory_label="80 GB HBM3",
         bf16_dense_flops=989.4e12, hbm_bytes_per_s=3.35e12, price_per_hour=2.99,
+        link="NVLink 4 (NVSwitch)", link_bytes_per_s=450e9, link_latency_s=25e-6,
         source="NVIDIA H100 datasheet (SXM5): BF16 1,979 TFLOPS with sparsity = 989.4 dense, 3.35 TB/s",
         notes="nvidia-smi reports 81559 MiB (79.6 GiB = 85.5e9 bytes) for 'H100 80GB HBM3' (checked: Modal docs "
               "PR). Datasheet figures from memory."),
@@ -161,6 +179,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="h100-pcie", aliases=("h100-pcie-80gb", "h100-pcie5"),
         memory_bytes=81559 * MiB, reported_mib=81559, memory_label="80 GB HBM2e",
         bf16_dense_flops=756e12, hbm_bytes_per_s=2.0e12, price_per_hour=2.49,
+        link="PCIe Gen5 x16", link_bytes_per_s=64e9, link_latency_s=40e-6,
         source="NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity = 756 dense, 2.0 TB/s",
         notes="nvidia-smi reports 81559 MiB (from memory, as for the SXM part). H100 NVL (94 GB, 3.9 TB/s) is a "
               "different card. Figures from memory."),
@@ -168,6 +187,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="h200", aliases=("h200-sxm", "h200-141gb", "h200-sxm-141gb"),
         memory_bytes=143771 * MiB, reported_mib=143771, memory_label="141 GB HBM3e",
         bf16_dense_flops=989.4e12, hbm_bytes_per_s=4.8e12, price_per_hour=3.79,
+        link="NVLink 4 (NVSwitch)", link_bytes_per_s=450e9, link_latency_s=25e-6,
         source="NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity = 989.4 dense, 4.8 TB/s",
         notes="nvidia-smi reports 143771 MiB (140.4 GiB = 150.8e9 bytes), from memory. Datasheet figures from "
               "memory (989 TFLOPS, 141 GB, 4.8 TB/s also in allenai/open-instruct's GPU table)."),
@@ -175,6 +195,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="b200", aliases=("b200-sxm", "b200-180gb", "hgx-b200"),
         memory_bytes=183359 * MiB, reported_mib=183359, memory_label="180 GB HBM3e",
         bf16_dense_flops=2.25e15, hbm_bytes_per_s=7.7e12, price_per_hour=5.99,
+        link="NVLink 5 (NVSwitch)", link_bytes_per_s=900e9, link_latency_s=25e-6,
         source="NVIDIA HGX B200 datasheet: BF16 4.5 PFLOPS with sparsity = 2.25 dense, 7.7 TB/s per GPU",
         notes="nvidia-smi reports 183359 MiB (179 GiB = 192.3e9 bytes; checked in a TensorRT-LLM issue). Early "
               "announcements said 192 GB and 8 TB/s; the 7,680-bit bus at 3,996 MHz gives 7.67 TB/s "
@@ -183,6 +204,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="l4", aliases=("l4-24gb",),
         memory_bytes=23034 * MiB, reported_mib=23034, memory_label="24 GB GDDR6",
         bf16_dense_flops=121e12, hbm_bytes_per_s=300e9, price_per_hour=0.80,
+        link="PCIe Gen4 x16", link_bytes_per_s=32e9, link_latency_s=40e-6,
         source="NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity = 121 dense, 300 GB/s",
         notes="GDDR6, not HBM. nvidia-smi reports 23034 MiB (22.5 GiB = 24.15e9 bytes; checked: Modal docs PR). "
               "Datasheet figures from memory."),
@@ -190,6 +212,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="l40s", aliases=("l40s-48gb",),
         memory_bytes=46068 * MiB, reported_mib=46068, memory_label="48 GB GDDR6",
         bf16_dense_flops=362.05e12, hbm_bytes_per_s=864e9, price_per_hour=1.50,
+        link="PCIe Gen4 x16", link_bytes_per_s=32e9, link_latency_s=40e-6,
         source="NVIDIA L40S datasheet: BF16 733 TFLOPS with sparsity = 362 dense, 864 GB/s",
         notes="GDDR6 with ECC, not HBM. nvidia-smi reports 46068 MiB (45 GiB = 48.3e9 bytes; checked: Modal docs "
               "PR). Datasheet figures from memory."),
@@ -197,6 +220,7 @@ GPUS: tuple[GpuSpec, ...] = (
         name="mi300x", aliases=("instinct-mi300x", "amd-mi300x"),
         memory_bytes=192 * GiB, reported_mib=None, memory_label="192 GB HBM3",
         bf16_dense_flops=1307.4e12, hbm_bytes_per_s=5.3e12, price_per_hour=2.50,
+        link="Infinity Fabric (7 peer links)", link_bytes_per_s=448e9, link_latency_s=25e-6,
         source="AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense (2,614.9 sparse), 5.3 TB/s",
         notes="Memory taken as 192 GiB; rocm-smi reports slightly less (about 191.7 GiB, from memory). "
               "Figures from memory."),

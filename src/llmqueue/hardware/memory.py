@@ -154,23 +154,44 @@ def _check_tp(m: ModelSpec, tp: int) -> None:
                          f"{m.name} has {m.n_kv_heads} KV heads, which {tp} ranks cannot split or replicate evenly")
 
 
-def per_gpu_kv_bytes_per_token(model: ModelSpec | str, tensor_parallel_size: int = 1, kv_dtype: str = "bf16") -> int:
-    """KV bytes per token held by *each* GPU of a tensor-parallel group.
+def _check_pp(m: ModelSpec, pp) -> int:
+    """A pipeline of ``pp`` stages needs at least one layer a stage."""
+    pp = positive_int("pipeline_parallel_size", pp)
+    if pp > m.n_layers:
+        raise InputError("pipeline_parallel_size", f"{pp} stages exceed {m.name}'s {m.n_layers} layers",
+                         f"use at most {m.n_layers}")
+    return pp
+
+
+def stage_layers(m: ModelSpec, pipeline_parallel_size: int = 1) -> int:
+    """Layers of the largest pipeline stage: ``ceil(n_layers / pp)`` (vLLM splits the layers as
+    evenly as it can; the largest stage bounds the KV cache, as vLLM takes the fewest blocks of all
+    workers)."""
+    return -(-m.n_layers // pipeline_parallel_size)
+
+
+def per_gpu_kv_bytes_per_token(model: ModelSpec | str, tensor_parallel_size: int = 1, kv_dtype: str = "bf16",
+                               pipeline_parallel_size: int = 1) -> int:
+    """KV bytes per token held by *each* GPU of a tensor-parallel group (of the largest pipeline stage).
 
     Each rank keeps ``max(1, n_kv_heads // tensor_parallel_size)`` KV heads (vLLM): heads
     are split across ranks, and replicated when there are fewer KV heads than ranks
-    (Llama-3.1-70B, 8 KV heads, at TP=16 keeps one head per rank, 2x the split share).
+    (Llama-3.1-70B, 8 KV heads, at TP=16 keeps one head per rank, 2x the split share). With
+    ``pipeline_parallel_size`` stages each GPU holds the KV of its stage's layers only
+    (:func:`stage_layers`).
     """
     m = get_model(model)
     tp = positive_int("tensor_parallel_size", tensor_parallel_size)
+    pp = _check_pp(m, pipeline_parallel_size)
     _check_tp(m, tp)
     b = DTYPE_BYTES[resolve_dtype(kv_dtype, m, field="kv_dtype", kv=True)]
-    return int(2 * m.n_layers * max(1, m.n_kv_heads // tp) * m.head_dim * b)
+    return int(2 * stage_layers(m, pp) * max(1, m.n_kv_heads // tp) * m.head_dim * b)
 
 
 @dataclass(frozen=True)
 class KvCapacity(Result):
-    """KV capacity of one replica (a tensor-parallel group of ``tensor_parallel_size`` GPUs).
+    """KV capacity of one replica (``tensor_parallel_size x pipeline_parallel_size`` GPUs: a
+    tensor-parallel group for each pipeline stage).
 
     Bytes are per GPU unless the name says otherwise. ``M`` = ``num_blocks * block_size``
     tokens is what the whole group holds (each token's KV is spread over the ranks).
@@ -200,6 +221,12 @@ class KvCapacity(Result):
     num_blocks: int
     M: int
     fits: bool
+    pipeline_parallel_size: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the replica: ``tensor_parallel_size x pipeline_parallel_size``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 def _min_tp_that_fits(m: ModelSpec, usable: float, reserve: float, w: float, per_block) -> int | None:
@@ -217,10 +244,14 @@ def _min_tp_that_fits(m: ModelSpec, usable: float, reserve: float, w: float, per
 def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_size: int = 1,
                 gpu_memory_utilization: float = 0.9, reserve_bytes: float = DEFAULT_RESERVE_BYTES,
                 block_size: int = 16, kv_dtype: str = "bf16", weight_dtype: str = "bf16",
-                strict: bool = True) -> KvCapacity:
-    """KV capacity ``M`` (tokens) of ``model`` served on ``tensor_parallel_size`` GPUs of type ``gpu``.
+                strict: bool = True, pipeline_parallel_size: int = 1) -> KvCapacity:
+    """KV capacity ``M`` (tokens) of ``model`` served on ``tensor_parallel_size x
+    pipeline_parallel_size`` GPUs of type ``gpu``.
 
-    Per GPU: ``kv_bytes_per_gpu = memory * gpu_memory_utilization - weights / tp - reserve_bytes``;
+    Per GPU: ``kv_bytes_per_gpu = memory * gpu_memory_utilization - weights / (tp * pp) - reserve_bytes``
+    (the weights split evenly over the stages: the first stage's embedding and the last's LM head
+    are not placed apart); with ``pp > 1`` each GPU holds the KV of its stage's layers only
+    (:func:`per_gpu_kv_bytes_per_token`);
     ``num_blocks = floor(kv_bytes_per_gpu / (block_size * per_gpu_kv_bytes_per_token))`` as in
     vLLM; ``M = num_blocks * block_size``. Example: Llama-2-7B (bf16, 524,288 KV bytes per
     token) on an A100 80GB at 0.9 keeps 72 GiB, minus 12.55 GiB of weights and 1 GiB of
@@ -232,6 +263,7 @@ def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_s
     """
     m, g = get_model(model), get_gpu(gpu)
     tp = positive_int("tensor_parallel_size", tensor_parallel_size)
+    pp = _check_pp(m, pipeline_parallel_size)
     util = probability("gpu_memory_utilization", gpu_memory_utilization, open_high=False)
     reserve = nonnegative("reserve_bytes", reserve_bytes)
     bs = positive_int("block_size", block_size)
@@ -240,10 +272,10 @@ def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_s
     _check_tp(m, tp)
 
     kv_tok = kv_bytes_per_token(m, kvd)
-    gpu_tok = per_gpu_kv_bytes_per_token(m, tp, kvd)
+    gpu_tok = per_gpu_kv_bytes_per_token(m, tp, kvd, pp)
     block_bytes = bs * gpu_tok
     w = weight_bytes(m, wd)
-    w_gpu = w / tp
+    w_gpu = w / tp if pp == 1 else w / (tp * pp)
     usable = g.memory_bytes * util
     free = usable - w_gpu - reserve
     num_blocks = int(free // block_bytes) if free > 0 else 0
@@ -253,15 +285,16 @@ def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_s
 
     if not fits and strict:
         def per_block(t):
-            return bs * 2 * m.n_layers * max(1, m.n_kv_heads // t) * m.head_dim * DTYPE_BYTES[kvd]
+            return bs * 2 * stage_layers(m, pp) * max(1, m.n_kv_heads // t) * m.head_dim * DTYPE_BYTES[kvd]
 
-        best = _min_tp_that_fits(m, usable, reserve, w, per_block)
+        best = _min_tp_that_fits(m, usable, reserve, w / pp, per_block)
         what = "the weights do not fit" if free <= 0 else "no room is left for the KV cache"
         fix = (f"use tensor_parallel_size >= {best}" if best is not None and best > tp
                else "use a smaller weight dtype")
         raise InputError(
             "tensor_parallel_size",
-            f"{what}: {m.name} weights need {w_gpu / GiB:.2f} GiB per GPU ({wd}, tensor_parallel_size={tp}) "
+            f"{what}: {m.name} weights need {w_gpu / GiB:.2f} GiB per GPU ({wd}, tensor_parallel_size={tp}"
+            f"{f', pipeline_parallel_size={pp}' if pp > 1 else ''}) "
             f"plus {reserve / GiB:.2f} GiB reserve, but {g.name} allows {usable / GiB:.2f} GiB "
             f"({util:g} of {g.memory_gib:.2f} GiB); short by {short / GiB:.2f} GiB per GPU",
             f"{fix}, a GPU with more memory, or a higher gpu_memory_utilization")
@@ -272,7 +305,7 @@ def kv_capacity(model: ModelSpec | str, gpu: GpuSpec | str, *, tensor_parallel_s
         kv_heads_per_gpu=max(1, m.n_kv_heads // tp), memory_bytes_per_gpu=g.memory_bytes,
         usable_bytes_per_gpu=usable, weight_bytes=w, weight_bytes_per_gpu=w_gpu, reserve_bytes=int(reserve),
         kv_bytes_per_gpu=max(0.0, free), short_bytes_per_gpu=short, block_bytes_per_gpu=block_bytes,
-        num_blocks=num_blocks, M=num_blocks * bs, fits=fits,
+        num_blocks=num_blocks, M=num_blocks * bs, fits=fits, pipeline_parallel_size=pp,
     )
 
 

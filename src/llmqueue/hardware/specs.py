@@ -75,6 +75,13 @@ class GpuSpec(Result):
     ``nvidia-smi`` total in MiB, or None where not known. ``bf16_dense_flops`` is without
     2:4 structured sparsity (datasheets print the sparse figure, twice as large, first).
     ``price_per_hour`` is an indicative on-demand $/GPU-hour, not a quote.
+
+    ``link`` names the GPU-to-GPU interconnect of one server (NVLink through NVSwitch, or PCIe);
+    ``link_bytes_per_s`` is its bandwidth per GPU *per direction* (datasheets print the
+    bidirectional sum, twice as large) and ``link_latency_s`` the fixed cost of one collective or
+    send on it (the alpha of the alpha-beta model: launch and synchronisation; the catalog's figures
+    come from a published profile or are stated assumptions). The roofline prices tensor- and pipeline-parallel communication with
+    them (:func:`llmqueue.engine.step_time.parallel_comm`); 0 means unknown (no communication term).
     """
 
     name: str
@@ -85,6 +92,9 @@ class GpuSpec(Result):
     aliases: tuple[str, ...] = ()
     memory_label: str = ""
     reported_mib: int | None = None
+    link: str = ""
+    link_bytes_per_s: float = 0.0
+    link_latency_s: float = 0.0
     source: str = ""
     notes: str = ""
 

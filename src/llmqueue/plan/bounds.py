@@ -1,14 +1,15 @@
 """The planner's theory side: for one deployment, its cost, an upper bound on the arrival rate
 it can sustain and lower bounds on its latencies, all in closed form (no simulation).
 
-For a :class:`~llmqueue.plan.space.Config` (``R`` replicas of ``tp`` GPUs):
+For a :class:`~llmqueue.plan.space.Config` (``R`` replicas of ``tp x pp`` GPUs):
 
-- **cost** (USD/h) = the catalog's indicative price per GPU-hour x ``tp`` x ``R``;
+- **cost** (USD/h) = the catalog's indicative price per GPU-hour x ``tp`` x ``pp`` x ``R``;
 - **rate bound** ``R mu``: ``mu`` is one replica's capacity (req/s), the least of the KV bound
   ``M / (b E[g])`` (Nie et al.), the slot bound ``max_num_seqs / (b E[steps])`` and the
   token-budget bound ``max_num_batched_tokens / (b E[s + o - 1])``
   (:func:`~llmqueue.theory.replica.saturated_capacity`: ``b`` the roofline step time of the
-  model on ``tp`` GPUs priced at the capacity point). Arrivals at ``lam`` give the fleet load
+  model on ``tp x pp`` GPUs priced at the capacity point: ``pp`` raises ``M`` through the
+  weights and KV it spreads, not ``1 / b``, which pays the stage sends). Arrivals at ``lam`` give the fleet load
   ``rho = lam / (R mu)``; a deployment with ``rho`` above the ceiling (default 0.95) cannot hold
   a stationary queue whose p99 means anything;
 - **latency bounds** of one request alone on an idle replica (the noise-free step-time model

@@ -1,11 +1,12 @@
 """The planner: the cheapest deployment whose simulated p99s meet the SLOs.
 
-**Space** (:mod:`llmqueue.plan.space`): model x GPU type x tensor-parallel size ``tp`` x (replicas
+**Space** (:mod:`llmqueue.plan.space`): model x GPU type x tensor-parallel size ``tp`` x
+pipeline-parallel size ``pp`` x (replicas
 ``R`` of aggregated serving, or P:D splits with a KV link) x ``max_num_seqs`` x
 ``max_num_batched_tokens`` x router, for a workload (arrival rate ``lam``, prompt and output
 lengths ``s``, ``o``): the scenario's, a replayed trace's or a fitted workload's
 (:mod:`llmqueue.plan.workload_source`). The models default to the scenario's one; each
-configuration's step model (the roofline of its model on its GPU and ``tp``) and KV capacity
+configuration's step model (the roofline of its model on its GPU, ``tp`` and ``pp``) and KV capacity
 ``M`` follow from its model. A model changes answer quality too, which the planner does not
 judge: the cheapest configuration meeting the latency SLOs wins, whatever its model. The step
 model is the roofline unless a calibration or a step-time spec replaces it
@@ -15,8 +16,8 @@ model is the roofline unless a calibration or a step-time spec replaces it
 bound ``R mu`` and single-request latency bounds. A configuration is *pruned* (it cannot meet
 the SLOs, whatever the simulation would say) when
 
-- the model does not fit on ``tp`` GPUs of that type (no KV block left, or ``tp`` does not
-  divide the heads);
+- the model does not fit on ``tp x pp`` GPUs of that type (no KV block left, ``tp`` does not
+  divide the heads, or more stages than layers);
 - its cost exceeds the budget;
 - ``rho = lam / (R mu)`` exceeds the utilization ceiling ``rho_max`` (default 0.95): at or above
   the theory's capacity the queue grows, and just below it the p99 of any finite run is a
@@ -194,15 +195,18 @@ def theory(scenario: str, configs: list[Config], wl: Workload, *, slos: dict, rh
     splits: dict = {}
     out = []
     for cfg in configs:
-        key = (cfg.model, cfg.gpu, cfg.tensor_parallel_size)
+        key = (cfg.model, cfg.gpu, cfg.tensor_parallel_size, cfg.pipeline_parallel_size)
         if key not in deploys:
             model = {"model": cfg.model} if cfg.model else {}
+            if cfg.pipeline_parallel_size > 1:
+                model["pipeline_parallel_size"] = cfg.pipeline_parallel_size
             deploys[key] = try_deployment(scenario, cfg.gpu, cfg.tensor_parallel_size, **model, **(inputs or {}))
         c = Candidate(cfg, gpu_price(cfg.gpu) * cfg.gpus)
         out.append(c)
         dep = deploys[key]
         if isinstance(dep, str):
-            where = f"{cfg.model} on {cfg.tensor_parallel_size} x {cfg.gpu}: " if cfg.model else ""
+            n = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+            where = f"{cfg.model} on {n} x {cfg.gpu}: " if cfg.model else ""
             c.status, c.reason = PRUNED, f"does not fit: {where}{dep}"
             continue
         M, st, thr, kv_tok = dep
@@ -344,7 +348,7 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
          rho_max: float = RHO_MAX, backend="serial", workers: int | None = None, address: str | None = None,
          out_dir=None, progress: bool = False, sensitivity: bool = False, calibration=None, step_time=None,
          stop_after: int | None = None, models=None, trace=None, workload=None,
-         speed_spread: float | None = None) -> PlanResult:
+         speed_spread: float | None = None, pp=(1,)) -> PlanResult:
     """The cheapest configuration of the space meeting ``slos`` (see the module docstring).
 
     ``pd_splits``: ``(P, D)`` pairs added to the space beside the aggregated ``replicas``, their
@@ -401,7 +405,7 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
     duration = float(duration)
     configs = configurations(gpus=gpus, tp=tp, replicas=replicas, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, routers=routers, pd_splits=pd_splits,
-                             kv_link_gbps=link[0], kv_link_latency_ms=link[1], models=models)
+                             kv_link_gbps=link[0], kv_link_latency_ms=link[1], models=models, pp=pp)
     cands = theory(scenario, configs, wl, slos=slos, rho_max=rho_max, budget_per_hour=budget_per_hour,
                    inputs=inputs.overrides)
     check_possible(cands, wl, slos, rho_max, budget_per_hour)
@@ -455,7 +459,8 @@ def plan(scenario: str | None, *, slos: dict, gpus, tp, replicas, max_num_seqs, 
             "simulations_run": stats.ran, "simulations_cached": stats.cached, "theory_wall_s": t_theory,
             "resumed": {"cached": stats.cached, "points": stats.ran + stats.cached},
             "wall_s": time.perf_counter() - t0, "step_model_source": inputs.source, "step_inputs": inputs.overrides,
-            "space": {"models": list(models), "gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "replicas": list(replicas),
+            "space": {"models": list(models), "gpus": sorted({c.gpu for c in configs}), "tp": list(tp), "pp": list(pp),
+                      "replicas": list(replicas),
                       "pd_splits": [f"{p}:{d}" for p, d in pd_splits],
                       "kv_link_gbps": link[0] if pd_splits else None,
                       "kv_link_latency_ms": link[1] if pd_splits else None,

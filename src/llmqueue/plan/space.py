@@ -1,9 +1,12 @@
-"""The planner's configuration space: model x GPU type x tensor-parallel size x (aggregated
-replicas, or P:D splits) x ``max_num_seqs`` x ``max_num_batched_tokens`` x router.
+"""The planner's configuration space: model x GPU type x tensor-parallel size x pipeline-parallel
+size x (aggregated replicas, or P:D splits) x ``max_num_seqs`` x ``max_num_batched_tokens`` x router.
 
 The model axis (``--models``) changes the step model ``b(P, D, C)`` (the roofline of that model
-on that GPU and ``tp``) and the KV capacity ``M`` of each configuration; it also changes answer
-quality, which the planner does not judge.
+on that GPU, ``tp`` and ``pp``) and the KV capacity ``M`` of each configuration; it also changes answer
+quality, which the planner does not judge. The pipeline axis (``--pp``) splits the layers, weights
+and KV over ``pp`` stages of ``tp`` GPUs: a replica rents ``tp x pp`` GPUs, holds more KV (``M``
+grows) and pays the stage sends a step, not a shorter step
+(:func:`llmqueue.engine.step_time.roofline_model`).
 
 Aggregated serving: every one of ``R`` replicas prefills and decodes. A P:D split: ``P`` prefill
 and ``D`` decode replicas of the same engine (same GPU, ``tp`` and knobs), the KV crossing a link
@@ -28,6 +31,7 @@ MAX_AXIS = 4096
 MAX_CONFIGS = 50_000
 #: Defaults of the command line.
 DEFAULT_TP = (1, 2, 4)
+DEFAULT_PP = (1,)
 DEFAULT_REPLICAS = tuple(range(1, 17))
 DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = (2048, 8192)
@@ -39,8 +43,8 @@ DEFAULT_KV_LINK_LATENCY_MS = 0.05
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """One deployment: ``replicas`` replicas of ``tensor_parallel_size`` GPUs of type ``gpu``,
-    each a vLLM engine with these knobs, behind ``router``. Aggregated when ``prefill_replicas``
+    """One deployment: ``replicas`` replicas of ``tensor_parallel_size x pipeline_parallel_size``
+    GPUs of type ``gpu``, each a vLLM engine with these knobs, behind ``router``. Aggregated when ``prefill_replicas``
     is 0; else a P:D split, ``replicas = prefill_replicas + decode_replicas``, the KV crossing
     a link of ``kv_link_gbps`` (Gbit/s) and ``kv_link_latency_ms``; ``router`` routes within each
     pool."""
@@ -57,11 +61,12 @@ class Config:
     kv_link_latency_ms: float = 0.0
     #: the served model (a catalog name or a config.json path); "" is the scenario's own
     model: str = ""
+    pipeline_parallel_size: int = 1
 
     @property
     def gpus(self) -> int:
-        """GPUs the deployment rents: ``tp x replicas``."""
-        return self.tensor_parallel_size * self.replicas
+        """GPUs the deployment rents: ``tp x pp x replicas``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.replicas
 
     @property
     def disaggregated(self) -> bool:
@@ -91,6 +96,8 @@ class Config:
                                                              "max_num_batched_tokens", "router")}
         if self.model:
             d["model"] = self.model
+        if self.pipeline_parallel_size > 1:
+            d["pipeline_parallel_size"] = self.pipeline_parallel_size
         if not self.disaggregated:
             return d
         del d["replicas"]
@@ -107,7 +114,8 @@ class Config:
         who = (f"P:D {self.split} ({self.kv_link_gbps:g} Gbit/s link) x" if self.disaggregated
                else f"{self.replicas} x")
         model = f"{self.model} on " if self.model else ""
-        return (f"{model}{who} {self.gpu} tp{self.tensor_parallel_size}, max_num_seqs {self.max_num_seqs}, "
+        pp = f" pp{self.pipeline_parallel_size}" if self.pipeline_parallel_size > 1 else ""
+        return (f"{model}{who} {self.gpu} tp{self.tensor_parallel_size}{pp}, max_num_seqs {self.max_num_seqs}, "
                 f"max_num_batched_tokens {self.max_num_batched_tokens}, {self.router}")
 
 
@@ -173,26 +181,29 @@ def parse_splits(name: str, text) -> tuple[tuple[int, int], ...]:
 
 def configurations(*, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, routers, pd_splits=(),
                    kv_link_gbps: float = DEFAULT_KV_LINK_GBPS,
-                   kv_link_latency_ms: float = DEFAULT_KV_LINK_LATENCY_MS, models=("",)) -> list[Config]:
+                   kv_link_latency_ms: float = DEFAULT_KV_LINK_LATENCY_MS, models=("",),
+                   pp=DEFAULT_PP) -> list[Config]:
     """The cartesian product of the axes (GPU names resolved to the catalog's): the aggregated
     deployments of ``replicas``, then the splits of ``pd_splits`` (``(P, D)`` pairs), for each of
-    ``models`` (names as :func:`model_names` gives them; ``""``: the scenario's own model)."""
+    ``models`` (names as :func:`model_names` gives them; ``""``: the scenario's own model) and
+    each pipeline size of ``pp``."""
     from llmqueue.hardware import get_gpu
 
     names = tuple(dict.fromkeys(get_gpu(g).name for g in gpus))
     models = tuple(dict.fromkeys(models)) or ("",)
-    size = (len(models) * len(names) * len(tp) * (len(replicas) + len(pd_splits)) * len(max_num_seqs)
+    size = (len(models) * len(names) * len(tp) * len(pp) * (len(replicas) + len(pd_splits)) * len(max_num_seqs)
             * len(max_num_batched_tokens) * len(routers))
     if size > MAX_CONFIGS:
         raise InputError("replicas", f"the space holds {size:,} configurations ({len(models)} model(s) x "
-                         f"{len(names)} GPU(s) x {len(tp)} tp x {len(replicas) + len(pd_splits)} replica counts and "
+                         f"{len(names)} GPU(s) x {len(tp)} tp x {len(pp)} pp x {len(replicas) + len(pd_splits)} replica counts and "
                          f"splits x {len(max_num_seqs)} max_num_seqs x {len(max_num_batched_tokens)} "
                          f"max_num_batched_tokens x {len(routers)} router(s)); the limit is {MAX_CONFIGS:,}",
-                         "narrow --replicas, --gpus, --tp or the knob lists")
-    out = [Config(g, t, r, s, b, rt, model=m) for m in models for g in names for t in tp for r in replicas
-           for s in max_num_seqs for b in max_num_batched_tokens for rt in routers]
-    out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms), model=m)
-            for m in models for g in names for t in tp for P, D in pd_splits for s in max_num_seqs
+                         "narrow --replicas, --gpus, --tp, --pp or the knob lists")
+    out = [Config(g, t, r, s, b, rt, model=m, pipeline_parallel_size=q) for m in models for g in names for t in tp
+           for q in pp for r in replicas for s in max_num_seqs for b in max_num_batched_tokens for rt in routers]
+    out += [Config(g, t, P + D, s, b, rt, P, D, float(kv_link_gbps), float(kv_link_latency_ms), model=m,
+                   pipeline_parallel_size=q)
+            for m in models for g in names for t in tp for q in pp for P, D in pd_splits for s in max_num_seqs
             for b in max_num_batched_tokens for rt in routers]
     return out
 

@@ -36,7 +36,8 @@ A pool's engine knobs (every key of ``deployment`` but ``replicas`` and the flee
 the top level's merged with the pool's own, validated as one ``deployment`` (so a pool meets the
 same checks: ``max_num_batched_tokens >= max_num_seqs``, the KV cache holding ``max_model_len``
 ...) and reported at ``deployment.pools[i].KEY``. ``cost_per_replica_hour`` defaults to the GPU
-catalog's indicative price times ``tensor_parallel_size`` (0 without a GPU).
+catalog's indicative price times the replica's GPUs, ``tensor_parallel_size x pipeline_parallel_size`` (0
+without a GPU).
 
 The sections ``lanes``, ``disaggregation``, ``gateway``, ``autoscalers`` and ``faults`` are read
 into the fleet's own models (:mod:`llmqueue.cluster.spec`: one declaration of every field, its
@@ -142,7 +143,8 @@ def _kv_bytes_per_token(d) -> float:
 def _cost(pc: PoolConfig, d) -> float:
     if "cost_per_replica_hour" in pc.model_fields_set:
         return pc.cost_per_replica_hour
-    return float(d._gpu.price_per_hour * d.tensor_parallel_size) if d._gpu is not None else 0.0
+    return (float(d._gpu.price_per_hour * d.tensor_parallel_size * d.pipeline_parallel_size) if d._gpu is not None
+            else 0.0)
 
 
 def _check_classes(d, names: list[str]) -> None:

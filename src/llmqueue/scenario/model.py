@@ -463,6 +463,7 @@ class DeploymentConfig(_knob_fields("deployment")):
             names = {"kv_dtype": "kv_cache_dtype", "weight_dtype": "dtype"}
             try:
                 self._capacity = kv_capacity(self._model, self._gpu, tensor_parallel_size=self.tensor_parallel_size,
+                                             pipeline_parallel_size=self.pipeline_parallel_size,
                                              gpu_memory_utilization=self.gpu_memory_utilization,
                                              block_size=self.block_size, kv_dtype=self.kv_cache_dtype,
                                              weight_dtype=self.dtype)
@@ -529,7 +530,8 @@ class DeploymentConfig(_knob_fields("deployment")):
             if self._model is None or self._gpu is None:
                 raise _Problem(("step_time",), f"{ROOFLINE} needs model and gpu", "give both, or a step-time spec")
             try:
-                return roofline_model(self._model, self._gpu, tensor_parallel_size=self.tensor_parallel_size)
+                return roofline_model(self._model, self._gpu, tensor_parallel_size=self.tensor_parallel_size,
+                                      pipeline_parallel_size=self.pipeline_parallel_size)
             except LlmqueueError as e:
                 raise _Problem.of(e, ("step_time",)) from None
         if base is not None:
@@ -923,10 +925,10 @@ class Scenario(_Section):
                                   "weight_bytes_per_gpu": cap.weight_bytes_per_gpu,
                                   "kv_bytes_per_gpu": cap.kv_bytes_per_gpu,
                                   "kv_dtype": cap.kv_dtype, "weight_dtype": cap.weight_dtype}
-        dep["total_gpus"] = d.tensor_parallel_size * d.replicas
+        dep["total_gpus"] = d.tensor_parallel_size * d.pipeline_parallel_size * d.replicas
         if self.fleet is not None:
             dep["fleet"] = fleet_summary(self.fleet, d.pool_deployments)
-            dep["total_gpus"] = sum(p.replicas * pd.tensor_parallel_size
+            dep["total_gpus"] = sum(p.replicas * pd.tensor_parallel_size * pd.pipeline_parallel_size
                                     for p, pd in zip(self.fleet.pools, d.pool_deployments))
         out["deployment"] = dep
         out["slos"] = {c.name: [s.to_dict() for s in c.slos] for c in mix}
