@@ -105,7 +105,8 @@ def engine_from_knobs(f: dict):
     from llmqueue.engine.host_tier import with_host_tier
 
     config = with_host_tier(engine_config(M, **eng), f["kv_offloading_size"], f["kv_offloading_gbps"],
-                            f["kv_bytes_per_token"], model, f["tensor_parallel_size"], f["kv_cache_dtype"])
+                            f["kv_bytes_per_token"], model,
+                            f["tensor_parallel_size"] * f["pipeline_parallel_size"], f["kv_cache_dtype"])
     return config, _step_time(f, model), unlimited, model
 
 

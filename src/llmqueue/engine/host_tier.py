@@ -20,9 +20,10 @@ GIB = 1 << 30
 
 def tier_settings(size_gib: float, gbps: float, bytes_per_token: float, tensor_parallel_size: int = 1) -> tuple[int, float]:
     """``(capacity tokens, load seconds per token)`` of a host tier of ``size_gib`` (summed over the
-    replica's ``tensor_parallel_size`` GPUs, as vLLM's ``--kv-offloading-size``) holding
-    ``bytes_per_token`` (all GPUs) per token, each GPU loading its share over its own link of
-    ``gbps`` GB/s in parallel: ``s = bytes_per_token / tp / (gbps 1e9)``."""
+    replica's ``tensor_parallel_size`` GPUs, as vLLM's ``--kv-offloading-size``; callers pass tp x pp,
+    every GPU holding its share of the layers and heads) holding ``bytes_per_token`` (all GPUs) per
+    token, each GPU loading its share over its own link of ``gbps`` GB/s in parallel:
+    ``s = bytes_per_token / tp / (gbps 1e9)``."""
     tokens = int(size_gib * GIB // bytes_per_token)
     return tokens, bytes_per_token / max(int(tensor_parallel_size), 1) / (gbps * 1e9)
 

@@ -866,8 +866,8 @@ class Scenario(_Section):
             class_max_waiting={c.name: c.max_waiting for c in self.workload.classes or () if c.max_waiting},
             class_max_queue_time_s={c.name: c.max_queue_time_s for c in self.workload.classes or ()
                                     if c.max_queue_time_s}),
-            d.kv_offloading_size, d.kv_offloading_gbps, d.kv_bytes_per_token, d._model, d.tensor_parallel_size,
-            d.kv_cache_dtype)
+            d.kv_offloading_size, d.kv_offloading_gbps, d.kv_bytes_per_token, d._model,
+            d.tensor_parallel_size * d.pipeline_parallel_size, d.kv_cache_dtype)
 
     def summary(self, *, trace: bool = True) -> dict:
         """A resolved, JSON-ready summary (what ``llmqueue scenario check --json`` prints).
