@@ -54,6 +54,14 @@ OVERRIDES = [
     ("max_model_len", ["--max-model-len", "8192"], lambda s: s.engine.max_model_len == 8192),
     ("max_waiting", ["--max-waiting", "10"], lambda s: s.engine.max_waiting == 10),
     ("max_queue_time", ["--max-queue-time", "5"], lambda s: s.engine.max_queue_time_s == pytest.approx(5.0)),
+    # the host KV tier: Llama-3.1-8B's KV is 131,072 B a token (bf16); 25 GB/s by default
+    ("kv_offloading_size", ["--kv-offloading-size", "8"],
+     lambda s: s.engine.kv_offload_tokens == 8 * 2**30 // 131072
+     and s.engine.kv_offload_s_per_token == pytest.approx(131072 / 25e9)),
+    ("kv_offloading_gbps", ["--kv-offloading-size", "8", "--kv-offloading-gbps", "5"],
+     lambda s: s.engine.kv_offload_s_per_token == pytest.approx(131072 / 5e9)),
+    ("kv_bytes_per_token", ["--kv-offloading-size", "8", "--kv-bytes-per-token", "65536"],
+     lambda s: s.engine.kv_offload_tokens == 8 * 2**30 // 65536),
     ("model", ["--model", "qwen2.5-7b", "--max-model-len", "8192"],
      lambda s: s.engine.capacity_tokens == _M(model="qwen2.5-7b")),
     ("gpu", ["--gpu", "a100-80gb"], lambda s: s.engine.capacity_tokens == _M(gpu="a100-80gb")),

@@ -27,16 +27,9 @@ from __future__ import annotations
 import math
 
 from llmqueue.errors import InputError
+from llmqueue.workload.hashed import mix64
 
 _M64 = (1 << 64) - 1
-
-
-def mix64(x: int) -> int:
-    """splitmix64's finalizer: a bijective, well-spread 64-bit mix of an integer (taken mod 2**64)."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
 
 
 def prefix_key(hash_ids, units: int) -> int | None:

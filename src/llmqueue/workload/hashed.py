@@ -11,8 +11,8 @@ from llmqueue.errors import InputError
 _MASK = (1 << 64) - 1
 
 
-def _mix64(z: int) -> int:
-    """SplitMix64's finalizer: a bijective 64-bit avalanche hash."""
+def mix64(z: int) -> int:
+    """SplitMix64's finalizer: a bijective 64-bit avalanche hash of an integer (taken mod 2**64)."""
     z = (z + 0x9E3779B97F4A7C15) & _MASK
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
@@ -33,7 +33,7 @@ def hashed_uniform(salt: int, seed: int, request_id: int, attempt: int) -> float
     """A uniform number in [0, 1): ``h = mix(mix(mix(salt ^ seed) ^ request_id) ^ attempt)`` (all
     64-bit, two's complement for negative ids), the top 53 bits of ``h`` over ``2^53``. Each
     ``salt`` is an independent stream."""
-    h = _mix64(salt ^ (as_int("seed", seed) & _MASK))
-    h = _mix64(h ^ (as_int("request_id", request_id) & _MASK))
-    h = _mix64(h ^ (as_int("attempt", attempt) & _MASK))
+    h = mix64(salt ^ (as_int("seed", seed) & _MASK))
+    h = mix64(h ^ (as_int("request_id", request_id) & _MASK))
+    h = mix64(h ^ (as_int("attempt", attempt) & _MASK))
     return (h >> 11) * 2.0 ** -53
