@@ -29,11 +29,11 @@ class Composition:
 
     def reset(self, decode_seqs: int, context_tokens: int) -> None:
         """Start a step's count with ``decode_seqs`` decodes over ``context_tokens`` KV tokens
-        (the fast replica's implicit decoders) and no prefill."""
+        (the fast replica's implicit decoders) and no prefill (``load_tokens`` is zeroed where it
+        is priced, :meth:`llmqueue.engine.fast.replica.Replica._record_step`: most steps load none)."""
         self.prefill_tokens = 0
         self.decode_seqs = decode_seqs
         self.context_tokens = context_tokens
-        self.load_tokens = 0
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         """Count one scheduled request: one new token of a request whose prompt is computed is a

@@ -487,7 +487,9 @@ class Replica:
             return t
         comp = s.composition
         comp.reset(n, dec.context_tokens())
-        comp.load_tokens = s.step_load
+        if s.step_load:  # requests resumed from the host tier: their KV loads in this step
+            comp.load_tokens = s.step_load
+            s.step_load = 0
         for r, new in plan:
             if r.first_scheduled_time != r.first_scheduled_time:
                 r.first_scheduled_time = t
@@ -540,6 +542,7 @@ class Replica:
         dur = self.pricer.price(comp, self.steps_taken, t)
         if comp.load_tokens:  # KV loaded back from the host tier: the forward pass waits for it
             dur += comp.load_tokens * self.config.kv_offload_s_per_token
+            comp.load_tokens = 0
         t_end = t + dur
         used = (kv.num_blocks - kv.num_free_blocks) * kv.block_size
         waiting = s.waiting.size

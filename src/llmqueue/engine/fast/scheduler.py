@@ -76,7 +76,7 @@ class Scheduler:
         self.on_preempt: Any = None
         self.tier: Any = HostTier(config.kv_offload_tokens, config.kv_offload_s_per_token) \
             if config.kv_offload_tokens else None
-        self.step_load = 0                 # KV tokens loaded back from the tier by the last schedule
+        self.step_load = 0                 # KV tokens loaded back from the tier, until a step prices them
 
     # -- queries ---------------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -143,7 +143,6 @@ class Scheduler:
         ``[(request, num_new_tokens)]`` (every decoder also takes one token), blocks allocated,
         :attr:`num_preempted` set; or None when the step must be taken exactly (:meth:`schedule`)."""
         budget_total = self.max_num_batched_tokens
-        self.step_load = 0
         dec = self.decoders
         n = len(dec.kv_base)
         kv = self.kv
@@ -367,7 +366,6 @@ class Scheduler:
         running requests in order, preempting the victim policy's choice while blocks run short,
         then waiting heads in a step that preempted none."""
         budget = self.max_num_batched_tokens
-        self.step_load = 0
         running = self.running_list
         kv = self.kv
         out = SchedulerOutput()
@@ -413,7 +411,9 @@ class Scheduler:
                 scheduled.append((r, new))
                 budget -= new
         out.count()  # its composition, as the step-time model prices it
-        out.composition.load_tokens = self.step_load
+        if self.step_load:  # requests resumed from the host tier: their KV loads in this step
+            out.composition.load_tokens = self.step_load
+            self.step_load = 0
         return out
 
     def update_from_output(self, scheduled: list[tuple[Request, int]], t_end: float) -> None:
