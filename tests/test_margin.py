@@ -141,4 +141,4 @@ def test_calibrate_measures_the_run_to_run_spread_or_states_its_default(tmp_path
                 "--duration", "600", "--json")
     assert r.code == 0, r.err
     m = json.loads(r.out)["regime_margin"]
-    assert m["tipping"]["spread"] == pytest.approx(doc["speed_spread"]) and m["margin"] == 0.1
+    assert m["tipping"]["spread"] == pytest.approx(doc["speed_spread"]) and m["margin"] == pytest.approx(0.1)

@@ -104,7 +104,8 @@ class Scheduler:
                 if not cfg.enable_chunked_prefill and new > budget:
                     break
                 new = min(new, budget)
-                r.num_computed_tokens = computed if held else r.num_computed_tokens
+                if held:  # allocate_slots counts the computed tokens the request holds
+                    r.num_computed_tokens = held
                 if not kv.allocate_slots(r, new, (units, extra), admitting=True):
                     if held:
                         r.num_computed_tokens = 0

@@ -60,7 +60,6 @@ def speed_tipping(factory, params: dict, *, slos: dict, spread: float, source: s
     (the module docstring). ``params``: the point's full keywords, seed included. Returns
     ``{"spread", "spread_source", "slo": {...}, "preemption": {...}, "simulations"}``, each cliff
     ``{"at_calibrated_speed", "cliff_speed_factor", "probability", "bound"}``."""
-    from llmqueue.margin import tip_probability
     from llmqueue.plan.points import factory_name
     from llmqueue.plan.slo_judge import judge
     from llmqueue.plan.sweep_run import run_points
@@ -99,9 +98,9 @@ def speed_tipping(factory, params: dict, *, slos: dict, spread: float, source: s
         a, b = br[k]
         edge = a if fails(k, 1.0) else b
         if fails(k, 1.0) and fails(k, edge):      # fails even at the fastest engine searched
-            out[k] = _cliff(False, lo, sigma, ">=", tip_probability)
+            out[k] = _cliff(False, lo, sigma, ">=")
         elif not fails(k, 1.0) and not fails(k, edge):  # holds even at the slowest
-            out[k] = _cliff(True, hi, sigma, "<=", tip_probability)
+            out[k] = _cliff(True, hi, sigma, "<=")
         else:
             live.append(k)
     for _ in range(steps):
@@ -115,12 +114,14 @@ def speed_tipping(factory, params: dict, *, slos: dict, spread: float, source: s
             else:
                 br[k][0] = m
     for k in live:
-        out[k] = _cliff(not fails(k, 1.0), br[k][1], sigma, "", tip_probability)
+        out[k] = _cliff(not fails(k, 1.0), br[k][1], sigma, "")
     out["simulations"] = len(seen)
     return out
 
 
-def _cliff(holds: bool, f: float, sigma: float, bound: str, tip_probability) -> dict:
+def _cliff(holds: bool, f: float, sigma: float, bound: str) -> dict:
+    from llmqueue.margin import tip_probability
+
     return {"at_calibrated_speed": "holds" if holds else "fails", "cliff_speed_factor": f,
             "probability": tip_probability(f, sigma), "bound": bound}
 
