@@ -284,8 +284,12 @@ def run_simulation(spec: SimSpec, *, progress: bool = False, margin: float | Non
     summary["wall_s"] = res.wall_s
     if "preemptions" in res.requests:  # over the whole run: any recomputation is the KV-bound engine's cliff
         summary["preemptions"] = int(np.sum(res.requests["preemptions"]))
-    if getattr(res, "kv_tier", None):  # the host KV tier's account (one replica)
-        summary["kv_tier"] = res.kv_tier
+    tier = getattr(res, "kv_tier", None)
+    if tier:  # the host KV tier's account (a fleet: its replicas' summed)
+        summary["kv_tier"] = tier
+    hits = _prefix_hit_rate(res.requests, tier) if spec.engine.enable_prefix_caching or tier else None
+    if hits:
+        summary["prefix_hit_rate"] = hits
     summary["simulated_requests_per_wall_s"] = len(requests) / res.wall_s if res.wall_s > 0 else None
     summary["engine_steps"] = res.num_steps
     cfg = spec.engine
@@ -488,3 +492,20 @@ def write_workload(requests, path) -> None:
     with staged(path) as tmp:
         pq.write_table(pa.table({k: (np.asarray(v).astype(str) if k == "class" else np.asarray(v))
                                  for k, v in cols.items()}), tmp)
+
+
+def _prefix_hit_rate(q: dict, tier: dict | None) -> dict | None:
+    """The prefix cache's hit rate by tier: prompt tokens served from the GPU's cache and (with a
+    host KV tier holding prefix units) from the host tier, over the prompt tokens of the requests
+    scheduled (vLLM's ``prefix_cache_hits`` and ``external_prefix_cache_hits`` over their
+    queries). None when no prefix was served from anywhere and no tier holds units."""
+    host = (tier or {}).get("prefix_hit_tokens")
+    sched = np.isfinite(np.asarray(q["first_scheduled_s"], dtype=float))
+    cached = float(np.sum(np.asarray(q["cached_prompt_tokens"])[sched]))
+    queried = float(np.sum(np.asarray(q["prompt_tokens"])[sched]))
+    if not queried or (not cached and host is None):
+        return None
+    out = {"gpu": (cached - (host or 0)) / queried}
+    if host is not None:
+        out["host"] = host / queried
+    return out

@@ -169,10 +169,15 @@ def print_report(s: dict, th: dict, out_dir=None) -> None:
     tier = s.get("kv_tier")
     if tier:
         rows.append(("preemptions", s.get("preemptions")))
-        rows.append(("host KV tier (offload on preemption)",
+        rows.append(("host KV tier",
                      f"{tier['offloads']} preempted requests' KV offloaded, {tier['recomputed_tier_full']} recomputed "
-                     f"(tier full); {tier['restores']} resumed from it, {tier['loaded_tokens']:,} tokens loaded in "
-                     f"{tier['load_s']:.3g} s"))
+                     f"(tier full); {tier['restores']} resumed from it; {tier['loaded_tokens']:,} tokens loaded in all "
+                     f"(resumptions{', prefix hits' if 'prefix_hit_tokens' in tier else ''}) in {tier['load_s']:.3g} s"))
+    hr = s.get("prefix_hit_rate")
+    if hr:
+        rows.append(("prefix-cache hits (of prompt tokens)", f"GPU {hr['gpu']:.1%}" + (
+            f", host tier {hr['host']:.1%} ({tier['prefix_hit_tokens']:,} tokens loaded; {tier['prefix_units_stored']} "
+            f"units moved down, {tier['prefix_units_evicted']} evicted from it)" if "host" in hr else "")))
     m = s.get("regime_margin")
     if m:
         from llmqueue.margin import margin_rows

@@ -101,6 +101,12 @@ class FleetRecords:
                         num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),
                         capacity_tokens=self.spec.pools[0].config.capacity_tokens,
                         reject_reasons=self.reasons)
+        tiers = [rep.scheduler.tier.stats() for p in self.pools for _, rep in p.all_replicas()
+                 if rep.scheduler.tier is not None]
+        if tiers:  # the host KV tiers' account, summed over the replicas
+            from llmqueue.engine.host_tier import merge_stats
+
+            res.kv_tier = merge_stats(tiers)
         if self.columns:
             res.pools = self._pool_columns()
             res.fleet = self._facts()
@@ -109,7 +115,7 @@ class FleetRecords:
     def _columns(self, rows: list) -> dict:
         """Record columns (and ``seq``) of ``rows``: (pool index, replica id, request)."""
         reqs = [q for _, _, q in rows]
-        req = with_seq(reqs)
+        req = with_seq(reqs, any(p.config.kv_offload_tokens for p in self.spec.pools))
         req["replica"] = np.fromiter((i for _, i, _ in rows), np.int64, len(rows))
         if not (req["status"] == "ok").all():  # only a failed request has a reason
             for q in reqs:

@@ -81,13 +81,14 @@ class KVCacheManager:
 
     # -- allocation ------------------------------------------------------------------------------
     def allocate_slots(self, request, num_new_tokens: int, computed: tuple[int, int] = (0, 0),
-                       admitting: bool = False) -> bool:
+                       admitting: bool = False, loaded: int = 0) -> bool:
         """Grant the blocks for ``num_new_tokens`` more tokens of ``request`` (after its
-        ``computed`` prefix units, for a request being admitted), or refuse (False) without
-        changing anything. ``admitting`` applies the whole-sequence gate."""
+        ``computed`` prefix units, for a request being admitted, and ``loaded`` tokens of prefix
+        units that come from the host tier into new blocks), or refuse (False) without changing
+        anything. ``admitting`` applies the whole-sequence gate."""
         units, extra = computed
         held = self.blocks_of(request) + units * (self.unit_blocks if units else 0)
-        computed_tokens = request.num_computed_tokens + (units * self.unit_tokens if units else 0)
+        computed_tokens = request.num_computed_tokens + (units * self.unit_tokens if units else 0) + loaded
         need = cdiv(computed_tokens + num_new_tokens, self.block_size) - held
         gate = need
         if admitting and self.reserve_full_isl:

@@ -18,11 +18,15 @@ always computed, as in vLLM) and evictable hits leave the free queue. When a req
 prefill completes a unit, the unit is registered in the cache under that request (unless an
 identical unit is already cached, in which case the request keeps a private copy and stops
 registering, a simplification of vLLM's duplicate handling).
+
+With a host KV tier (:mod:`llmqueue.engine.host_tier`), ``lower`` is that tier: a unit evicted
+here moves down to it (:meth:`~llmqueue.engine.host_tier.HostTier.store_unit`).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 
 class PrefixCache:
@@ -38,6 +42,7 @@ class PrefixCache:
         self.evictable: dict = {}  # unit id -> the queue entry holding its blocks
         self.hit_units = 0
         self.evicted_units = 0
+        self.lower: Any = None     # the host KV tier evicted units move down to (None: dropped)
 
     def cached(self, h) -> bool:
         return h in self.ref or h in self.evictable
@@ -87,6 +92,8 @@ class PrefixCache:
                 # the unit is evicted whole: its blocks become plain free blocks, n taken from them
                 del self.evictable[h]
                 self.evicted_units += 1
+                if self.lower is not None:
+                    self.lower.store_unit(h)
                 entry[0] = None
             take = blocks if blocks <= n else n
             entry[1] = blocks - take

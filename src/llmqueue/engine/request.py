@@ -59,6 +59,7 @@ class Request:
     outcome: str = field(default="", init=False)
     reason: str | None = field(default=None, init=False)
     offloaded_tokens: int = field(default=0, init=False)  # its KV held in the host tier while preempted
+    loaded_tokens: int = field(default=0, init=False)  # KV tokens it loaded from the host tier (resumptions, prefix hits)
     session_id: int | None = None  # the conversation it belongs to, when the stream has one (session routing)
 
     def __init__(self, request_id: int, arrival_time: float, num_prompt_tokens: int, max_tokens: int,
@@ -89,6 +90,7 @@ class Request:
         self.outcome = ""
         self.reason = None
         self.offloaded_tokens = 0
+        self.loaded_tokens = 0
 
     @property
     def num_tokens(self) -> int:

@@ -66,7 +66,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
     n = len(stream)
     check_run_size(last_arrival_s=float(stream.arrival_s[-1]) if n else 0.0, horizon_s=opt.horizon_s,
                    sample_dt=opt.sample_dt)
-    out = _Departures(opt.retry, n)
+    out = _Departures(opt.retry, n, tier=bool(config.kv_offload_tokens))
     done = out.done
     chunks = out.chunks  # record columns of finished requests (a batch at a time, and the epochs')
 
@@ -109,9 +109,9 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
 
         rows = sorted([*done, *left], key=attrgetter("seq"))
         if chunks:
-            req = merge_by_seq([with_seq(rows), *chunks], fill={"replica": 0})
+            req = merge_by_seq([with_seq(rows, out.tier), *chunks], fill={"replica": 0})
         else:
-            req = request_columns(rows)
+            req = request_columns(rows, tier=out.tier)
         if reference:
             from llmqueue.engine.fast.recorder import row_columns
 
@@ -139,9 +139,10 @@ class _Departures:
     retried when the client's ``retry(request_id, attempt, outcome, t)`` gives a time (the new
     attempt resubmitted to ``rep``; its ``seq`` after the ``n`` of the stream)."""
 
-    def __init__(self, retry, n: int) -> None:
+    def __init__(self, retry, n: int, tier: bool = False) -> None:
         self.done: list[Request] = []
         self.chunks: list = []
+        self.tier = tier  # a host KV tier: the records carry kv_loaded_tokens
         self.retry = retry
         self.retries: list[Request] = []
         self.n = n
@@ -151,7 +152,7 @@ class _Departures:
         done = self.done
         done.append(r)
         if len(done) == RECORD_BATCH:
-            self.chunks.append(with_seq(done))
+            self.chunks.append(with_seq(done, self.tier))
             done.clear()
         if r.outcome != "ok" and self.retry is not None:
             t_next = self.retry(r.request_id, r.attempt, r.outcome, r.finish_time)
@@ -200,13 +201,14 @@ def _horizon(horizon: float, req: dict) -> float:
     return float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0
 
 
-def request_columns(rows: list[Request], replica: int = 0) -> dict:
+def request_columns(rows: list[Request], replica: int = 0, tier: bool = False) -> dict:
     """Request records (``llmqueue.records.schema.REQUEST_COLUMNS``) of engine requests: one pass
     over the requests per column, reading their fields natively in the compiled build; the
-    columns made by :func:`~llmqueue.records.columns.request_record_columns`."""
+    columns made by :func:`~llmqueue.records.columns.request_record_columns`; with ``tier`` (a host KV
+    tier is set) also ``kv_loaded_tokens``."""
     arrival = np.array([r.arrival_time for r in rows], dtype=np.float64)
     dispatch = np.array([r.dispatch_time for r in rows], dtype=np.float64)
-    return request_record_columns(
+    cols = request_record_columns(
         len(rows),
         request_id=[r.request_id for r in rows],
         class_=[r.class_name for r in rows],
@@ -223,11 +225,14 @@ def request_columns(rows: list[Request], replica: int = 0) -> dict:
         replica=replica,
         attempt=[r.attempt for r in rows],
     )
+    if tier:
+        cols["kv_loaded_tokens"] = np.array([r.loaded_tokens for r in rows], dtype=np.int64)
+    return cols
 
 
-def with_seq(rows: list[Request]) -> dict:
+def with_seq(rows: list[Request], tier: bool = False) -> dict:
     """Request columns of ``rows`` (:func:`request_columns`) with their ``seq`` (for :func:`merge_by_seq`)."""
-    return {**request_columns(rows), "seq": np.array([r.seq for r in rows], dtype=np.int64)}
+    return {**request_columns(rows, tier=tier), "seq": np.array([r.seq for r in rows], dtype=np.int64)}
 
 
 def merge_by_seq(parts: list, fill: dict | None = None) -> dict:

@@ -43,6 +43,9 @@ class Scheduler:
         self.running: list = []
         self.victim = victim_policy(config.preemption)
         self.tier = HostTier(config.kv_offload_tokens, config.kv_offload_s_per_token) if config.kv_offload_tokens else None
+        if self.tier is not None and self.kv.pool is not None:  # evicted prefix units move down to the tier
+            self.tier.unit_tokens = self.kv.unit_tokens
+            self.kv.pool.lower = self.tier
 
     def add_request(self, request) -> None:
         request.status = RequestStatus.WAITING
@@ -94,28 +97,39 @@ class Scheduler:
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 r = waiting.peek()
                 held = r.offloaded_tokens  # its KV in the host tier: loaded back, not recomputed
+                lower = 0  # its prefix units found in the host tier, right after its GPU hits
                 if held:
                     units = extra = 0
                     computed = held
                 else:
                     units, extra = kv.get_computed_blocks(r)
                     computed = r.num_computed_tokens + (units * kv.unit_tokens if units else 0)
+                    if self.tier is not None and self.tier.units and r.hash_ids and not r.num_computed_tokens:
+                        lower = self.tier.lookup_units(r.hash_ids, units, (r.num_prompt_tokens - 1) // kv.unit_tokens)
+                        computed += lower * kv.unit_tokens
                 new = self._chunk(r, computed)
                 if not cfg.enable_chunked_prefill and new > budget:
                     break
                 new = min(new, budget)
                 if held:  # allocate_slots counts the computed tokens the request holds
                     r.num_computed_tokens = held
-                if not kv.allocate_slots(r, new, (units, extra), admitting=True):
+                if lower:
+                    self.tier.take_units(r.hash_ids, units, lower)
+                if not kv.allocate_slots(r, new, (units, extra), admitting=True,
+                                        loaded=lower * kv.unit_tokens if lower else 0):
                     if held:
                         r.num_computed_tokens = 0
+                    if lower:
+                        self.tier.return_units(r.hash_ids, units, lower)
                     break
                 waiting.pop()
                 if held:
                     out.composition.load_tokens += self.tier.restore(r)
+                elif lower:
+                    out.composition.load_tokens += self.tier.loaded_units(r, lower)
                 r.num_computed_tokens = computed
                 if r.num_cached_tokens < 0:
-                    r.num_cached_tokens = units * kv.unit_tokens if units else 0
+                    r.num_cached_tokens = (units + lower) * kv.unit_tokens if units or lower else 0
                 r.status = RequestStatus.RUNNING
                 running.append(r)
                 scheduled.append((r, new))

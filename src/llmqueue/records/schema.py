@@ -67,6 +67,7 @@ REQUEST_OPTIONAL_COLUMNS: dict[str, str] = {
     "prefill_replica": "int64", # P/D: the prefill pool's replica (-1 otherwise)
     "kv_transfer_s": "float64", # P/D: seconds from prefill's end until the KV reached decode (NaN otherwise)
     "decode_scheduled_s": "float64",  # P/D: when a decode replica first scheduled it (NaN otherwise)
+    "kv_loaded_tokens": "int64", # with a host KV tier: KV tokens it loaded from it (resumptions, prefix hits)
     "degraded": "str",          # with gateway degrade rules: how it was served smaller ("max_tokens 128", "to small"; "" as asked)
     # a gateway's records (llmqueue.serve.gateway)
     "tenant": "str",            # the tenant (X-Tenant, or a hash of the client's key; never the key)

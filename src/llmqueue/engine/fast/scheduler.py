@@ -76,6 +76,9 @@ class Scheduler:
         self.on_preempt: Any = None
         self.tier: Any = HostTier(config.kv_offload_tokens, config.kv_offload_s_per_token) \
             if config.kv_offload_tokens else None
+        if self.tier is not None and self.kv.pool is not None:  # evicted prefix units move down to the tier
+            self.tier.unit_tokens = self.kv.unit_tokens
+            self.kv.pool.lower = self.tier
         self.step_load = 0                 # KV tokens loaded back from the tier, until a step prices them
 
     # -- queries ---------------------------------------------------------------------------------
@@ -213,26 +216,36 @@ class Scheduler:
         computed = r.num_computed_tokens
         units = extra = 0
         held = r.offloaded_tokens  # its KV in the host tier: loaded back, not recomputed
+        lower = 0  # its prefix units found in the host tier, right after its GPU hits
+        tier = self.tier
         if held:
             computed = held
         elif kv.pool is not None and computed == 0 and r.hash_ids:
             units, extra = kv.get_computed_blocks(r)
-            computed = units * kv.unit_tokens
+            if tier is not None and tier.units:
+                lower = tier.lookup_units(r.hash_ids, units, (r.num_prompt_tokens - 1) // kv.unit_tokens)
+            computed = (units + lower) * kv.unit_tokens
         new = self._chunk(r, computed)
         if not self.enable_chunked_prefill and new > budget:
             return None
         if new > budget:
             new = budget
+        if lower:  # they leave the tier before the allocation evicts GPU units down to it
+            tier.take_units(r.hash_ids, units, lower)
         if not kv.allocate_admitted(r, computed, new, units, extra):
+            if lower:
+                tier.return_units(r.hash_ids, units, lower)
             return None
         self.waiting.take_head(r)
-        if units:
+        if units or lower:
             r.num_computed_tokens = computed
         if held:
             r.num_computed_tokens = computed
-            self.step_load += self.tier.restore(r)
+            self.step_load += tier.restore(r)
+        elif lower:
+            self.step_load += tier.loaded_units(r, lower)
         if r.num_cached_tokens < 0:
-            r.num_cached_tokens = units * kv.unit_tokens if units else 0
+            r.num_cached_tokens = (units + lower) * kv.unit_tokens if units or lower else 0
         r.status = RUNNING
         return r, new
 
