@@ -7,10 +7,16 @@ costs no time there; the tier is judged with a composition-dependent step instea
 default a linear model with 50 us a prefill token: Llama-3.1-8B's 16 GFLOP a token on an A100's
 312 TFLOP/s) and Llama-3.1-8B's KV (131,072 B a token, bf16). For each host-tier bandwidth the
 sustained throughput against the recompute engine's; then the crossover bandwidth found by
-bisection on the simulated throughput, against the first-order closed form
-:func:`llmqueue.theory.kv_tiers.offload_parity` (``BW* = B / p``). ``--json`` prints the figures.
+bisection on the simulated throughput, against the closed form
+:func:`llmqueue.theory.kv_tiers.offload_parity`: the first order ``BW* = B / p`` and the second,
+``B / p x (1 + n / (2 (C - n)))`` with ``n`` the thrashing decode batch of the stream's own length
+moments. ``--json`` prints the figures.
+
+``--chunk`` changes the token budget (the paper's 512): the budget throttles a recomputed request's
+rebuild, not a loaded one, and the two engines' preemption rates part below about 2,048.
 
 Usage: python benchmarks/kv_offload.py [--factor 1.5] [--step linear:c0=0.015:prefill=5e-5:decode=2e-5:ctx=1e-8]
+       [--chunk 512]
 """
 
 from __future__ import annotations
@@ -41,23 +47,26 @@ def throughput(cfg, step, reqs) -> tuple[float, int, dict | None]:
 def main(argv=None) -> int:
     from llmqueue.engine import EngineConfig
     from llmqueue.engine.step_time import parse_step_time
-    from llmqueue.theory.kv_tiers import offload_parity
+    from llmqueue.theory.kv_tiers import offload_parity, thrashing_decode_batch
     from llmqueue.workload import Workload
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factor", type=float, default=1.5)
     ap.add_argument("--step", default="linear:c0=0.015:prefill=5e-5:decode=2e-5:ctx=1e-8")
     ap.add_argument("--gbps", default="0.5,1,2,2.62,4,8,25,64")
+    ap.add_argument("--prompt", default="uniform:10:1600")
+    ap.add_argument("--output", default="uniform:10:1600")
+    ap.add_argument("--chunk", type=int, default=512, help="max_num_batched_tokens (the paper's 512)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=512)
+    cfg = EngineConfig.from_capacity(131000, max_num_batched_tokens=a.chunk)
     model = parse_step_time(a.step)
     p = float(model.c_prefill) if model.roofline is None and not model.is_constant else None
     if not p:
         raise SystemExit("--step: give a linear model (its prefill term prices recomputation)")
 
     def stream(lam):
-        return Workload(f"poisson:{lam}", prompt="uniform:10:1600", output="uniform:10:1600").generate(
+        return Workload(f"poisson:{lam}", prompt=a.prompt, output=a.output).generate(
             seed=1, duration=HORIZON)
 
     # the recompute engine's sustained throughput, saturated (3 x the KV capacity's rate)
@@ -84,21 +93,26 @@ def main(argv=None) -> int:
         else:
             lo = mid
     cross = (lo * hi) ** 0.5
-    parity = offload_parity(prefill_s_per_token=p, bytes_per_token=BYTES)
-    out = {"step": a.step, "factor": a.factor, "mu_recompute": mu_r, "lam": lam, "recompute_throughput": base,
+    P, O = np.asarray(reqs.prompt_tokens, dtype=float), np.asarray(reqs.output_tokens, dtype=float)
+    n_dec = thrashing_decode_batch(cfg.capacity_tokens, P.mean(), O.mean(), (O ** 2).mean())
+    parity = offload_parity(prefill_s_per_token=p, bytes_per_token=BYTES, max_num_batched_tokens=a.chunk,
+                            decode_batch=n_dec)
+    out = {"step": a.step, "factor": a.factor, "chunk": a.chunk, "mu_recompute": mu_r, "lam": lam, "recompute_throughput": base,
            "recompute_preemptions_per_completion": pre_r / max(done, 1), "rows": rows, "crossover_gbps": cross,
-           "parity_gbps": parity["gbps"], "parity_error": parity["gbps"] / cross - 1}
+           "parity_gbps": parity["gbps"], "parity_error": parity["gbps"] / cross - 1, "decode_batch": n_dec,
+           "second_order_gbps": parity["second_order_gbps"], "second_order_error": parity["second_order_gbps"] / cross - 1}
     if a.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"recompute engine: {mu_r:.4g} req/s saturated; at {lam:.4g} req/s ({a.factor:g}x) {base:.4g} req/s")
+    print(f"chunk {a.chunk}; recompute engine: {mu_r:.4g} req/s saturated; at {lam:.4g} req/s ({a.factor:g}x) {base:.4g} req/s")
     print("| host tier GB/s | load us/token | throughput | vs recompute | preemptions |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['gbps']:g} | {1e6 * r['s_per_token']:.3g} | {r['throughput']:.4g} | {r['vs_recompute']:+.1%} "
               f"| {r['preemptions']} |")
-    print(f"crossover (simulated): {cross:.3g} GB/s; closed form B/p: {parity['gbps']:.3g} GB/s "
-          f"({out['parity_error']:+.1%})")
+    print(f"crossover (simulated): {cross:.3g} GB/s; closed form, first order B/p: {parity['gbps']:.3g} GB/s "
+          f"({out['parity_error']:+.1%}); second order B/p (1 + n/(2(C-n))), n = {n_dec:.1f}: "
+          f"{parity['second_order_gbps']:.3g} GB/s ({out['second_order_error']:+.1%})")
     return 0
 
 
