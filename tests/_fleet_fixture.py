@@ -95,6 +95,7 @@ def request_columns(*, optional: bool = True) -> dict:
                     "prefill_replica": np.where(p == "main", 0, -1),
                     "kv_transfer_s": np.where(p == "main", 0.01, np.nan),
                     "decode_scheduled_s": np.where(p == "main", col("first_token_s") + 0.015, np.nan),
+                    "kv_loaded_tokens": np.where(col("request_id") % 7 == 0, 512, 0),
                     "degraded": np.where(col("request_id") % 5 == 0, "max_tokens 64", ""),
                     "tenant": np.where(col("request_id") % 2 == 0, "acme", "globex"),
                     "reason": np.where(col("status") == "timeout", "timeout", "")})

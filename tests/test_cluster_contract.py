@@ -70,7 +70,7 @@ def test_the_cases_exercise_what_they_name():
 
 
 CONTRACT = ("submit", "accept", "step_at", "next_event_time", "load", "count_waiting", "drain", "run", "steps_taken",
-            "step_chunks", "timeseries_chunks", "close")
+            "step_chunks", "timeseries_chunks", "tier_account", "close")
 
 
 class ContractOnly:

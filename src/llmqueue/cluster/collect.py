@@ -101,8 +101,7 @@ class FleetRecords:
                         num_steps=sum(rep.steps_taken for p in self.pools for _, rep in p.all_replicas()),
                         capacity_tokens=self.spec.pools[0].config.capacity_tokens,
                         reject_reasons=self.reasons)
-        tiers = [rep.scheduler.tier.stats() for p in self.pools for _, rep in p.all_replicas()
-                 if rep.scheduler.tier is not None]
+        tiers = [a for p in self.pools for _, rep in p.all_replicas() if (a := rep.tier_account()) is not None]
         if tiers:  # the host KV tiers' account, summed over the replicas
             from llmqueue.engine.host_tier import merge_stats
 

@@ -22,8 +22,9 @@ interchangeable behind the same fleet and the same policies:
 - ``drain() -> list``: the replica's work ends (a failure, the end of a run): every request it holds
   is handed back, running first, then queued, then handed over and not yet seen.
 - ``run(horizon)``: run alone until idle or ``horizon``; ``steps_taken``; ``step_chunks()`` and
-  ``timeseries_chunks()``: its step and sampled records as column chunks; ``close()``: drop the
-  driver's callbacks (the replica is not used again).
+  ``timeseries_chunks()``: its step and sampled records as column chunks; ``tier_account()``: its
+  host KV tier's account (None without a tier); ``close()``: drop the driver's callbacks (the
+  replica is not used again).
 
 Policies never receive a replica: they read a :class:`ReplicaLoad` per replica, through a pool's
 view (:class:`~llmqueue.cluster.view.PoolView`), which a simulator fills from ``load()`` and a
@@ -91,5 +92,7 @@ class ReplicaAPI(Protocol):
     def step_chunks(self) -> list: ...
 
     def timeseries_chunks(self) -> list: ...
+
+    def tier_account(self) -> dict | None: ...
 
     def close(self) -> None: ...

@@ -137,6 +137,11 @@ class ReferenceReplica:
         at ``at`` itself (an external event, in :meth:`next_event_time`)."""
         self._aborts.append((request, self.clock if at is None else at))
 
+    def tier_account(self) -> dict | None:
+        """The host KV tier's account (:meth:`~llmqueue.engine.host_tier.HostTier.stats`); None without one."""
+        tier = self.scheduler.tier
+        return None if tier is None else tier.stats()
+
     def close(self) -> None:
         """Drop the driver's callbacks and the step in progress."""
         self.on_finish = self.on_first_token = self.on_preempt = self.on_token = None

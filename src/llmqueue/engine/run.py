@@ -125,7 +125,7 @@ def simulate(config: EngineConfig, step_time, requests, *, options: SimOptions |
                          stretch_arrivals=getattr(rep, "stretch_arrivals", 0), epoch_steps=getattr(rep, "epoch_steps", 0),
                          reject_reasons={r.seq: r.reason for r in rows if r.reason}, explained=rep.explanations,
                          capacity_tokens=config.capacity_tokens, stopped_early_s=stopped, interrupted_s=interrupted,
-                         kv_tier=rep.scheduler.tier.stats() if rep.scheduler.tier is not None else None)
+                         kv_tier=rep.tier_account())
     finally:
         # the replica and its departures hold each other (a retry resubmits to the replica): let
         # go, so that the run's requests are freed now by reference counting (a cycle would hold

@@ -160,6 +160,11 @@ class Replica:
         and not yet seen (a failure, or the end of a run). The replica is not stepped again."""
         return [*self.in_system(), *self.arrivals.drain()]
 
+    def tier_account(self) -> dict | None:
+        """The host KV tier's account (:meth:`~llmqueue.engine.host_tier.HostTier.stats`); None without one."""
+        tier = self.scheduler.tier
+        return None if tier is None else tier.stats()
+
     def close(self) -> None:
         """Drop the driver's callbacks and the step in progress (they refer to the driver): what
         the replica holds is freed with it by reference counting."""
