@@ -1,7 +1,7 @@
 """``Relay``: an engine's answer passed to the client as it arrives, timed on the gateway's clock.
 
-A streamed answer (server-sent events) is written to the client chunk by chunk as the engine
-sends it; each event that carries a token (not the chat role's opening chunk, the usage event or
+A streamed answer (server-sent events) is written to the client as the engine sends it, what
+one read from the engine holds in one write; each event that carries a token (not the chat role's opening chunk, the usage event or
 ``[DONE]``) is timed: the first is the request's first token (TTFT from its arrival at the
 gateway), the gaps between them its inter-token latencies. The output token count is the usage
 the engine reports (``completion_tokens``), else the token events counted. A whole answer (and
@@ -35,7 +35,7 @@ class Relay(Response):
     ``stream``: the client asked for server-sent events; ``clock()``: the gateway's time."""
 
     __slots__ = ("ex", "stream", "clock", "started", "first", "last", "events", "usage_tokens", "gaps", "carry",
-                 "whole", "too_large", "on_first", "bad", "crlf")
+                 "whole", "too_large", "on_first", "bad", "crlf", "out")
 
     def __init__(self, ex, stream: bool, clock, on_first=None):
         super().__init__()
@@ -54,6 +54,7 @@ class Relay(Response):
         self.on_first = on_first    # called once, at the first token
         self.bad = None             # why the answer is garbage, once it is found to be
         self.crlf = None            # the engine ends its event lines with CR LF (sse-starlette's way)
+        self.out: list = []         # the streamed chunks of one upstream read, relayed at its end
 
     @property
     def output_tokens(self) -> int:
@@ -63,23 +64,41 @@ class Relay(Response):
         if self.bad is not None:
             return
         if self.stream and self.http_status == 200:
-            whole = self._scan(data)
-            if self.bad is not None:
-                self.fail(StreamError(self.bad))
-            elif self.started:
-                self.ex.write(data)
-            elif whole:  # the first whole event: the client's stream begins
-                self.started = True
-                self.ex.start_stream(200, first=b"".join(self.whole) + data)
-                self.whole.clear()
-            else:
-                self.whole.append(data)
+            self.out.append(data)  # relayed at the end of the read (:meth:`feed`)
             return
         n = sum(map(len, self.whole)) + len(data)
         if n > MAX_WHOLE_BYTES:
             self.too_large = True
             return
         self.whole.append(data)
+
+    def feed(self, data: bytes) -> None:
+        """One upstream read: the events its chunks hold are checked and timed together and go to
+        the client in one write (an engine that sends many events at once costs one scan and one
+        send, not one a chunk: a burst of small writes keeps the client's reader off the CPU until
+        it ends)."""
+        super().feed(data)
+        if self.out:
+            self._relay()
+
+    def _relay(self) -> None:
+        """Check, time and write the streamed bytes gathered from the read so far."""
+        out = self.out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if self.bad is not None:
+            return
+        whole = self._scan(data)
+        if self.bad is not None:
+            self.fail(StreamError(self.bad))
+        elif self.started:
+            self.ex.write(data)
+        elif whole:  # the first whole event: the client's stream begins
+            self.started = True
+            self.ex.start_stream(200, first=b"".join(self.whole) + data)
+            self.whole.clear()
+        else:
+            self.whole.append(data)
 
     def _scan(self, data: bytes) -> bool:
         """Check and time the events that ``data`` ends (events end with a blank line; one may span
@@ -121,6 +140,8 @@ class Relay(Response):
         return bool(parts)
 
     def finish(self) -> None:
+        if self.out:  # the end of the body came in the read that carried these bytes
+            self._relay()
         if self.bad is not None:
             return
         if self.stream and self.http_status == 200 and (self.carry.strip() or not self.started):
