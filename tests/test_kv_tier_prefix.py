@@ -21,6 +21,7 @@ class _R:
         self.offloaded_tokens = 0
         self.loaded_tokens = 0
         self.hash_ids = hash_ids
+        self.num_cached_tokens = -1   # not yet admitted
 
 
 def test_units_are_kept_oldest_out_and_give_way_to_preempted_requests():
@@ -110,6 +111,27 @@ def test_a_small_tier_keeps_the_newest_units(documents):
     cfg, reqs, hashes = documents
     t = _run(_tier(cfg, 1e-7, tokens=40 * 64), reqs, hashes, step=STEP).kv_tier
     assert t["prefix_units_evicted"] > 0 and t["prefix_hit_tokens"] > 0 and t["prefix_units_held"] <= 40
+
+
+def test_the_hit_rate_counts_first_admissions_as_the_records_do():
+    """A tier too small for the preempted requests' KV: they are recomputed and, admitted again,
+    hit the tier's prefix units again. The tier's traffic counts every load; the hit rate by tier
+    counts each request's first admission, as its cached_prompt_tokens does, so the GPU's share is
+    the rest of those tokens."""
+    from llmqueue.simulate import _prefix_hit_rate
+
+    reqs = Workload("poisson:40", prompt="uniform:300:900", output="uniform:50:300").generate(seed=0, n=300)
+    hashes = _hashes(reqs, np.random.default_rng(0), docs=30, shared_units=6)
+    cfg = EngineConfig.from_capacity(2500, block_size=16, max_num_batched_tokens=1024, max_num_seqs=64,
+                                     enable_prefix_caching=True)
+    r = _run(_tier(cfg, 1e-6, tokens=64 * 8), reqs, hashes, step=STEP)
+    t, q = r.kv_tier, r.requests
+    assert t["recomputed_tier_full"] > 0 and 0 < t["first_admission_hit_tokens"] < t["prefix_hit_tokens"]
+    hr = _prefix_hit_rate(q, t)
+    sched = np.isfinite(q["first_scheduled_s"])
+    queried = q["prompt_tokens"][sched].sum()
+    assert hr["gpu"] > 0 and hr["host"] == pytest.approx(t["first_admission_hit_tokens"] / queried)
+    assert (hr["gpu"] + hr["host"]) * queried == pytest.approx(q["cached_prompt_tokens"][sched].sum())
 
 
 @pytest.mark.parametrize("seed", range(10))

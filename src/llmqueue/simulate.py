@@ -497,9 +497,10 @@ def write_workload(requests, path) -> None:
 def _prefix_hit_rate(q: dict, tier: dict | None) -> dict | None:
     """The prefix cache's hit rate by tier: prompt tokens served from the GPU's cache and (with a
     host KV tier holding prefix units) from the host tier, over the prompt tokens of the requests
-    scheduled (vLLM's ``prefix_cache_hits`` and ``external_prefix_cache_hits`` over their
-    queries). None when no prefix was served from anywhere and no tier holds units."""
-    host = (tier or {}).get("prefix_hit_tokens")
+    scheduled, at their first admission as the records' ``cached_prompt_tokens`` count them (vLLM's
+    ``prefix_cache_hits`` and ``external_prefix_cache_hits`` over their queries). None when no
+    prefix was served from anywhere and no tier holds units."""
+    host = (tier or {}).get("first_admission_hit_tokens")
     sched = np.isfinite(np.asarray(q["first_scheduled_s"], dtype=float))
     cached = float(np.sum(np.asarray(q["cached_prompt_tokens"])[sched]))
     queried = float(np.sum(np.asarray(q["prompt_tokens"])[sched]))

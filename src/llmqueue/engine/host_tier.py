@@ -69,7 +69,7 @@ class HostTier:
 
     __slots__ = ("capacity", "free", "s_per_token", "offloads", "full", "restores", "loaded_tokens", "dropped",
                  "recomputed_tokens", "offloaded_tokens", "units", "unit_tokens", "stored_units", "evicted_units",
-                 "unstored_units", "prefix_hit_units")
+                 "unstored_units", "prefix_hit_units", "first_hit_units")
 
     def __init__(self, capacity: int, s_per_token: float) -> None:
         self.capacity = int(capacity)
@@ -88,6 +88,7 @@ class HostTier:
         self.evicted_units = 0   # units the tier dropped for room
         self.unstored_units = 0  # units not stored: pinned requests left no room
         self.prefix_hit_units = 0  # units loaded by waiting requests (external prefix-cache hits)
+        self.first_hit_units = 0   # of those, at a request's first admission (its cached_prompt_tokens)
 
     def _room(self, n: int) -> bool:
         """Make ``n`` tokens free, evicting the oldest stored units as needed; False if it cannot."""
@@ -173,9 +174,14 @@ class HostTier:
 
     def loaded_units(self, r, j: int) -> int:
         """``r`` was admitted with ``j`` units taken from the tier: the tokens loaded (returned, for
-        the step's load time), counted as external prefix-cache hits."""
+        the step's load time), counted as external prefix-cache hits (call it before the scheduler
+        sets ``r``'s cached tokens: a first admission's hits are counted apart, as the records'
+        ``cached_prompt_tokens`` count only those; a request recomputed after a preemption can hit
+        again)."""
         n = j * self.unit_tokens
         self.prefix_hit_units += j
+        if r.num_cached_tokens < 0:
+            self.first_hit_units += j
         self.loaded_tokens += n
         r.loaded_tokens += n
         return n
@@ -188,6 +194,7 @@ class HostTier:
         if self.unit_tokens:
             out.update(prefix_units_stored=self.stored_units, prefix_units_evicted=self.evicted_units,
                        prefix_units_not_stored=self.unstored_units, prefix_hit_tokens=self.prefix_hit_units * self.unit_tokens,
+                       first_admission_hit_tokens=self.first_hit_units * self.unit_tokens,
                        prefix_units_held=len(self.units))
         return out
 
