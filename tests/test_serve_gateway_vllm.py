@@ -10,7 +10,6 @@ import asyncio
 import concurrent.futures as cf
 import json
 import os
-import threading
 import time
 
 import httpx
@@ -73,38 +72,31 @@ def test_two_vllm_servers_behind_the_gateway(tmp_path, vllm_server, second_vllm)
     model = vllm_server.model
     with GatewayProcess("--scenario", str(sc), "--backend", "p=" + ",".join(engines), "--out", str(out),
                         "--scrape-interval", "0.2") as gw:
-        # disconnects free the engines: seqs long streamed answers, each cut after its first chunk
-        n_cut = seqs
+        # disconnects free the engines: 2 x seqs long streamed answers (every slot of both engines),
+        # each cut as soon as its first chunk came (the tiny model decodes 1,000 tokens in a second or
+        # two and vLLM's CPU server streams in bursts: a cut that waited for the others' first chunks,
+        # or for a scrape, found them all finished in CI)
+        n_cut = 2 * seqs
         body = {"model": model, "prompt": [11, 12, 13, 14], "max_tokens": 1000, "ignore_eos": True, "stream": True}
-        started, release = threading.Barrier(n_cut + 1), threading.Event()
 
         def cut(_):
             with httpx.Client(timeout=120, trust_env=False) as c, \
                     c.stream("POST", gw.url + "/v1/completions", json=body) as r:
-                lines = r.iter_lines()  # kept: a dropped iterator closes the response (a disconnect)
-                first = next(lines)
-                started.wait()
-                release.wait()
-                return r.status_code, first
+                return r.status_code, next(r.iter_lines())  # leaving the block closes the connection
 
         before = _finished(engines)
         with cf.ThreadPoolExecutor(n_cut) as ex:
-            cuts = ex.map(cut, range(n_cut))
-            started.wait()
-            running = sum(_metric(u, "vllm:num_requests_running") for u in engines)
-            release.set()
-            cuts = list(cuts)
+            cuts = list(ex.map(cut, range(n_cut)))
         assert all(code == 200 and first.startswith("data: ") for code, first in cuts)
-        assert running >= 1
         end = time.monotonic() + 30
         while sum(_metric(u, "vllm:num_requests_running") for u in engines) > 0 and time.monotonic() < end:
             time.sleep(0.2)
         assert sum(_metric(u, "vllm:num_requests_running") for u in engines) == 0
         after = _finished(engines)
         ended = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-        # the engines ran to their end only the requests done before their cut (vLLM's CPU server
-        # streams in bursts here); the others were aborted (vLLM counts no success for them) and
-        # nothing is decoding any more
+        # the engines ran to their end only the requests whose generation ended before their cut
+        # reached them; the others were aborted (vLLM counts no success for them) and nothing is
+        # decoding any more
         done = int(ended.get("length", 0) + ended.get("stop", 0))
         aborted = n_cut - done
         assert aborted >= 1, ended
@@ -133,7 +125,10 @@ def test_two_vllm_servers_behind_the_gateway(tmp_path, vllm_server, second_vllm)
     assert codes.count(503) >= 1
     assert all(ra is not None and int(ra) >= 1 for c, ra in res if c == 503)
     assert "llmqueue_gateway_cancellations_total" in metrics
-    assert list(rec["status"]).count("cancelled") == aborted and list(rec["status"]).count("rejected") == codes.count(503)
+    # each abort came from a cut the gateway counted; it counts more where the engine had ended the
+    # generation before the client went away but its stream had not yet reached the gateway
+    assert aborted <= list(rec["status"]).count("cancelled") <= n_cut
+    assert list(rec["status"]).count("rejected") == codes.count(503)
     # the scrapes reached the policies: the loads they read carry vLLM's KV blocks and an age
     blocks = {}
     for u in engines:
