@@ -129,14 +129,20 @@ def test_two_vllm_servers_behind_the_gateway(tmp_path, vllm_server, second_vllm)
     # generation before the client went away but its stream had not yet reached the gateway
     assert aborted <= list(rec["status"]).count("cancelled") <= n_cut
     assert list(rec["status"]).count("rejected") == codes.count(503)
-    # the scrapes reached the policies: the loads they read carry vLLM's KV blocks and an age
+    # the scrapes reached the policies: the numbers they read of each engine (the gateway's
+    # /metrics shows them) carry vLLM's KV blocks and an age; each admission read the queues' sum
     blocks = {}
     for u in engines:
         cc = cache_config(parse_metrics(httpx.get(u + "/metrics", timeout=30, trust_env=False).text,
                                         ["vllm:cache_config_info"]))
         blocks[u] = int(cc.num_gpu_blocks)
-    loads = [x for ln in (out / "decisions.jsonl").read_text().splitlines()
-             for x in json.loads(ln)["views"]["p"]["loads"].values()]
-    ages = [x[5] for x in loads]
-    assert loads and {x[3] for x in loads} <= set(blocks.values())
-    assert all(0 <= a < 60 for a in ages) and min(ages) < 1.0  # vLLM's CPU server answers /metrics late when busy
+    from prometheus_client.parser import text_string_to_metric_families
+
+    seen = {f.name: {s.labels["replica"]: s.value for s in f.samples}
+            for f in text_string_to_metric_families(metrics) if f.name.startswith("llmqueue_gateway_replica_")}
+    assert sorted(seen["llmqueue_gateway_replica_kv_blocks"].values()) == sorted(blocks.values())
+    ages = list(seen["llmqueue_gateway_replica_load_age_seconds"].values())
+    assert all(0 < a < 60 for a in ages) and min(ages) < 1.0  # vLLM's CPU server answers /metrics late when busy
+    admits = [json.loads(ln) for ln in (out / "decisions.jsonl").read_text().splitlines()]
+    admits = [d for d in admits if d["kind"] == "admit"]
+    assert admits and all(isinstance(d["views"]["p"]["replicas_waiting"], int) for d in admits)

@@ -50,3 +50,30 @@ def test_waiting_is_a_queue_only_when_it_stands(first, second, kv, want_waiting)
     x = p.load(0)
     assert x.num_waiting == want_waiting and x.num_running + x.num_waiting == p.outstanding[0]
     assert x.kv_blocks_free == round(x.kv_blocks_total * (1 - kv))
+
+
+def test_the_kept_queue_sum_is_the_sum_of_the_loads():
+    """``replicas_waiting()`` (one read, kept as counts and scrapes change) equals the queues the
+    replicas' loads report, summed, through random hand-overs, ends and scrapes; an admission rule
+    reading the pool's depth sees the same number either way."""
+    import random
+
+    fleet, _ = fleet_of("chat", ("deployment.max_num_seqs=4",))
+    n = 5
+    p = LivePool(fleet.pools[0], 0, [f"http://127.0.0.1:{1 + i}" for i in range(n)], seed=0, clock=lambda: 10.0)
+    rng = random.Random(3)
+    seen = set()
+    for step in range(3000):
+        i = rng.randrange(n)
+        u = rng.random()
+        if u < 0.45:
+            p.count(i, 1)
+        elif u < 0.85 and p.outstanding[i]:
+            p.count(i, -1)
+        else:
+            p.read_metrics(i, _metrics(rng.randrange(6), rng.randrange(6), rng.choice((0.1, 0.95))), t=step / 300)
+        want = sum(p.load(k).num_waiting for k in range(n))
+        assert p.replicas_waiting() == want == p.view._waiting_from_loads()
+        assert p.view.queue_depth() == len(p.held) + want
+        seen.add(want)
+    assert len(seen) > 5  # the queues moved

@@ -3,8 +3,8 @@
 Every routing and admission decision is a function of a policy object's own state (a token
 bucket's tokens, a round-robin counter, a random stream, a prefix table) and of the numbers it
 read: a pool's :class:`~llmqueue.cluster.view.PoolView` (outstanding requests and prefill
-backlog per replica, the routable replicas, the replicas' loads it asked for, the gateway
-queue's length and the age of its oldest request without a first token) and the request's own
+backlog per replica, the routable replicas, the replicas' loads it asked for, the sum of their
+queues when it asked for that (``replicas_waiting``), the gateway queue's length and the age of its oldest request without a first token) and the request's own
 attributes. :class:`DecisionLog` wraps the policy objects so that each call is written down with
 exactly the numbers it read; :func:`replay` runs fresh policy objects of the same description on
 the recorded calls, in order, and returns the decisions they make. A live gateway records its
@@ -52,6 +52,7 @@ class _Tap:
     def __init__(self, view: PoolView):
         self.view = view
         self.loads: dict = {}
+        self.waiting = None   # replicas_waiting(), once read
 
     def load(self, i: int) -> ReplicaLoad:
         x = self.loads.get(i)
@@ -59,12 +60,17 @@ class _Tap:
             x = self.loads[i] = self.view.load(i)
         return x
 
+    def replicas_waiting(self) -> int:
+        if self.waiting is None:
+            self.waiting = self.view.replicas_waiting()
+        return self.waiting
+
     def tapped(self) -> PoolView:
         v = self.view
         return PoolView(v.name, v.outstanding, v.routable, load=self.load, max_num_seqs=v.max_num_seqs,
                         kv_blocks_total=v.kv_blocks_total, block_size=v.block_size,
                         hash_block_tokens=v.hash_block_tokens, pending_prefill=v.pending_prefill, held=v.held,
-                        no_token=v.no_token)
+                        no_token=v.no_token, replicas_waiting=self.replicas_waiting)
 
     def snapshot(self) -> dict:
         v = self.view
@@ -72,6 +78,7 @@ class _Tap:
         return {"outstanding": list(v.outstanding), "pending_prefill": list(v.pending_prefill),
                 "routable": list(v.routable), "held": len(v.held), "oldest_no_token": oldest,
                 "loads": self.loads,  # ReplicaLoad snapshots (immutable): made JSON by :func:`encode` when written
+                "replicas_waiting": self.waiting,
                 "max_num_seqs": v.max_num_seqs, "kv_blocks_total": v.kv_blocks_total, "block_size": v.block_size,
                 "hash_block_tokens": v.hash_block_tokens}
 
@@ -96,11 +103,13 @@ def view_from(name: str, snap: dict) -> PoolView:
             raise KeyError(f"replay read replica {i}'s load, which the recorded decision did not read") from None
 
     oldest = snap["oldest_no_token"]
+    waiting = snap.get("replicas_waiting")  # absent in a record written before it was kept: the sum of the loads
     return PoolView(name, list(snap["outstanding"]), list(snap["routable"]), load=load,
                     max_num_seqs=snap["max_num_seqs"], kv_blocks_total=snap["kv_blocks_total"],
                     block_size=snap["block_size"], hash_block_tokens=snap["hash_block_tokens"],
                     pending_prefill=list(snap["pending_prefill"]), held=range(snap["held"]),
-                    no_token={} if oldest is None else {None: oldest})
+                    no_token={} if oldest is None else {None: oldest},
+                    replicas_waiting=None if waiting is None else lambda: waiting)
 
 
 class DecisionLog:

@@ -22,14 +22,18 @@ class PoolView:
     ``pending_prefill[i]``: prompt tokens of those without a first token yet (its prefill backlog);
     ``routable``: the slots that take requests now (ascending); ``load(i)``: replica ``i``'s
     :class:`~llmqueue.engine.api.ReplicaLoad`; ``max_num_seqs``: sequence slots per replica;
-    ``kv_blocks_total``: KV blocks per replica."""
+    ``kv_blocks_total``: KV blocks per replica; ``replicas_waiting()``: requests queued at the
+    pool's replicas, all of them (``sum_i Q_i``; by default summed over the loads: a driver that
+    keeps the sum as counts change gives it here, and an admission rule reads one number, not
+    ``n`` loads)."""
 
     __slots__ = ("name", "outstanding", "routable", "max_num_seqs", "kv_blocks_total", "block_size",
-                 "hash_block_tokens", "pending_prefill", "load", "held", "no_token")
+                 "hash_block_tokens", "pending_prefill", "load", "held", "no_token", "replicas_waiting")
 
     def __init__(self, name: str, outstanding: list, routable: list, *, load: Callable[[int], ReplicaLoad],
                  max_num_seqs: int, kv_blocks_total: int, block_size: int, hash_block_tokens: int = 512,
-                 pending_prefill: list | None = None, held: Sized = (), no_token: dict | None = None):
+                 pending_prefill: list | None = None, held: Sized = (), no_token: dict | None = None,
+                 replicas_waiting: Callable[[], int] | None = None):
         self.name = name
         self.outstanding = outstanding
         self.pending_prefill = pending_prefill if pending_prefill is not None else [0] * len(outstanding)
@@ -41,6 +45,7 @@ class PoolView:
         self.hash_block_tokens = hash_block_tokens
         self.held = held          # the pool's gateway queue (read for its length)
         self.no_token = no_token if no_token is not None else {}  # request -> arrival time, oldest first
+        self.replicas_waiting = replicas_waiting if replicas_waiting is not None else self._waiting_from_loads
 
     # -- the pool as a whole (what admission rules and autoscalers read) ----------------------------
     def serving(self) -> int:
@@ -50,8 +55,11 @@ class PoolView:
     def queue_depth(self) -> int:
         """Requests waiting in the pool (``Q``): its gateway queue and every serving or draining
         replica's queue."""
+        return len(self.held) + self.replicas_waiting()
+
+    def _waiting_from_loads(self) -> int:
         load = self.load  # a replica holding no request has none waiting
-        return len(self.held) + sum(load(i).num_waiting for i, n in enumerate(self.outstanding) if n)
+        return sum(load(i).num_waiting for i, n in enumerate(self.outstanding) if n)
 
     def queue_age(self, t: float) -> float:
         """Age at ``t`` of the oldest request the pool holds without a first token (0: none): the

@@ -443,7 +443,7 @@ class Gateway:
         q.t_dispatch = self.now()
         self.metrics.dispatched(pool.name, q.cls, q.t_dispatch - q.t_arrival, q.t_dispatch)
         r = q.r
-        pool.outstanding[i] += 1
+        pool.count(i, 1)
         pool.pending_prefill[i] += r.num_prompt_tokens
         pool.by_class[q.cls] += 1
         pool.no_token.setdefault(r, q.t_arrival)
@@ -452,7 +452,7 @@ class Gateway:
 
     def _taken_back(self, pool, i: int, q: GatewayRequest) -> None:
         r = q.r
-        pool.outstanding[i] -= 1
+        pool.count(i, -1)
         if r in pool.no_token:
             pool.no_token.pop(r, None)
             pool.pending_prefill[i] -= r.num_prompt_tokens
@@ -653,7 +653,7 @@ class Gateway:
                     return
                 m = await client.get(b.url + "/metrics")
                 if m.status_code == 200:
-                    b.read_metrics(m.text, self.now())
+                    pool.read_metrics(b.index, m.text, self.now())
             except Exception:  # noqa: BLE001 - an engine that does not answer is read as before
                 pass
 

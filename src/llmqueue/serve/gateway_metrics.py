@@ -7,7 +7,9 @@ gateway queue's depth by class and the pool's whole queue (gateway plus engines)
 admission (arrival to dispatch, a histogram); the age of the oldest request by pool and class, in
 the gateway's queue and in the whole pool (no first token yet: the queue age the gateway's rules
 read), the leading indicator of a queue that grows; cancellations; retries on another replica
-(retry amplification); each replica's outstanding requests and whether it serves; TTFT and time
+(retry amplification); each replica's outstanding requests and whether it serves, and the numbers
+the policies read of it (waiting, running, KV blocks and usage, and their age: a scrape that
+stopped shows here); TTFT and time
 per output token (histograms, the gateway's clock: the spread of the token gaps, p99 over p50, is
 the decode step's variance as a client sees it). The queues are read when scraped, nothing is
 added to a request's path. ``deploy/grafana/llmqueue-gateway.json`` draws these,
@@ -179,6 +181,13 @@ class _Live:
         out = GaugeMetricFamily(p + "replica_outstanding", "Requests handed to a replica and not ended",
                                 labels=["pool", "replica"])
         up = GaugeMetricFamily(p + "replica_serving", "1 while the replica takes requests", labels=["pool", "replica"])
+        seen = {k: GaugeMetricFamily(p + "replica_" + k, h, labels=["pool", "replica"]) for k, h in (
+            ("waiting", "Requests queued at the replica, as the policies read it (scraped, capped by outstanding)"),
+            ("running", "Requests in the replica's running batch, as the policies read it"),
+            ("kv_blocks", "The replica's KV blocks (vllm:cache_config_info when published)"),
+            ("kv_usage", "Share of the replica's KV blocks in use, as the policies read it"),
+            ("load_age_seconds", "Age of the replica's numbers the policies read (its last /metrics scrape; "
+                                 "0 when read from the gateway's own count)"))}
         fams = {k: GaugeMetricFamily(p + k, h, labels=["pool"]) for k, h in (
             ("arrival_rate", "lam: requests offered per second (window)"),
             ("service_rate", "mu: one sequence slot's service rate, 1 / mean engine time (window)"),
@@ -214,9 +223,13 @@ class _Live:
             for i, n in enumerate(pool.outstanding):
                 out.add_metric([name, str(i)], n)
                 up.add_metric([name, str(i)], 1 if i in pool.routable else 0)
+                x = pool.load(i)
+                for k, v in (("waiting", x.num_waiting), ("running", x.num_running), ("kv_blocks", x.kv_blocks_total),
+                             ("kv_usage", x.kv_usage), ("load_age_seconds", x.age_s)):
+                    seen[k].add_metric([name, str(i)], v)
             pred = self.m.prediction(name)
             for k, fam in fams.items():
                 v = pred[keys[k]]
                 if v == v:  # NaN: not measured yet
                     fam.add_metric([name], v)
-        yield from (depth, held_age, pool_age, pool_q, out, up, *fams.values())
+        yield from (depth, held_age, pool_age, pool_q, out, up, *seen.values(), *fams.values())

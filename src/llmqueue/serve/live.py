@@ -87,6 +87,8 @@ class LivePool:
         n = len(urls)
         self.outstanding = [0] * n
         self.pending_prefill = [0] * n
+        self.waiting = [0] * n   # each replica's queue as its load counts it, kept by _recount()
+        self.waiting_sum = 0
         self.routable = list(range(n))
         self.by_class: Counter = Counter()
         self.fair = FairQueue(fair_share) if fair_share else None
@@ -100,24 +102,51 @@ class LivePool:
         self.view = PoolView(self.name, self.outstanding, self.routable, load=self.load, max_num_seqs=c.max_num_seqs,
                              kv_blocks_total=c.num_kv_blocks, block_size=c.block_size,
                              hash_block_tokens=hash_block_tokens, pending_prefill=self.pending_prefill,
-                             held=self.held, no_token=self.no_token)
+                             held=self.held, no_token=self.no_token, replicas_waiting=self.replicas_waiting)
 
-    def load(self, i: int) -> ReplicaLoad:
-        """Replica ``i``'s load: scraped (with its age), else from the gateway's bookkeeping."""
-        b = self.backends[i]
-        total = b.kv_blocks_total or self.blocks
-        s = b.scraped
+    def _counts(self, i: int) -> tuple:
+        """Replica ``i``'s ``(waiting, running, scrape or None)``: scraped, capped by the
+        gateway's outstanding count, else from the gateway's bookkeeping."""
+        n = self.outstanding[i]  # what the gateway has there now: a scrape up to an interval old never says more
+        s = self.backends[i].scraped
         if s is None:
-            n = self.outstanding[i]
             run = n if n < self.max_num_seqs else self.max_num_seqs
-            return ReplicaLoad(n - run, run, total, total, n > 0, 0.0)
+            return n - run, run, None
         w, r, kv, t, persistent = s
         if w and not persistent and r + w <= self.max_num_seqs and kv < FULL_KV:
             r, w = r + w, 0  # arrived during the step the scrape caught: they start at the next one
-        n = self.outstanding[i]  # what the gateway has there now: a scrape up to an interval old never says more
         r = min(r, n)
-        w = min(w, n - r)
-        return ReplicaLoad(w, r, int(round(total * (1.0 - kv))), total, r > 0, max(self.clock() - t, 0.0))
+        return min(w, n - r), r, s
+
+    def load(self, i: int) -> ReplicaLoad:
+        """Replica ``i``'s load: scraped (with its age), else from the gateway's bookkeeping."""
+        total = self.backends[i].kv_blocks_total or self.blocks
+        w, r, s = self._counts(i)
+        if s is None:
+            return ReplicaLoad(w, r, total, total, r > 0, 0.0)
+        return ReplicaLoad(w, r, int(round(total * (1.0 - s[2]))), total, r > 0, max(self.clock() - s[3], 0.0))
+
+    def count(self, i: int, d: int) -> None:
+        """Replica ``i`` holds ``d`` more requests (``-1``: one ended): ``N_i`` and its queue in
+        the pool's sum (the outstanding counts change here only)."""
+        self.outstanding[i] += d
+        self._recount(i)
+
+    def read_metrics(self, i: int, text: str, t: float) -> None:
+        """Replica ``i``'s ``/metrics`` text scraped at ``t`` (:meth:`Backend.read_metrics`)."""
+        self.backends[i].read_metrics(text, t)
+        self._recount(i)
+
+    def _recount(self, i: int) -> None:
+        """Replica ``i``'s queue in the pool's sum anew (:meth:`replicas_waiting` is then one read,
+        not ``n`` loads)."""
+        w = self._counts(i)[0]
+        self.waiting_sum += w - self.waiting[i]
+        self.waiting[i] = w
+
+    def replicas_waiting(self) -> int:
+        """Requests queued at the pool's replicas (``sum_i Q_i``), as their loads count them."""
+        return self.waiting_sum
 
     def fail(self, i: int) -> None:
         """Replica ``i`` failed: out of the routable set until a probe finds it healthy."""
