@@ -3,7 +3,10 @@ same fast local stub, side by side in one run on this machine (issue 35, "Perfor
 
 Targets (one process each; the stub, the proxy and the client share the machine's cores):
 - ``direct``: the stub itself (serve.http, the project's server core, in its own process): every
-  answer written at once (a streamed one: ``--chunks`` events, then usage and ``[DONE]``);
+  answer written at once (a streamed one: ``--chunks`` events, then usage and ``[DONE]``, a chunk
+  each: the head and the first event in one send, the rest in a second; ``--stub-sends each``: one
+  send an event, whose burst of 65 sends, about 0.3 ms of the stub's CPU, delays whichever process
+  shares its core: on two cores, the proxy or the client);
 - ``gateway``: ``llmqueue gateway`` with one pool of one replica (least-outstanding), its records
   and decisions written to a temporary run folder as in use;
 - ``nginx``: a plain reverse proxy (``proxy_buffering off``, HTTP/1.1 keep-alive upstream), when
@@ -23,7 +26,7 @@ Figures, each per target:
   64 replicas, in-process on the gateway's own objects: p50 / p99 microseconds.
 
     python benchmarks/gateway_overhead.py [--seconds 8] [--rate 500] [--quick] [--out results.json]
-        [--litellm /work/.litellm-venv/bin/litellm]
+        [--litellm /work/.litellm-venv/bin/litellm] [--stub-sends once|each]
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ KEY = "sk-llmqueue-bench"   # LiteLLM refuses to start without a master key; eve
 
 # -- the stub -------------------------------------------------------------------------------------
 
-def serve_stub(port: int, chunks: int) -> None:
-    """The upstream every target forwards to: answers at once (a streamed one: ``chunks`` events)."""
+def serve_stub(port: int, chunks: int, each: bool = False) -> None:
+    """The upstream every target forwards to: answers at once (a streamed one: ``chunks`` events,
+    the first with the head in one send, the rest in a second; ``each``: one send an event)."""
     sys.path.insert(0, str(SRC))
     from llmqueue.serve.http import HttpServer
 
@@ -62,6 +66,7 @@ def serve_stub(port: int, chunks: int) -> None:
     whole = json.dumps({"id": "c", "object": "text_completion", "model": MODEL,
                         "choices": [{"index": 0, "text": " tok" * 16, "finish_reason": "length"}],
                         "usage": {"prompt_tokens": 4, "completion_tokens": 16, "total_tokens": 20}}).encode()
+    rest = [event] * (chunks - 1) + [tail]
     models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
     metrics = (b'vllm:num_requests_running{model_name="m"} 0.0\nvllm:num_requests_waiting{model_name="m"} 0.0\n'
                b'vllm:kv_cache_usage_perc{model_name="m"} 0.0\n')
@@ -69,10 +74,13 @@ def serve_stub(port: int, chunks: int) -> None:
     def handle(ex):
         if ex.path in ("/v1/completions", "/v1/chat/completions"):
             if b'"stream":true' in ex.body.replace(b" ", b""):
-                ex.start_stream(200, first=event)
-                for _ in range(chunks - 1):
-                    ex.write(event)
-                ex.end(tail)
+                ex.start_stream(200, first=event)  # the first token's event with the head: one send
+                if each:
+                    for _ in range(chunks - 1):
+                        ex.write(event)
+                    ex.end(tail)
+                else:
+                    ex.end_chunks(rest)  # the other events (a chunk each) and the end: one send
             else:
                 ex.respond(200, whole)
         elif ex.path == "/v1/models":
@@ -118,13 +126,14 @@ def wait_http(port: int, path: str = "/health", timeout: float = 120.0) -> None:
 class Targets:
     """Start the stub and every proxy available; ``ports``: target name -> port."""
 
-    def __init__(self, chunks: int, litellm: str | None, work: Path):
+    def __init__(self, chunks: int, litellm: str | None, work: Path, stub_each: bool = False):
         self.procs: list = []
         self.ports: dict = {}
         self.notes: list = []
         self.work = work
         stub = free_port()
-        self._spawn([sys.executable, __file__, "--serve-stub", str(stub), "--chunks", str(chunks)], "stub")
+        self._spawn([sys.executable, __file__, "--serve-stub", str(stub), "--chunks", str(chunks),
+                     *(["--stub-sends", "each"] if stub_each else [])], "stub")
         wait_http(stub)
         self.ports["direct"] = stub
         self._gateway(stub)
@@ -380,6 +389,10 @@ def main() -> None:
     ap.add_argument("--unloaded", type=int, default=400)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--chunks", type=int, default=64)
+    ap.add_argument("--stub-sends", choices=("once", "each"), default="once",
+                    help="the stub sends a streamed answer's events after the first in one send (once), or one "
+                         "send an event (each: its burst of sends competes for the CPU with the proxy on a small "
+                         "machine)")
     ap.add_argument("--litellm", default="/work/.litellm-venv/bin/litellm")
     ap.add_argument("--quick", action="store_true", help="a short smoke: 1 s loads, 50 unloaded requests")
     ap.add_argument("--only", default=None, help="comma-separated targets (direct is always measured)")
@@ -387,14 +400,15 @@ def main() -> None:
     ap.add_argument("--serve-stub", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_stub is not None:
-        return serve_stub(a.serve_stub, a.chunks)
+        return serve_stub(a.serve_stub, a.chunks, each=a.stub_sends == "each")
     if a.quick:
         a.seconds, a.unloaded, a.rate = 1.0, 50, min(a.rate, 100.0)
     work = Path(tempfile.mkdtemp(prefix="gw-overhead-"))
     res: dict = {"machine": f"{os.cpu_count()} cores", "seconds": a.seconds, "rate": a.rate, "chunks": a.chunks,
+                 "stub_sends": a.stub_sends,
                  "connections": a.connections, "targets": {}}
     res["decision_64_replicas"] = decision_us(64, 2000 if a.quick else 20000)
-    t = Targets(a.chunks, None if a.quick else a.litellm, work)
+    t = Targets(a.chunks, None if a.quick else a.litellm, work, stub_each=a.stub_sends == "each")
     res["notes"] = t.notes
     try:
         names = list(t.ports) if not a.only else ["direct", *[x for x in a.only.split(",") if x in t.ports]]

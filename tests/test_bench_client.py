@@ -715,3 +715,56 @@ def test_an_unforeseen_parsing_failure_is_its_attempts_error(stub, monkeypatch, 
     assert len(r) == len(reqs) and bad > 0 and int((r["status"] == "ok").sum()) == len(reqs) - bad
     assert res.summary["errors"] == {"unreadable response (RuntimeError)": bad} and res.error is None
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_whole_chunks_read_together_frame_as_the_states_one_by_one():
+    """The chunked framing's shortcut (the chunks wholly in a read handed over in one call) gives
+    the payload bytes, the end and the failures the state-by-state framing gives, over random
+    bodies (extensions, bad size lines, trailers) cut at random reads."""
+    import random
+
+    from llmqueue.bench.http import Response
+
+    class Kept(Response):
+        __slots__ = ("got", "failed")
+
+        def __init__(self):
+            super().__init__()
+            self.got, self.failed = [], None
+
+        def payload(self, data):
+            self.got.append(data)
+
+        def fail(self, exc):
+            self.failed = str(exc)
+            super().fail(exc)
+
+    class StateByState(Kept):
+        __slots__ = ()
+
+        def _whole_chunks(self, buf, pos, n):
+            return pos
+
+    rng = random.Random(11)
+    seen = set()
+    for _ in range(800):
+        body = b""
+        for _ in range(rng.randrange(0, 12)):
+            d = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+            size = b"%x" % len(d) if rng.random() < 0.9 else b"%X" % len(d)
+            ext = b";x=1" if rng.random() < 0.1 else b""
+            body += size + ext + b"\r\n" + d + b"\r\n"
+        if rng.random() < 0.05:
+            body += b"zz\r\n"  # not a size
+        body += b"0\r\n" + (b"T: 1\r\n" if rng.random() < 0.2 else b"") + b"\r\n"
+        data = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
+        cuts = sorted(rng.sample(range(1, len(data)), min(rng.randrange(0, 6), len(data) - 1)))
+        outs = []
+        for cls in (Kept, StateByState):
+            r = cls()
+            for a, b in zip([0, *cuts], [*cuts, len(data)]):
+                r.feed(data[a:b])
+            outs.append((b"".join(r.got), r.complete, r.failed, r.buf))
+        assert outs[0] == outs[1], data
+        seen.add((outs[0][1], outs[0][2] is not None))
+    assert seen == {(True, False), (False, True)}  # whole bodies and bad ones

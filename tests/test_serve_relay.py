@@ -58,3 +58,95 @@ def test_garbage_in_a_read_fails_the_send_and_is_not_passed_on():
     r.feed(_chunk(_event(1)) + _chunk(b"@@@ garbage @@@\n\n"))
     assert "not a server-sent event" in str(r.failed) and "not a server-sent event" in r.bad
     assert b"garbage" not in b"".join(d for _, d in ex.calls)
+
+
+class _OneByOne(Relay):
+    """The relay with every event checked one by one (no plain-run shortcut): the reference."""
+
+    __slots__ = ()
+
+    def _scan(self, data):
+        if self.crlf is None and b"\n" in data:
+            self.crlf = b"\r\n" in data
+        if self.crlf:
+            data = data.replace(b"\r\n", b"\n")
+        return self._events(self.carry + data if self.carry else data)
+
+
+def _random_stream(rng) -> bytes:
+    """An engine's stream: token events, sometimes a chat opening chunk, usage riding on tokens, a
+    usage event, [DONE], comments, blank lines in a row, CR LF line ends, or garbage."""
+    evs = []
+    if rng.random() < 0.3:
+        evs.append(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}')
+    for k in range(rng.randrange(0, 30)):
+        u = rng.random()
+        if u < 0.05:
+            evs.append(b": ping")
+        elif u < 0.1:
+            evs.append(b'data: {"choices":[{"text":"t"}],"usage":{"completion_tokens":%d}}' % k)
+        elif u < 0.12:
+            evs.append(b'data:{"choices":[{"text":"no space"}]}')
+        elif u < 0.14:
+            evs.append(b'event: x\ndata: {"choices":[{"text":"two lines"}]}')
+        else:
+            evs.append(b'data: {"choices":[{"index":0,"text":" t%d"}]}' % k)
+    if rng.random() < 0.8:
+        evs.append(b'data: {"choices":[],"usage":{"completion_tokens":%d}}' % len(evs))
+        evs.append(b"data: [DONE]")
+    if rng.random() < 0.1:
+        evs.insert(rng.randrange(len(evs) + 1), b"@@@ garbage")
+    sep = b"\n\n\n" if rng.random() < 0.1 else b"\n\n"
+    s = b"".join(e + sep for e in evs)
+    if rng.random() < 0.2:
+        s = s.replace(b"\n", b"\r\n")
+    if rng.random() < 0.05:
+        s = s[:-1]  # ends inside an event
+    return s
+
+
+def test_plain_runs_of_events_are_read_as_one_by_one():
+    """Counting a run of plain ``data: {...}`` events at once gives what checking each gives:
+    the token count, the usage, the first token's time, the gaps, garbage found, what is carried
+    to the next read, and the bytes the client gets; over random streams cut at random reads."""
+    import random
+
+    class Kept(_Client):
+        def end(self, last=b""):
+            self.calls.append(("end", last))
+
+    def run(cls, stream, cuts):
+        ex = Kept()
+        ticks = iter(range(10_000))
+        r = cls(ex, True, clock=lambda: float(next(ticks)))
+        body = b"".join(_chunk(stream[a:b]) for a, b in zip(cuts, cuts[1:]) if b > a) + b"0\r\n\r\n"
+        data = HEAD + body
+        cut = sorted(rng.sample(range(1, len(data)), min(4, len(data) - 1)))
+        for a, b in zip([0, *cut], [*cut, len(data)]):
+            r.feed(data[a:b])
+        return (r.events, r.usage_tokens, repr(r.first), r.gaps, r.bad is None, r.carry, ex.calls)
+
+    class Fast(Relay):
+        __slots__ = ()
+
+        def fail(self, exc):  # the gateway ends the client's stream; here the reads go on
+            pass
+
+    class Ref(_OneByOne):
+        __slots__ = ()
+
+        def fail(self, exc):
+            pass
+
+    rng = random.Random(7)
+    kinds = set()
+    for _ in range(600):
+        stream = _random_stream(rng)
+        cuts = [0, *sorted(rng.sample(range(1, max(len(stream), 2)), min(3, max(len(stream) - 1, 0)))), len(stream)]
+        state = rng.getstate()
+        fast = run(Fast, stream, cuts)
+        rng.setstate(state)
+        ref = run(Ref, stream, cuts)
+        assert fast == ref, stream
+        kinds.add((fast[0] > 1, fast[4]))
+    assert kinds == {(True, True), (True, False), (False, True), (False, False)}  # both ways, with and without garbage

@@ -53,7 +53,9 @@ from llmqueue.serve.openai import ApiError, text_tokens
 MAX_LABEL_CHARS = 64   # X-Tenant and X-Request-Class values
 ROUTES = {"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
           "/metrics": "GET"}
-FLUSH_S = 1.0
+FLUSH_S = 1.0           # the records reach the disk at least this often (a crash loses at most this)
+FLUSH_ROWS = 64         # and as soon as this many wait: one flush stalls the loop ~0.7 ms, not ~5 ms at 500 req/s
+FLUSH_TICK_S = 0.05
 
 
 class GatewayRequest:
@@ -386,25 +388,28 @@ class Gateway:
 
     async def _serve(self, q: GatewayRequest, pool) -> None:
         ex = q.ex
-        ex.on_close = lambda: self._client_gone(q)
-        while True:
-            i = await self._place(q, pool)
-            if i is None:
-                return  # cut while held (the client went away, or the gateway stopped)
-            if q.status != "ok":  # gone between its dispatch and now: the slot is given back
+        ex.on_close = lambda: self._client_gone(q)  # a cycle (q -> ex -> this -> q) until the end below
+        try:
+            while True:
+                i = await self._place(q, pool)
+                if i is None:
+                    return  # cut while held (the client went away, or the gateway stopped)
+                if q.status != "ok":  # gone between its dispatch and now: the slot is given back
+                    self._taken_back(pool, i, q)
+                    break
+                outcome = await self._forward(q, pool, i)
                 self._taken_back(pool, i, q)
+                if outcome == "retry" and q.attempt <= self.max_retries and pool.routable:
+                    q.attempt += 1
+                    self.metrics.retries.labels(pool.name).inc()
+                    continue
+                if outcome == "retry":  # nothing left to try: the engine's failure is the answer
+                    self._fail_whole(q, 502, f"no replica answered (the last: {q.failure})" if q.failure
+                                     else "no replica answered")
                 break
-            outcome = await self._forward(q, pool, i)
-            self._taken_back(pool, i, q)
-            if outcome == "retry" and q.attempt <= self.max_retries and pool.routable:
-                q.attempt += 1
-                self.metrics.retries.labels(pool.name).inc()
-                continue
-            if outcome == "retry":  # nothing left to try: the engine's failure is the answer
-                self._fail_whole(q, 502, f"no replica answered (the last: {q.failure})" if q.failure
-                                 else "no replica answered")
-            break
-        self._end(q, pool)
+            self._end(q, pool)
+        finally:
+            ex.on_close = None  # the request's objects are freed when it ends, not by the collector
 
     async def _place(self, q: GatewayRequest, pool):
         """A replica for ``q``: routed now, or after waiting in the pool's gateway queue (the
@@ -484,8 +489,8 @@ class Gateway:
                     task.cancel()
             timer = asyncio.get_running_loop().call_later(self.first_byte_timeout_s, no_first_byte)
         try:
-            await asyncio.wait_for(b.upstream[q.path].send(relay, self._body(q, pool), self._headers(q, pool)),
-                                   self.upstream_timeout_s)
+            async with asyncio.timeout(self.upstream_timeout_s):  # in this task: wait_for adds one, a turn each way
+                await b.upstream[q.path].send(relay, self._body(q, pool), self._headers(q, pool))
         except asyncio.CancelledError:
             relay.abandon()
             if not late:
@@ -493,7 +498,7 @@ class Gateway:
             asyncio.current_task().uncancel()
             return self._timed_out(q, pool, i, f"the engine did not begin its answer in {self.first_byte_timeout_s:g} s")
         except (OSError, Lost, StreamError) as e:
-            if isinstance(e, asyncio.TimeoutError) and e.errno is None:  # wait_for's deadline, not a socket's
+            if isinstance(e, TimeoutError) and e.errno is None:  # the deadline's, not a socket's
                 return self._timed_out(q, pool, i, f"the engine did not finish its answer in "
                                        f"{self.upstream_timeout_s:g} s")
             relay.abandon()
@@ -663,9 +668,16 @@ class Gateway:
                 await asyncio.sleep(self.scrape_interval_s)
 
     async def _flush_loop(self) -> None:
+        """The records and decisions to disk every ``FLUSH_S``, or sooner once ``FLUSH_ROWS``
+        requests wait: the flush runs on the event loop, so a small one often keeps it from
+        holding the requests that arrive meanwhile."""
+        last = self.now()
         while True:
-            await asyncio.sleep(FLUSH_S)
-            self.records.flush()
+            await asyncio.sleep(FLUSH_TICK_S)
+            now = self.now()
+            if len(self.records.rows) >= FLUSH_ROWS or now - last >= FLUSH_S:
+                self.records.flush()
+                last = now
 
 
 def _check_label(header: str, value: str) -> None:

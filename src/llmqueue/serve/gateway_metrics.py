@@ -34,6 +34,7 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from llmqueue.serve.histograms import observe_many
 from llmqueue.serve.vllm_metrics import ITL_BUCKETS, TTFT_BUCKETS
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -118,9 +119,8 @@ class GatewayMetrics:
             self.stats[pool].service.add(t, service_s)
         if ttft_s is not None and ttft_s == ttft_s:
             self.ttft.labels(pool, cls).observe(ttft_s)
-        h = self.tpot.labels(pool, cls)
-        for g in gaps:
-            h.observe(g)
+        if gaps:
+            observe_many(self.tpot.labels(pool, cls), gaps)
 
     # -- predictions -------------------------------------------------------------------------------
     def prediction(self, name: str) -> dict:

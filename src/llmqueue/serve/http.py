@@ -109,6 +109,14 @@ class Exchange:
         self.state = 2
         self.conn.send((b"%x\r\n%b\r\n" % (len(last), last) if last else b"") + b"0\r\n\r\n", self)
 
+    def end_chunks(self, parts) -> None:
+        """Finish a streamed answer with ``parts``, each its own chunk, in one write (an answer
+        whose events are all ready: one send, not one an event)."""
+        if self.state != 1:
+            return
+        self.state = 2
+        self.conn.send(b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n", self)
+
     def reset(self) -> None:
         """Drop the connection at once with a TCP reset (a crashed server)."""
         self.conn.reset()

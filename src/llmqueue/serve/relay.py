@@ -28,6 +28,8 @@ MAX_WHOLE_BYTES = 64 * 1024 * 1024
 MAX_EVENT_BYTES = 1 << 20   # an event (or the bytes before the first) longer than this is garbage
 _FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+#: what makes an event more than a token to count (checked one by one from the first that holds one)
+_MARKS = (b'"choices":[]', b"[DONE]", b'"role":"assistant"', b'"completion_tokens"')
 
 
 class Relay(Response):
@@ -102,22 +104,73 @@ class Relay(Response):
 
     def _scan(self, data: bytes) -> bool:
         """Check and time the events that ``data`` ends (events end with a blank line; one may span
-        chunks): sets :attr:`bad` at one that is not a server-sent event; whether any ended."""
+        chunks): sets :attr:`bad` at one that is not a server-sent event; whether any ended.
+
+        The token events before the first that may be something else (a usage, ``[DONE]``, the
+        chat stream's opening chunk) are checked together when they are plain ``data: {...}``
+        events (counting their lines and their starts: what an engine sends while it decodes);
+        the others one by one."""
         if self.crlf is None and b"\n" in data:
             self.crlf = b"\r\n" in data  # JSON holds no raw CR LF: these are line ends
         if self.crlf:
             data = data.replace(b"\r\n", b"\n")
         buf = self.carry + data if self.carry else data
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            return self._events(buf)
+        whole = buf[:end + 2]
+        cut = len(whole)
+        for mark in _MARKS:
+            j = whole.find(mark, 0, cut)
+            if j >= 0:
+                cut = whole.rfind(b"\n\n", 0, j) + 2  # the start of the event that holds it (0: the first)
+                if cut == 1:
+                    cut = 0
+        bulk = whole[:cut] if cut < len(whole) else whole
+        k = 0
+        if bulk:  # plain events: each one line "data: {...}" ended by a blank line, and nothing else
+            k = bulk.count(b"\n\ndata: {") + 1
+            if not (bulk.startswith(b"data: {") and bulk.count(b"\n") == 2 * k):
+                return self._events(buf)  # one by one (it says which is not an event)
+        if b"\n\n\n" in buf[max(cut - 2, 0):]:  # blank lines in a row after them: split as they come
+            return self._events(buf)
+        self.carry = buf[end + 2:]
+        if len(self.carry) > MAX_EVENT_BYTES:
+            self.bad = f"no end of a server-sent event in {MAX_EVENT_BYTES} bytes"
+            return False
+        t = None
+        if k:
+            t = self.clock()
+            if self.events == 0:
+                self.first = t
+                if self.on_first is not None:
+                    self.on_first()
+            else:
+                self.gaps.append(t - self.last)
+            if k > 1:
+                self.gaps.extend([0.0] * (k - 1))  # one read, one time
+            self.last = t
+            self.events += k
+        if cut < len(whole):
+            self._each(whole[cut:end].split(b"\n\n"), t)
+        return True
+
+    def _events(self, buf: bytes) -> bool:
         parts = buf.split(b"\n\n")
         self.carry = parts.pop()
         if len(self.carry) > MAX_EVENT_BYTES:
             self.bad = f"no end of a server-sent event in {MAX_EVENT_BYTES} bytes"
             return False
-        t = None
+        self._each(parts, None)
+        return bool(parts) and self.bad is None
+
+    def _each(self, parts: list, t) -> None:
+        """Check and time ``parts`` (whole events, in order) one by one; ``t``: the read's time,
+        once taken."""
         for ev in parts:
             if not (ev.startswith((b"data: {", b"data:{", b"data: [DONE]")) and b"\n" not in ev) and _not_sse(ev):
                 self.bad = f"not a server-sent event: {bytes(ev[:40])!r}"
-                return False
+                return
             if b'"choices":[]' in ev or b"[DONE]" in ev or not ev.strip():
                 m = _USAGE.search(ev)
                 if m:
@@ -137,7 +190,6 @@ class Relay(Response):
                 self.gaps.append(t - self.last)
             self.last = t
             self.events += 1
-        return bool(parts)
 
     def finish(self) -> None:
         if self.out:  # the end of the body came in the read that carried these bytes

@@ -20,6 +20,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 
+from llmqueue.serve.histograms import observe_many
+
 _SECONDS_LONG = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                  480.0, 960.0, 1920.0, 7680.0)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -206,9 +208,7 @@ class EngineMetrics:
             self.h_decode.observe(last - first)
             if n > 1:
                 self.h_tpot.observe((last - first) / (n - 1))
-                obs = self.h_itl.observe
-                for i in range(1, n):
-                    obs(token_times[i] - token_times[i - 1])
+                observe_many(self.h_itl, [token_times[i] - token_times[i - 1] for i in range(1, n)])
 
     def exposition(self, load) -> bytes:
         """The text exposition, with the gauges read from ``load`` (a ReplicaLoad) now."""
