@@ -1,7 +1,7 @@
 """A gateway run's files: each request's record in the project's one schema, and its decisions.
 
 ``requests.parquet`` is written through a journal (:mod:`llmqueue.records.journal`) a batch every
-second, so a gateway killed outright loses at most the last second; ``close()`` turns it into the
+64 requests or second, so a gateway killed outright loses at most the last second; ``close()`` turns it into the
 Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as they read a bench
 run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
 carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``, ``tenant``,
