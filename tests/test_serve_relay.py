@@ -68,9 +68,9 @@ class _OneByOne(Relay):
     def _scan(self, data):
         if self.crlf is None and b"\n" in data:
             self.crlf = b"\r\n" in data
-        if self.crlf:
-            data = data.replace(b"\r\n", b"\n")
-        return self._events(self.carry + data if self.carry else data)
+        self.lead = self.carry.count(b"\n")
+        buf = self.carry + data
+        return self._events(buf.replace(b"\r\n", b"\n") if self.crlf else buf)
 
 
 def _random_stream(rng) -> bytes:
@@ -150,3 +150,56 @@ def test_plain_runs_of_events_are_read_as_one_by_one():
         assert fast == ref, stream
         kinds.add((fast[0] > 1, fast[4]))
     assert kinds == {(True, True), (True, False), (False, True), (False, False)}  # both ways, with and without garbage
+
+
+def test_the_events_before_garbage_reach_the_client_wherever_the_reads_are_cut():
+    """Garbage mid-stream ends the relay, but every whole event before it reaches the client as the
+    engine sent it (CR LF or LF), whichever read the garbage came in; the garbage event itself never
+    does whole."""
+    import random
+
+    class Kept(Relay):
+        __slots__ = ("failed",)
+
+        def fail(self, exc):
+            self.failed = exc
+
+    rng = random.Random(13)
+    started = 0
+    for _ in range(400):
+        sep = rng.choice((b"\n\n", b"\r\n\r\n"))
+        good = [b'data: {"choices":[{"text":" t%d"}]}' % k for k in range(rng.randrange(1, 12))]
+        bad_at = rng.randrange(1, len(good) + 1)
+        evs = [*good[:bad_at], b"@@@ garbage", *good[bad_at:]]
+        stream = b"".join(e + sep for e in evs)
+        g0 = sum(len(e) + len(sep) for e in evs[:bad_at])   # where the garbage event begins
+        g1 = g0 + len(evs[bad_at]) + len(sep)                 # and ends
+        data = HEAD + _chunk(stream) + b"0\r\n\r\n"
+        cuts = sorted(rng.sample(range(1, len(data)), min(rng.randrange(1, 8), len(data) - 1)))
+        ex = _Client()
+        r = Kept(ex, True, clock=lambda: 1.0)
+        for a, b in zip([0, *cuts], [*cuts, len(data)]):
+            r.feed(data[a:b])
+        assert r.bad is not None and "not a server-sent event" in r.bad
+        sent = b"".join(d for _, d in ex.calls)
+        if not r.started:
+            assert sent == b""  # garbage in the read that would begin the stream: nothing sent, another replica
+            continue
+        started += 1
+        assert stream.startswith(sent) and g0 <= len(sent) < g1, (stream, sent, cuts)
+    assert started > 200
+
+
+def test_a_cr_lf_cut_between_two_reads_ends_the_event():
+    """An engine that ends its lines with CR LF (sse-starlette): an event whose blank line is cut
+    between two reads after its CR ends with the second read, and the stream ends whole."""
+    ev = b'data: {"choices":[{"text":" t"}]}\r\n\r\n'
+    ex = _Client()
+    r = Relay(ex, True, clock=lambda: 1.0)
+    r.feed(HEAD + _chunk(ev))
+    r.feed(_chunk(ev[:-1]))                 # ... \r\n\r
+    assert r.events == 1
+    r.feed(_chunk(ev[-1:]) + _chunk(ev))    # \n, then a whole event
+    assert r.events == 3 and r.carry == b""
+    r.feed(_chunk(b"data: [DONE]\r\n\r\n") + b"0\r\n\r\n")
+    assert r.bad is None and r.complete and r.events == 3

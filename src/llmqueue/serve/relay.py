@@ -37,7 +37,7 @@ class Relay(Response):
     ``stream``: the client asked for server-sent events; ``clock()``: the gateway's time."""
 
     __slots__ = ("ex", "stream", "clock", "started", "first", "last", "events", "usage_tokens", "gaps", "carry",
-                 "whole", "too_large", "on_first", "bad", "crlf", "out")
+                 "whole", "too_large", "on_first", "bad", "crlf", "out", "lead", "good")
 
     def __init__(self, ex, stream: bool, clock, on_first=None):
         super().__init__()
@@ -57,6 +57,8 @@ class Relay(Response):
         self.bad = None             # why the answer is garbage, once it is found to be
         self.crlf = None            # the engine ends its event lines with CR LF (sse-starlette's way)
         self.out: list = []         # the streamed chunks of one upstream read, relayed at its end
+        self.lead = 0               # line ends of the scanned buffer carried from earlier reads (already sent)
+        self.good = 0               # line ends of the scanned buffer before the event found bad
 
     @property
     def output_tokens(self) -> int:
@@ -92,6 +94,9 @@ class Relay(Response):
             return
         whole = self._scan(data)
         if self.bad is not None:
+            k = self.good - self.lead  # line ends of this read before the event found bad
+            if self.started and k > 0:  # the whole events before it, as the engine sent them
+                self.ex.write(data[:_after_lines(data, k)])
             self.fail(StreamError(self.bad))
         elif self.started:
             self.ex.write(data)
@@ -112,9 +117,11 @@ class Relay(Response):
         the others one by one."""
         if self.crlf is None and b"\n" in data:
             self.crlf = b"\r\n" in data  # JSON holds no raw CR LF: these are line ends
-        if self.crlf:
-            data = data.replace(b"\r\n", b"\n")
-        buf = self.carry + data if self.carry else data
+        carry = self.carry
+        self.lead = carry.count(b"\n") if carry else 0
+        buf = carry + data if carry else data
+        if self.crlf:  # after joining: a CR LF cut between two reads is one line end
+            buf = buf.replace(b"\r\n", b"\n")
         end = buf.rfind(b"\n\n")
         if end < 0:
             return self._events(buf)
@@ -152,7 +159,7 @@ class Relay(Response):
             self.last = t
             self.events += k
         if cut < len(whole):
-            self._each(whole[cut:end].split(b"\n\n"), t)
+            self._each(whole[cut:end].split(b"\n\n"), t, 2 * k)
         return True
 
     def _events(self, buf: bytes) -> bool:
@@ -161,15 +168,16 @@ class Relay(Response):
         if len(self.carry) > MAX_EVENT_BYTES:
             self.bad = f"no end of a server-sent event in {MAX_EVENT_BYTES} bytes"
             return False
-        self._each(parts, None)
+        self._each(parts, None, 0)
         return bool(parts) and self.bad is None
 
-    def _each(self, parts: list, t) -> None:
-        """Check and time ``parts`` (whole events, in order) one by one; ``t``: the read's time,
-        once taken."""
-        for ev in parts:
+    def _each(self, parts: list, t, lines: int) -> None:
+        """Check and time ``parts`` (whole events, in order, after ``lines`` line ends of the
+        scanned buffer) one by one; ``t``: the read's time, once taken."""
+        for i, ev in enumerate(parts):
             if not (ev.startswith((b"data: {", b"data:{", b"data: [DONE]")) and b"\n" not in ev) and _not_sse(ev):
                 self.bad = f"not a server-sent event: {bytes(ev[:40])!r}"
+                self.good = lines + sum(p.count(b"\n") + 2 for p in parts[:i])
                 return
             if b'"choices":[]' in ev or b"[DONE]" in ev or not ev.strip():
                 m = _USAGE.search(ev)
@@ -225,6 +233,14 @@ class Relay(Response):
             self.ex.respond(e.status, e.body())
             return
         self.ex.respond(self.http_status or 502, b"".join(self.whole))
+
+
+def _after_lines(raw: bytes, k: int) -> int:
+    """Where in ``raw`` its ``k``-th line end (LF, or CR LF) ends."""
+    pos = -1
+    for _ in range(k):
+        pos = raw.index(b"\n", pos + 1)
+    return pos + 1
 
 
 def _not_sse(ev: bytes) -> bool:
