@@ -8,7 +8,8 @@ carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``
 ``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``; with
 degrade rules also ``degraded`` (how it was served smaller, as the simulator's records say).
 ``workload.parquet`` holds the arrivals as asked (with their ``max_tokens``), for ``llmqueue
-simulate --trace``; ``summary.json`` the run summarised as a bench run is. ``decisions.jsonl`` holds every routing and admission decision with the numbers it read
+simulate --trace``, journaled with the records (nothing of a long run is held in memory) and put
+in arrival order at the end; ``summary.json`` the run summarised as a bench run is. ``decisions.jsonl`` holds every routing and admission decision with the numbers it read
 (:mod:`llmqueue.cluster.decisions`), one JSON object a line, flushed with the records.
 """
 
@@ -18,10 +19,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from llmqueue.records.columns import request_record_columns
+from llmqueue.records.journal import ParquetJournal
 
 _EXTRA = ("pool", "lane", "model", "tenant", "reason")
+#: ``workload.parquet``: the arrivals as asked, for ``llmqueue simulate --trace``
+WORKLOAD_SCHEMA = pa.schema([("request_id", pa.int64()), ("class", pa.string()), ("arrival_s", pa.float64()),
+                             ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64())])
 
 
 class GatewayRecords:
@@ -40,12 +46,13 @@ class GatewayRecords:
             self.writer = RunWriter(self.dir, journal=True, optional={"requests": list(self.extra)})
             self.writer.writer("requests")
             self.decisions = open(self.dir / "decisions.jsonl", "w", encoding="utf-8")
+            self.workload = ParquetJournal(self.dir / "workload.parquet", WORKLOAD_SCHEMA)
         except OSError as e:
             raise InputError("out", f"cannot write to {self.dir} ({e.strerror or e})",
                              "choose another --out") from None
         self.rows: list = []
         self.pending: list = []   # decisions since the last flush
-        self.offered: list = []   # the arrivals as asked (max_tokens, not what was produced): workload.parquet
+        self.offered: list = []   # the arrivals as asked (max_tokens, not what was produced) since the last flush
         self.count = 0
 
     def add(self, q, replica: int, model: str) -> None:
@@ -66,6 +73,13 @@ class GatewayRecords:
             recs, self.pending = self.pending, []
             self.decisions.write("".join(json.dumps(r, separators=(",", ":"), default=encode) + "\n" for r in recs))
         self.decisions.flush()
+        if self.offered:  # through a journal too: a long run keeps none of it in memory
+            offered, self.offered = self.offered, []
+            cols = list(zip(*offered))
+            self.workload.write_table(pa.table({
+                "request_id": pa.array(cols[0], pa.int64()), "class": pa.array([str(c) for c in cols[1]], pa.string()),
+                "arrival_s": pa.array(cols[2], pa.float64()), "prompt_tokens": pa.array(cols[3], pa.int64()),
+                "output_tokens": pa.array(cols[4], pa.int64())}, schema=WORKLOAD_SCHEMA))
         if not self.rows:
             return
         rows, self.rows = self.rows, []
@@ -84,7 +98,6 @@ class GatewayRecords:
         """Finish the files: ``requests.parquet`` from its journal, ``workload.parquet`` (every
         arrival with its prompt and the ``max_tokens`` it asked for: what ``llmqueue simulate
         --trace`` replays) and ``summary.json`` (the run summarised as a bench run is)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         from llmqueue._files import staged
@@ -92,15 +105,13 @@ class GatewayRecords:
         self.flush()
         self.decisions.close()
         self.writer.close(complete=True)
-        cols = list(zip(*self.offered)) or [[], [], [], [], []]
-        order = np.argsort(np.asarray(cols[2], dtype=np.float64), kind="stable")
-        wl = pa.table({"request_id": pa.array(np.asarray(cols[0], dtype=np.int64)[order]),
-                       "class": pa.array([str(cols[1][k]) for k in order], pa.string()),
-                       "arrival_s": pa.array(np.asarray(cols[2], dtype=np.float64)[order]),
-                       "prompt_tokens": pa.array(np.asarray(cols[3], dtype=np.int64)[order]),
-                       "output_tokens": pa.array(np.asarray(cols[4], dtype=np.int64)[order])})
-        with staged(self.dir / "workload.parquet") as tmp:
-            pq.write_table(wl, tmp)
+        self.workload.close()
+        wl = pq.read_table(self.dir / "workload.parquet")
+        t = wl.column("arrival_s").to_numpy()
+        if len(t) > 1 and bool(np.any(np.diff(t) < 0)):  # written as requests ended: by arrival for the trace
+            order = np.argsort(t, kind="stable")
+            with staged(self.dir / "workload.parquet") as tmp:
+                pq.write_table(wl.take(pa.array(order)), tmp)
         if self.count:
             from llmqueue.metrics import summarize
             from llmqueue.records import read_records
