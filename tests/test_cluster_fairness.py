@@ -109,3 +109,41 @@ def test_a_burst_does_not_starve_a_tenant_within_its_share():
 
     service = 21 * 0.002  # prefill step + 20 decode steps
     assert b_wait(fair) < 2 * service < 10 * service < b_wait(fifo)
+
+
+def test_forgetting_full_tenant_buckets_changes_no_decision(monkeypatch):
+    """A client naming many tenants (keys, ``X-Tenant``): the gateway forgets the tenants whose
+    buckets are full (a full bucket admits as a new one does) and decides exactly as when it keeps
+    every one, with a bounded table."""
+    import random
+
+    from llmqueue.cluster import gateway as gwmod
+    from llmqueue.cluster.gateway import GatewayRuntime
+    from llmqueue.cluster.spec import TenantLimit
+
+    spec = Gateway(tenant_limits={"*": TenantLimit(rate=2.0, burst=3.0, tokens_per_s=400.0, token_burst=900.0),
+                                  "big": TenantLimit(rate=50.0, burst=20.0)})
+
+    from types import SimpleNamespace
+
+    view = SimpleNamespace(name="p")  # no rule here reads the pool
+
+    def run(sweep_at):
+        monkeypatch.setattr(gwmod, "TENANT_SWEEP", sweep_at)
+        g = GatewayRuntime(spec)
+        rng = random.Random(9)
+        out, t, most = [], 0.0, 0
+        for k in range(20_000):
+            t += rng.expovariate(400.0)
+            tenant = rng.choice(("big", f"hot{rng.randrange(5)}", f"new{k}" if rng.random() < 0.5 else f"warm{rng.randrange(40)}"))
+            r = Request(k, t, rng.randrange(1, 300), rng.randrange(1, 400), class_name=tenant)
+            _, why = g.decide(r, view, {"p": view}, t)
+            out.append((why, round(g.retry_after_s, 12) if why else None))
+            most = max(most, len(g.tenant_buckets))
+        return out, most
+
+    kept, n_kept = run(10**9)
+    forgot, n_forgot = run(64)
+    assert kept == forgot
+    assert sum(1 for why, _ in kept if why) > 1000 and sum(1 for why, _ in kept if not why) > 1000  # both ways
+    assert n_kept > 3000 and n_forgot < n_kept / 4, (n_kept, n_forgot)

@@ -39,11 +39,19 @@ class TokenBucket:
         refill the whole burst."""
         return max(min(cost, self.burst) - self.tokens, 0.0) / self.rate
 
+    def full(self, t: float) -> bool:
+        """Whether the bucket holds ``burst`` at ``t`` (from then on it admits as a new one does)."""
+        return self.tokens + (t - self.t) * self.rate >= self.burst
+
 
 def request_cost(r) -> float:
     """The tokens a request may cost: its prompt and the most it may generate (a token limit
     charges it at admission, before the answer says what it used)."""
     return float(r.num_prompt_tokens + r.max_tokens)
+
+
+#: tenants with per-tenant buckets kept before the full ones are forgotten (then twice those left)
+TENANT_SWEEP = 4096
 
 
 class GatewayRuntime:
@@ -58,20 +66,32 @@ class GatewayRuntime:
         self.buckets = {k: TokenBucket(rl.rate, rl.burst) for k, rl in spec.rate_limits.items()}
         self.tenant_of = tenant_of or (lambda r: r.class_name)
         self.tenant_buckets: dict = {}  # tenant -> (request bucket or None, token bucket or None)
+        self._sweep_at = TENANT_SWEEP
         self.fallback = {fb.pool: fb for fb in spec.fallbacks}
         self.fallbacks_taken = 0
         self.retry_after_s = 0.0
         self.degraded = None  # the Degrade rule the last decision applied (None: served as asked)
 
-    def _tenant(self, tenant):
+    def _tenant(self, tenant, t: float):
         b = self.tenant_buckets.get(tenant)
         if b is None:
+            if len(self.tenant_buckets) >= self._sweep_at:
+                self._forget_full(t)
             lim = self.spec.tenant_limits.get(tenant) or self.spec.tenant_limits.get("*")
             b = (None, None) if lim is None else (
                 TokenBucket(lim.rate, lim.burst) if lim.rate is not None else None,
                 TokenBucket(lim.tokens_per_s, lim.token_burst) if lim.tokens_per_s is not None else None)
             self.tenant_buckets[tenant] = b
         return b
+
+    def _forget_full(self, t: float) -> None:
+        """Forget the tenants whose buckets are full at ``t``: a full bucket admits as a new one
+        does, so the decisions are the same, and a client that names a new tenant each request
+        (its key or ``X-Tenant``) holds at most the tenants active within a refill, not every one
+        it named."""
+        self.tenant_buckets = {k: b for k, b in self.tenant_buckets.items()
+                               if not all(x is None or x.full(t) for x in b)}
+        self._sweep_at = max(TENANT_SWEEP, 2 * len(self.tenant_buckets))
 
     def decide(self, r, view, views: dict, t: float):
         """``(view, None)`` to serve ``r`` in the pool of ``view``, or ``(view, reason)`` to reject it.
@@ -89,7 +109,7 @@ class GatewayRuntime:
                 return view, f"rate limited ({key})"
         if s.tenant_limits:
             tenant = self.tenant_of(r)
-            reqs, toks = self._tenant(tenant)
+            reqs, toks = self._tenant(tenant, t)
             if reqs is not None and not reqs.take(t):
                 self.retry_after_s = reqs.wait()
                 return view, f"rate limited (tenant {tenant})"
