@@ -151,16 +151,7 @@ class Relay(Response):
         t = None
         if k:
             t = self.clock()
-            if self.events == 0:
-                self.first = t
-                if self.on_first is not None:
-                    self.on_first()
-            else:
-                self.gaps.append(t - self.last)
-            if k > 1:
-                self.gaps.extend([0.0] * (k - 1))  # one read, one time
-            self.last = t
-            self.events += k
+            self._tokens(t, k)
         if cut < len(whole):
             self._each(whole[cut:end].split(b"\n\n"), t, 2 * k)
         return True
@@ -193,14 +184,21 @@ class Relay(Response):
             if m:
                 self.usage_tokens = int(m.group(1))
             t = self.clock() if t is None else t
-            if self.events == 0:
-                self.first = t
-                if self.on_first is not None:
-                    self.on_first()
-            else:
-                self.gaps.append(t - self.last)
-            self.last = t
-            self.events += 1
+            self._tokens(t, 1)
+
+    def _tokens(self, t: float, k: int) -> None:
+        """``k`` token events seen at ``t``: the first token, or a gap since the last (and ``k - 1``
+        gaps of 0 after it: one read, one time)."""
+        if self.events == 0:
+            self.first = t
+            if self.on_first is not None:
+                self.on_first()
+        else:
+            self.gaps.append(t - self.last)
+        if k > 1:
+            self.gaps.extend([0.0] * (k - 1))
+        self.last = t
+        self.events += k
 
     def finish(self) -> None:
         if self.out:  # the end of the body came in the read that carried these bytes
