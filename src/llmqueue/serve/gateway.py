@@ -34,7 +34,7 @@ Each request, in the source documents' order (seed 000 section 6, seed 003 secti
 The policies are the objects the simulator runs (no live copy); every decision is recorded with
 the numbers it read (``decisions.jsonl``, :mod:`llmqueue.cluster.decisions`), so a run can be
 replayed through them. Each request's record goes to the run folder in the project's one schema
-(``requests.parquet``, written through a journal every second), with its pool, replica, lane,
+(``requests.parquet``, through a journal every 64 requests or second), with its pool, replica, lane,
 class, tenant, served model and, for refusals, the reason; ``/metrics`` has the dashboard
 (:mod:`llmqueue.serve.gateway_metrics`).
 """
