@@ -68,7 +68,7 @@ class _OneByOne(Relay):
     def _scan(self, data):
         if self.crlf is None and b"\n" in data:
             self.crlf = b"\r\n" in data
-        self.lead = self.carry.count(b"\n")
+        self.lead = self.carry
         buf = self.carry + data
         return self._events(buf.replace(b"\r\n", b"\n") if self.crlf else buf)
 

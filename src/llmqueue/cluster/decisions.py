@@ -4,9 +4,10 @@ Every routing and admission decision is a function of a policy object's own stat
 bucket's tokens, a round-robin counter, a random stream, a prefix table) and of the numbers it
 read: a pool's :class:`~llmqueue.cluster.view.PoolView` (outstanding requests and prefill
 backlog per replica, the routable replicas, the replicas' loads it asked for, the sum of their
-queues when it asked for that (``replicas_waiting``), the gateway queue's length and the age of its oldest request without a first token) and the request's own
-attributes. :class:`DecisionLog` wraps the policy objects so that each call is written down with
-exactly the numbers it read; :func:`replay` runs fresh policy objects of the same description on
+queues when it asked for that (``replicas_waiting``), the gateway queue's length and the age of
+its oldest request without a first token) and the request's own attributes.
+:class:`DecisionLog` wraps the policy objects so that each call is written down with exactly the
+numbers it read; :func:`replay` runs fresh policy objects of the same description on
 the recorded calls, in order, and returns the decisions they make. A live gateway records its
 decisions the same way: replaying them checks that its decisions are those of the simulator's
 objects (no live copy of a policy), and comparing them with a simulated run of the same arrivals

@@ -1,15 +1,16 @@
 """A gateway run's files: each request's record in the project's one schema, and its decisions.
 
 ``requests.parquet`` is written through a journal (:mod:`llmqueue.records.journal`) a batch every
-64 requests or second, so a gateway killed outright loses at most the last second; ``close()`` turns it into the
-Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as they read a bench
-run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
+64 requests or second, so a gateway killed outright loses at most the last second; ``close()``
+turns it into the Parquet file that ``llmqueue report``, ``calibrate`` and ``validate`` read as
+they read a bench run. Times are seconds from the gateway's start (``run.json`` holds its epoch). Each record
 carries ``pool``, ``replica`` (fleet-wide index), ``lane``, ``model``, ``class``, ``tenant``,
 ``attempt`` (1 + the retries on other replicas) and, for a refusal or failure, ``reason``; with
 degrade rules also ``degraded`` (how it was served smaller, as the simulator's records say).
 ``workload.parquet`` holds the arrivals as asked (with their ``max_tokens``), for ``llmqueue
 simulate --trace``, journaled with the records (nothing of a long run is held in memory) and put
-in arrival order at the end; ``summary.json`` the run summarised as a bench run is. ``decisions.jsonl`` holds every routing and admission decision with the numbers it read
+in arrival order at the end; ``summary.json`` the run summarised as a bench run is.
+``decisions.jsonl`` holds every routing and admission decision with the numbers it read
 (:mod:`llmqueue.cluster.decisions`), one JSON object a line, flushed with the records.
 """
 

@@ -17,16 +17,12 @@ from bisect import bisect_left
 def observe_many(h, values) -> None:
     """Observe every value of ``values`` in ``h`` (a labelled child of a ``Histogram``): a value
     falls in the first bucket whose upper bound ``le`` is at least the value, as ``observe`` does."""
-    try:
-        bounds, buckets, total = h._upper_bounds, h._buckets, h._sum
-    except AttributeError:
-        for v in values:
+    bounds = getattr(h, "_upper_bounds", None)
+    if bounds is None or not hasattr(h, "_buckets") or not hasattr(h, "_sum") or len(values) < 4:
+        for v in values:  # a few values, or a prometheus_client without these insides
             h.observe(v)
         return
-    if len(values) < 4:
-        for v in values:
-            h.observe(v)
-        return
+    buckets, total = h._buckets, h._sum
     counts: dict = {}
     s = 0.0
     for v in values:

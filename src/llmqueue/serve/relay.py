@@ -1,8 +1,8 @@
 """``Relay``: an engine's answer passed to the client as it arrives, timed on the gateway's clock.
 
 A streamed answer (server-sent events) is written to the client as the engine sends it, what
-one read from the engine holds in one write; each event that carries a token (not the chat role's opening chunk, the usage event or
-``[DONE]``) is timed: the first is the request's first token (TTFT from its arrival at the
+one read from the engine holds in one write; each event that carries a token (not the chat
+role's opening chunk, the usage event or ``[DONE]``) is timed: the first is the request's first token (TTFT from its arrival at the
 gateway), the gaps between them its inter-token latencies. The output token count is the usage
 the engine reports (``completion_tokens``), else the token events counted. A whole answer (and
 any error answer) is kept, up to :data:`MAX_WHOLE_BYTES`, and sent when it ends, with the
@@ -60,7 +60,7 @@ class Relay(Response):
         self.bad = None             # why the answer is garbage, once it is found to be
         self.crlf = None            # the engine ends its event lines with CR LF (sse-starlette's way)
         self.out: list = []         # the streamed chunks of one upstream read, relayed at its end
-        self.lead = 0               # line ends of the scanned buffer carried from earlier reads (already sent)
+        self.lead = b""             # what the scanned buffer carried from earlier reads (already sent)
         self.good = 0               # line ends of the scanned buffer before the event found bad
 
     @property
@@ -97,7 +97,7 @@ class Relay(Response):
             return
         whole = self._scan(data)
         if self.bad is not None:
-            k = self.good - self.lead  # line ends of this read before the event found bad
+            k = self.good - self.lead.count(b"\n")  # line ends of this read before the event found bad
             if self.started and k > 0:  # the whole events before it, as the engine sent them
                 self.ex.write(data[:_after_lines(data, k)])
             self.fail(StreamError(self.bad))
@@ -120,8 +120,7 @@ class Relay(Response):
         the others one by one."""
         if self.crlf is None and b"\n" in data:
             self.crlf = b"\r\n" in data  # JSON holds no raw CR LF: these are line ends
-        carry = self.carry
-        self.lead = carry.count(b"\n") if carry else 0
+        carry = self.lead = self.carry  # kept as it was (its line ends are counted only if garbage follows)
         buf = carry + data if carry else data
         if self.crlf:  # after joining: a CR LF cut between two reads is one line end
             buf = buf.replace(b"\r\n", b"\n")
